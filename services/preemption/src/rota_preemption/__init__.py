@@ -1,0 +1,1 @@
+"""Rota's preemption service."""

@@ -1,0 +1,139 @@
+"""Loads and checks `rota.yaml`. Every error names its key path and the rule it breaks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from rota.config.model import RotaConfig
+
+EXAMPLE_NAME = "example.rota.yaml"
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    path: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.rule}" if self.path else self.rule
+
+
+class ConfigError(ValueError):
+    def __init__(self, source: str, issues: list[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = issues
+        lines = "\n".join(f"  {issue}" for issue in issues)
+        super().__init__(f"{source}: {len(issues)} problem(s)\n{lines}")
+
+
+_RULES = {
+    "greater_than_equal": lambda c: f"must be >= {c['ge']}",
+    "greater_than": lambda c: f"must be > {c['gt']}",
+    "less_than_equal": lambda c: f"must be <= {c['le']}",
+    "less_than": lambda c: f"must be < {c['lt']}",
+    "string_pattern_mismatch": lambda c: f"must match {c['pattern']}",
+    "string_too_long": lambda c: f"must be at most {c['max_length']} characters",
+    "string_too_short": lambda c: f"must be at least {c['min_length']} characters",
+    "too_short": lambda c: f"must have at least {c['min_length']} item(s)",
+}
+
+
+def _issue_from(err: Any) -> ConfigIssue:
+    path = ".".join(str(p) for p in err["loc"])
+    kind = err["type"]
+    if kind == "missing":
+        return ConfigIssue(path, "is required")
+    if kind == "extra_forbidden":
+        return ConfigIssue(path, "unknown key")
+    if kind == "enum":
+        return ConfigIssue(path, f"must be one of {err['ctx']['expected']}")
+    if kind in _RULES:
+        return ConfigIssue(path, _RULES[kind](err.get("ctx", {})))
+    return ConfigIssue(path, str(err["msg"]).removeprefix("Value error, "))
+
+
+def semantic_issues(config: RotaConfig) -> list[ConfigIssue]:
+    """Cross-references pydantic cannot see: names that must exist, capacities that must add up."""
+    issues: list[ConfigIssue] = []
+    flavors = {f.name for f in config.cluster.flavors}
+    seen_flavors: set[str] = set()
+    for i, flavor in enumerate(config.cluster.flavors):
+        if flavor.name in seen_flavors:
+            issues.append(ConfigIssue(f"cluster.flavors.{i}.name", "duplicate flavor"))
+        seen_flavors.add(flavor.name)
+    for i, pool in enumerate(config.cluster.node_pools):
+        if pool.flavor not in flavors:
+            issues.append(ConfigIssue(f"cluster.node_pools.{i}.flavor", "unknown flavor"))
+    for i, node in enumerate(config.cluster.nodes):
+        if node.flavor not in flavors:
+            issues.append(ConfigIssue(f"cluster.nodes.{i}.flavor", "unknown flavor"))
+    if not config.cluster.node_pools and not config.cluster.nodes:
+        issues.append(ConfigIssue("cluster", "needs at least one node or node pool"))
+    names = [n.name for n in config.expanded_nodes()]
+    if len(names) != len(set(names)):
+        issues.append(ConfigIssue("cluster.nodes", "node names must be unique"))
+    capacity = config.capacity()
+    for team_name, team in config.teams.items():
+        for field in ("quota", "borrowing_limit", "lending_limit"):
+            for flavor in getattr(team, field):
+                if flavor not in flavors:
+                    issues.append(ConfigIssue(f"teams.{team_name}.{field}.{flavor}", "unknown flavor"))
+        for flavor, limit in team.lending_limit.items():
+            if limit is not None and limit > team.quota.get(flavor, 0):
+                issues.append(
+                    ConfigIssue(
+                        f"teams.{team_name}.lending_limit.{flavor}",
+                        f"must be <= the team's quota ({team.quota.get(flavor, 0)})",
+                    )
+                )
+    for flavor in flavors:
+        promised = sum(team.quota.get(flavor, 0) for team in config.teams.values())
+        if promised > capacity.get(flavor, 0):
+            issues.append(
+                ConfigIssue(
+                    f"teams.*.quota.{flavor}",
+                    f"quotas add up to {promised} GPUs, more than the {capacity.get(flavor, 0)}"
+                    " the cluster has",
+                )
+            )
+    return issues
+
+
+def parse_config(doc: Any, source: str = "<config>") -> RotaConfig:
+    if not isinstance(doc, dict):
+        raise ConfigError(source, [ConfigIssue("", "the file must hold a YAML mapping")])
+    try:
+        config = RotaConfig.model_validate(doc)
+    except ValidationError as exc:
+        raise ConfigError(source, [_issue_from(e) for e in exc.errors(include_url=False)]) from None
+    issues = semantic_issues(config)
+    if issues:
+        raise ConfigError(source, issues)
+    return config
+
+
+def example_text() -> str:
+    return resources.files("rota.config").joinpath(EXAMPLE_NAME).read_text()
+
+
+def load_config(path: Path | None = None) -> RotaConfig:
+    """Load `path`, or the shipped example when `path` is None."""
+    if path is None:
+        return parse_config(yaml.safe_load(example_text()), source=EXAMPLE_NAME)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), [ConfigIssue("", f"cannot read: {exc.strerror}")]) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(str(path), [ConfigIssue("", f"{where}invalid YAML")]) from None
+    return parse_config(doc, source=str(path))

@@ -1,0 +1,133 @@
+"""The `rota.yaml` model: cluster, queues (tiers), teams, policy weights, preemption."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rota.contracts.common import Name, Tier
+
+NonNegGpus = Annotated[int, Field(ge=0, le=1_000_000)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Flavor(_Strict):
+    name: Name
+    description: str = ""
+
+
+class NodePool(_Strict):
+    """`count` identical nodes, named `<name>-<i>`, spread over `racks` racks in order."""
+
+    name: Name
+    flavor: Name
+    count: int = Field(ge=1, le=100_000)
+    gpus_per_node: int = Field(ge=1, le=64)
+    racks: int = Field(1, ge=1, le=10_000)
+    nodes_per_rack: int | None = Field(None, ge=1)
+
+
+class Node(_Strict):
+    name: Name
+    flavor: Name
+    gpus: int = Field(ge=1, le=64)
+    rack: Name = "rack-0"
+
+
+class Cluster(_Strict):
+    flavors: Annotated[list[Flavor], Field(min_length=1)]
+    node_pools: list[NodePool] = Field(default_factory=list)
+    nodes: list[Node] = Field(default_factory=list)
+
+
+class Queue(_Strict):
+    """A tier. Tiers are strict priority classes; `weight` orders jobs within scoring."""
+
+    weight: float = Field(1.0, ge=0)
+    preemptible: bool = True
+    preemption_grace_s: float = Field(300.0, ge=0, le=86_400)
+    long_wait_threshold_s: float = Field(3600.0, gt=0)
+
+
+class Contact(_Strict):
+    email: str | None = Field(None, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")
+    slack_id: str | None = Field(None, max_length=64)
+    timezone: str = "UTC"
+    opt_out: list[str] = Field(default_factory=list)
+    preemption_channel: str | None = Field(None, pattern=r"^(slack|email)$")
+
+
+class Team(_Strict):
+    weight: float = Field(1.0, gt=0)
+    quota: dict[Name, NonNegGpus] = Field(default_factory=dict)
+    borrowing_limit: dict[Name, NonNegGpus | None] = Field(
+        default_factory=dict, description="Extra GPUs per flavor beyond quota; absent = no limit."
+    )
+    lending_limit: dict[Name, NonNegGpus | None] = Field(
+        default_factory=dict, description="Most of the quota others may borrow; absent = all."
+    )
+    slack_channel: str | None = Field(None, max_length=80)
+    email: str | None = Field(None, max_length=254)
+    users: dict[Name, Contact] = Field(default_factory=dict)
+
+
+class PolicyWeights(_Strict):
+    queue: float = Field(1000.0, ge=0)
+    age: float = Field(1000.0, ge=0)
+    fairshare: float = Field(10_000.0, ge=0)
+    quota_headroom: float = Field(500.0, ge=0)
+
+
+class Policy(_Strict):
+    weights: PolicyWeights = PolicyWeights()
+    age_cap_s: float = Field(7 * 86_400.0, gt=0)
+    fairshare_half_life_s: float = Field(7 * 86_400.0, gt=0)
+    backfill: bool = True
+    default_runtime_estimate_s: float = Field(4 * 3600.0, gt=0)
+
+
+class Preemption(_Strict):
+    enabled: bool = True
+    min_runtime_s: float = Field(300.0, ge=0)
+    max_preemptions_per_job: int = Field(3, ge=0)
+    default_grace_s: float = Field(300.0, ge=0, le=86_400)
+
+
+class RotaConfig(_Strict):
+    cluster: Cluster
+    queues: dict[Tier, Queue] = Field(default_factory=lambda: {t: Queue() for t in Tier})
+    teams: dict[Name, Team]
+    policy: Policy = Policy()
+    preemption: Preemption = Preemption()
+
+    def expanded_nodes(self) -> list[Node]:
+        nodes = list(self.cluster.nodes)
+        for pool in self.cluster.node_pools:
+            per_rack = pool.nodes_per_rack or -(-pool.count // pool.racks)
+            nodes.extend(
+                Node(
+                    name=f"{pool.name}-{i}",
+                    flavor=pool.flavor,
+                    gpus=pool.gpus_per_node,
+                    rack=f"{pool.name}-rack-{i // per_rack}",
+                )
+                for i in range(pool.count)
+            )
+        return nodes
+
+    def capacity(self) -> dict[str, int]:
+        total: dict[str, int] = {f.name: 0 for f in self.cluster.flavors}
+        for node in self.expanded_nodes():
+            total[node.flavor] = total.get(node.flavor, 0) + node.gpus
+        return total
+
+    def largest_gang(self, flavor: str) -> int:
+        """The most GPUs one job of `flavor` can ever get: every node of that flavor."""
+        return self.capacity().get(flavor, 0)
+
+    def max_node_gpus(self, flavor: str) -> int:
+        return max((n.gpus for n in self.expanded_nodes() if n.flavor == flavor), default=0)

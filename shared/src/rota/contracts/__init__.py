@@ -1,0 +1,33 @@
+"""Rota's message contracts: one envelope, strict commands, additive events.
+
+The generated AsyncAPI and JSON Schema documents in `contracts/` come from these models.
+"""
+
+from rota.contracts.envelope import (
+    COMMAND_TYPES,
+    CONTROL_TYPES,
+    EVENT_TYPES,
+    MESSAGE_TYPES,
+    ContractError,
+    Envelope,
+    envelope,
+    parse,
+)
+from rota.contracts.job import JobSpec, RackAffinity, WorkerPlacement
+from rota.contracts.common import Tier, TIER_ORDER
+
+__all__ = [
+    "COMMAND_TYPES",
+    "CONTROL_TYPES",
+    "EVENT_TYPES",
+    "MESSAGE_TYPES",
+    "TIER_ORDER",
+    "ContractError",
+    "Envelope",
+    "JobSpec",
+    "RackAffinity",
+    "Tier",
+    "WorkerPlacement",
+    "envelope",
+    "parse",
+]

@@ -1,0 +1,66 @@
+"""Building blocks shared by every message: strict bases, bounded strings, tiers."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+
+class StrictModel(BaseModel):
+    """Rejects unknown fields: a typo in a command must fail loudly, not be dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class OpenModel(BaseModel):
+    """For events: later minor versions may add fields, and old readers must accept them."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Tier(StrEnum):
+    production = "production"
+    training = "training"
+    experiment = "experiment"
+
+    @property
+    def rank(self) -> int:
+        """0 is the highest priority."""
+        return TIER_ORDER.index(self)
+
+
+TIER_ORDER: tuple[Tier, ...] = (Tier.production, Tier.training, Tier.experiment)
+
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$"),
+]
+"""A DNS-label-like name: teams, users, flavors, jobs, nodes."""
+
+JobName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"),
+]
+SubmissionId = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+]
+Uuid = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+    ),
+]
+ShortText = Annotated[str, StringConstraints(max_length=1024)]
+Uri = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+LabelKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+]
+LabelValue = Annotated[str, StringConstraints(max_length=256)]
+EnvName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+]
+EnvValue = Annotated[str, StringConstraints(max_length=4096)]
+Arg = Annotated[str, StringConstraints(max_length=4096)]
+GpuCount = Annotated[int, Field(ge=0, le=1_000_000)]

@@ -1,0 +1,147 @@
+"""The one envelope around every message, and the strict parser that guards every consumer."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from rota.contracts import messages as m
+from rota.contracts.common import StrictModel, Uuid
+from rota.ids import new_id
+
+SCHEMA_VERSION = 1
+
+D = TypeVar("D", bound=BaseModel)
+
+COMMAND_TYPES: dict[str, type[BaseModel]] = {
+    "SubmitJob": m.SubmitJob,
+    "CancelJob": m.CancelJob,
+    "StartRun": m.StartRun,
+    "StopRun": m.StopRun,
+}
+EVENT_TYPES: dict[str, type[BaseModel]] = {
+    "JobSubmitted": m.JobSubmitted,
+    "JobRejected": m.JobRejected,
+    "JobCancelled": m.JobCancelled,
+    "JobPending": m.JobPending,
+    "AllocationProposed": m.AllocationProposed,
+    "AllocationGranted": m.AllocationGranted,
+    "AllocationRejected": m.AllocationRejected,
+    "AllocationReleased": m.AllocationReleased,
+    "RunStarted": m.RunStarted,
+    "RunCheckpointed": m.RunCheckpointed,
+    "RunFinished": m.RunFinished,
+    "RunFailed": m.RunFailed,
+    "RunStopped": m.RunStopped,
+    "PreemptionRequested": m.PreemptionRequested,
+    "PreemptionNoticed": m.PreemptionNoticed,
+    "PreemptionCompleted": m.PreemptionCompleted,
+}
+CONTROL_TYPES: dict[str, type[BaseModel]] = {"PreemptionNotice": m.PreemptionNotice}
+MESSAGE_TYPES: dict[str, type[BaseModel]] = COMMAND_TYPES | EVENT_TYPES | CONTROL_TYPES
+TYPE_NAMES: dict[type[BaseModel], str] = {cls: name for name, cls in MESSAGE_TYPES.items()}
+
+Source = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class Envelope(StrictModel, Generic[D]):
+    id: Uuid
+    type: Annotated[str, Field(min_length=1, max_length=64)]
+    version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    occurred_at: datetime
+    source: Source
+    job_id: Uuid | None = None
+    run_id: Uuid | None = None
+    data: D
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json(exclude_none=False).encode()
+
+
+class _Header(StrictModel):
+    id: Uuid
+    type: Annotated[str, Field(min_length=1, max_length=64)]
+    version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    occurred_at: datetime
+    source: Source
+    job_id: Uuid | None = None
+    run_id: Uuid | None = None
+    data: dict[str, Any]
+
+
+class ContractError(ValueError):
+    """A message that breaks the contract. `field` is a dotted path into the envelope."""
+
+    def __init__(self, code: str, field: str | None, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.code = code
+        self.field = field
+        self.message = message
+
+
+def envelope(
+    data: BaseModel,
+    *,
+    source: str,
+    job_id: str | None = None,
+    run_id: str | None = None,
+    id: str | None = None,
+    occurred_at: datetime | None = None,
+) -> Envelope[Any]:
+    return Envelope[Any](
+        id=id or new_id(),
+        type=TYPE_NAMES[type(data)],
+        occurred_at=occurred_at or datetime.now(UTC),
+        source=source,
+        job_id=job_id,
+        run_id=run_id,
+        data=data,
+    )
+
+
+def first_error(exc: ValidationError, prefix: str = "") -> ContractError:
+    """The first validation problem, as a field path and a plain rule."""
+    err = exc.errors(include_url=False)[0]
+    path = ".".join(str(p) for p in err["loc"] if p != "__root__")
+    message = str(err["msg"])
+    if err["type"] == "value_error" and ": " in message.removeprefix("Value error, "):
+        # Model validators name their own field: "sim.checkpoint_interval_s: needs ...".
+        inner_path, _, rule = message.removeprefix("Value error, ").partition(": ")
+        path, message = ".".join(p for p in (path, inner_path) if p), rule
+    if err["type"] == "extra_forbidden":
+        message = "unknown field"
+    full = ".".join(p for p in (prefix, path) if p)
+    return ContractError("INVALID_FIELD", full or None, message)
+
+
+def parse(raw: bytes, expected: type[D], *, max_bytes: int) -> Envelope[D]:
+    """Parse and validate one message. Raises `ContractError`, never anything else."""
+    if len(raw) > max_bytes:
+        raise ContractError(
+            "PAYLOAD_TOO_LARGE", None, f"message is {len(raw)} bytes; the limit is {max_bytes}"
+        )
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ContractError("MALFORMED_JSON", None, f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ContractError("MALFORMED_JSON", None, "the message must be a JSON object")
+    try:
+        header = _Header.model_validate(doc)
+    except ValidationError as exc:
+        raise first_error(exc) from None
+    expected_name = TYPE_NAMES[expected]
+    if header.type != expected_name:
+        raise ContractError(
+            "WRONG_TYPE", "type", f"expected {expected_name!r} here, got {header.type!r}"
+        )
+    try:
+        data = expected.model_validate(header.data)
+    except ValidationError as exc:
+        raise first_error(exc, prefix="data") from None
+    return Envelope[expected](  # type: ignore[valid-type]
+        **header.model_dump(exclude={"data"}), data=data
+    )

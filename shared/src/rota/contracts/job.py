@@ -1,0 +1,101 @@
+"""The job spec: what a researcher asks for, and the executor-specific ways to run it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from rota.contracts.common import (
+    Arg,
+    EnvName,
+    EnvValue,
+    JobName,
+    LabelKey,
+    LabelValue,
+    Name,
+    StrictModel,
+    SubmissionId,
+    Tier,
+)
+
+MAX_WORKERS = 1024
+MAX_GPUS_PER_WORKER = 16
+MAX_DECLARED_RUNTIME_S = 90 * 24 * 3600
+
+Env = Annotated[dict[EnvName, EnvValue], Field(max_length=128)]
+
+
+class RackAffinity(StrEnum):
+    required = "required"
+    preferred = "preferred"
+    none = "none"
+
+
+class LocalRun(StrictModel):
+    """A subprocess on the executor's host, with `CUDA_VISIBLE_DEVICES` set to its GPUs."""
+
+    command: Annotated[list[Arg], Field(min_length=1, max_length=256)]
+    env: Env = Field(default_factory=dict)
+
+
+class KubernetesRun(StrictModel):
+    image: Annotated[str, Field(min_length=1, max_length=512)]
+    args: Annotated[list[Arg], Field(max_length=256)] = Field(default_factory=list)
+    env: Env = Field(default_factory=dict)
+
+
+class SimRun(StrictModel):
+    """How the simulator plays the job: its length, and how it checkpoints."""
+
+    duration_s: float = Field(gt=0, le=MAX_DECLARED_RUNTIME_S)
+    checkpoint_interval_s: float | None = Field(None, gt=0, le=MAX_DECLARED_RUNTIME_S)
+    checkpoint_save_s: float = Field(60.0, ge=0, le=3600)
+    fail_after_s: float | None = Field(None, gt=0, description="Fail at this run time (tests).")
+
+
+class JobSpec(StrictModel):
+    name: JobName
+    team: Name
+    user: Name
+    queue: Tier
+    flavor: Name
+    workers: int = Field(1, ge=1, le=MAX_WORKERS)
+    gpus_per_worker: int = Field(1, ge=1, le=MAX_GPUS_PER_WORKER)
+    resumable: bool = False
+    declared_runtime_s: int | None = Field(None, ge=1, le=MAX_DECLARED_RUNTIME_S)
+    rack: RackAffinity = RackAffinity.none
+    labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=32)] = Field(
+        default_factory=dict
+    )
+    submission_id: SubmissionId = Field(description="Idempotency key: resubmits return one job.")
+    local: LocalRun | None = None
+    kubernetes: KubernetesRun | None = None
+    sim: SimRun | None = None
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @model_validator(mode="after")
+    def _checkpointing_needs_resumable(self) -> JobSpec:
+        if self.sim and self.sim.checkpoint_interval_s and not self.resumable:
+            raise ValueError("sim.checkpoint_interval_s: needs resumable: true")
+        return self
+
+
+class WorkerPlacement(StrictModel):
+    """One gang member: a node and the GPU indices on it."""
+
+    worker: int = Field(ge=0, lt=MAX_WORKERS)
+    node: Name
+    gpus: Annotated[list[int], Field(min_length=1, max_length=MAX_GPUS_PER_WORKER)]
+
+
+Placement = Annotated[list[WorkerPlacement], Field(min_length=1, max_length=MAX_WORKERS)]
+
+JobState = Literal[
+    "pending", "admitted", "running", "preempting", "finished", "failed", "cancelled", "rejected"
+]
+TERMINAL_STATES: frozenset[str] = frozenset({"finished", "failed", "cancelled", "rejected"})

@@ -1,0 +1,340 @@
+"""Every command and event payload. Commands are imperative and strict; events are past tense.
+
+Within version 1, changes are additive only: new optional fields, new message types.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from rota.contracts.common import (
+    GpuCount,
+    JobName,
+    Name,
+    OpenModel,
+    ShortText,
+    StrictModel,
+    SubmissionId,
+    Tier,
+    Uri,
+    Uuid,
+)
+from rota.contracts.job import JobSpec, Placement
+
+RunToken = Annotated[str, Field(min_length=16, max_length=256)]
+
+# ---------------------------------------------------------------- commands
+
+
+class SubmitJob(JobSpec):
+    """Submit one job. Published on `rota.cmd.submit.<team>`; the team must match `team`."""
+
+
+class CancelJob(StrictModel):
+    """Cancel a job, pending or running. Published on `rota.cmd.cancel.<team>`."""
+
+    job_id: Uuid
+    team: Name
+    reason: ShortText = "cancelled by user"
+
+
+class StartRun(StrictModel):
+    """Start one run of a job on granted GPUs. Sent to the executor."""
+
+    run_id: Uuid
+    job_id: Uuid
+    attempt: int = Field(ge=1, le=10_000)
+    spec: JobSpec
+    placement: Placement
+    run_token: RunToken
+    resume_from: Uri | None = None
+
+
+class StopReason(StrEnum):
+    preempted = "preempted"
+    cancelled = "cancelled"
+    deadline = "deadline"
+
+
+class StopRun(StrictModel):
+    """Stop a run now. `forced` means no checkpoint acknowledgement arrived in time."""
+
+    run_id: Uuid
+    job_id: Uuid
+    reason: StopReason
+    forced: bool = False
+    plan_id: Uuid | None = None
+
+
+# ---------------------------------------------------------------- job events
+
+
+class JobSubmitted(OpenModel):
+    job_id: Uuid
+    spec: JobSpec
+    submitted_at: datetime
+
+
+class JobRejected(OpenModel):
+    """A submission or cancellation refused. `field` names the offending field or rule."""
+
+    code: str
+    field: str | None = None
+    message: ShortText
+    submission_id: SubmissionId | None = None
+    job_id: Uuid | None = None
+    team: str | None = None
+    subject: str | None = None
+
+
+class JobCancelled(OpenModel):
+    job_id: Uuid
+    team: Name
+    reason: ShortText
+    was_running: bool = False
+
+
+class WaitReasonCode(StrEnum):
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    INSUFFICIENT_CAPACITY = "INSUFFICIENT_CAPACITY"
+    NO_MATCHING_FLAVOR = "NO_MATCHING_FLAVOR"
+    PRIORITY = "PRIORITY"
+    FRAGMENTATION = "FRAGMENTATION"
+    EXCEEDS_CLUSTER = "EXCEEDS_CLUSTER"
+    WAITING_FOR_PREEMPTION = "WAITING_FOR_PREEMPTION"
+    RESERVED_FOR_HIGHER_PRIORITY = "RESERVED_FOR_HIGHER_PRIORITY"
+
+
+class WaitReason(OpenModel):
+    code: WaitReasonCode
+    message: ShortText
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScoreFactors(OpenModel):
+    """The breakdown of a pending job's order within its tier; `total` is their sum."""
+
+    queue: float = 0.0
+    age: float = 0.0
+    fairshare: float = 0.0
+    quota_headroom: float = 0.0
+    total: float = 0.0
+
+
+class JobPending(OpenModel):
+    """Why a job waits, primary reason first, and when it is expected to start."""
+
+    job_id: Uuid
+    team: Name
+    queue: Tier
+    reasons: Annotated[list[WaitReason], Field(min_length=1)]
+    eta: datetime | None = None
+    position: int = Field(ge=0)
+    factors: ScoreFactors
+
+
+# ---------------------------------------------------------------- allocation events
+
+
+class AllocationProposed(OpenModel):
+    proposal_id: Uuid
+    job_id: Uuid
+    run_id: Uuid
+    team: Name
+    user: Name
+    queue: Tier
+    flavor: Name
+    placement: Placement
+    gpus: GpuCount
+    borrowed_gpus: GpuCount = 0
+    plan_id: Uuid | None = None
+
+
+class AllocationGranted(OpenModel):
+    proposal_id: Uuid
+    job_id: Uuid
+    run_id: Uuid
+    team: Name
+    flavor: Name
+    placement: Placement
+    gpus: GpuCount
+    borrowed_gpus: GpuCount = 0
+
+
+class AllocationRejected(OpenModel):
+    proposal_id: Uuid
+    job_id: Uuid
+    run_id: Uuid
+    code: str
+    message: ShortText
+
+
+class AllocationReleased(OpenModel):
+    job_id: Uuid
+    run_id: Uuid
+    team: Name
+    flavor: Name
+    gpus: GpuCount
+    gpu_seconds: float = Field(ge=0)
+
+
+# ---------------------------------------------------------------- run events
+
+
+class RunStarted(OpenModel):
+    run_id: Uuid
+    job_id: Uuid
+    attempt: int = Field(ge=1)
+    placement: Placement
+    resumed_from: Uri | None = None
+
+
+class RunCheckpointed(OpenModel):
+    """A checkpoint is saved. When answering a notice, this is the acknowledgement."""
+
+    run_id: Uuid
+    job_id: Uuid
+    checkpoint_uri: Uri
+    run_token: RunToken
+    notice_id: Uuid | None = Field(None, description="The PreemptionNotice this answers.")
+    progress_s: float | None = Field(None, ge=0)
+
+
+class RunFinished(OpenModel):
+    run_id: Uuid
+    job_id: Uuid
+    exit_code: int = 0
+
+
+class RunFailed(OpenModel):
+    run_id: Uuid
+    job_id: Uuid
+    exit_code: int | None = None
+    error: ShortText
+
+
+class RunStopped(OpenModel):
+    run_id: Uuid
+    job_id: Uuid
+    reason: StopReason
+    forced: bool = False
+    checkpoint_uri: Uri | None = None
+    lost_gpu_seconds: float = Field(0.0, ge=0)
+
+
+# ---------------------------------------------------------------- preemption
+
+
+class Victim(OpenModel):
+    run_id: Uuid
+    job_id: Uuid
+    team: Name
+    queue: Tier
+    gpus: GpuCount
+    expected_lost_gpu_seconds: float = Field(ge=0)
+    borrowed: bool = False
+
+
+class PreemptionRequested(OpenModel):
+    plan_id: Uuid
+    preemptor_job_id: Uuid
+    preemptor_queue: Tier
+    victims: Annotated[list[Victim], Field(min_length=1)]
+    reason: str
+    message: ShortText
+    expected_lost_gpu_seconds: float = Field(ge=0)
+
+
+class PreemptionNoticed(OpenModel):
+    """For humans: a victim has been told to checkpoint and stop by `deadline`."""
+
+    plan_id: Uuid
+    notice_id: Uuid
+    run_id: Uuid
+    job_id: Uuid
+    job_name: JobName
+    team: Name
+    user: Name
+    queue: Tier
+    deadline: datetime
+    grace_s: float = Field(ge=0)
+    preemptor_job_id: Uuid
+    preemptor_queue: Tier
+    reason: str
+    resumable: bool
+    resume_from: Uri | None = None
+
+
+class VictimOutcome(StrEnum):
+    acked = "acked"
+    forced = "forced"
+    finished = "finished"
+    aborted = "aborted"
+
+
+class VictimResult(OpenModel):
+    run_id: Uuid
+    job_id: Uuid
+    outcome: VictimOutcome
+    checkpoint_uri: Uri | None = None
+    lost_gpu_seconds: float = Field(0.0, ge=0)
+
+
+class PreemptionCompleted(OpenModel):
+    plan_id: Uuid
+    preemptor_job_id: Uuid
+    aborted: bool = False
+    victims: list[VictimResult]
+
+
+class PreemptionNotice(OpenModel):
+    """On `rota.ctl.run.<run_id>`: save a checkpoint, then acknowledge before `deadline`."""
+
+    notice_id: Uuid
+    plan_id: Uuid
+    run_id: Uuid
+    job_id: Uuid
+    action: Literal["checkpoint_and_stop", "withdrawn"] = "checkpoint_and_stop"
+    deadline: datetime
+    grace_s: float = Field(ge=0)
+    ack_subject: str
+    reason: ShortText
+
+
+# ---------------------------------------------------------------- read API
+
+
+class ApiError(OpenModel):
+    code: str
+    field: str | None = None
+    message: ShortText
+
+
+class ApiReply(OpenModel):
+    """Every `rota.api.*` reply: `ok` with `result`, or an `error`."""
+
+    ok: bool
+    result: Any = None
+    error: ApiError | None = None
+
+
+class JobQuery(StrictModel):
+    job_id: Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class JobListQuery(StrictModel):
+    team: Name | None = None
+    queue: Tier | None = None
+    state: str | None = Field(None, max_length=32)
+    limit: int = Field(100, ge=1, le=10_000)
+
+
+class SubmitReply(OpenModel):
+    job_id: Uuid
+    duplicate: bool
+    state: str
+    submission_id: SubmissionId

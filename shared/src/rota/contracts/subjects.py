@@ -1,0 +1,68 @@
+"""Every NATS subject Rota uses, in one place."""
+
+from __future__ import annotations
+
+STREAM_CMD = "ROTA_CMD"
+STREAM_EVT = "ROTA_EVT"
+STREAM_CTL = "ROTA_CTL"
+
+STREAM_SUBJECTS: dict[str, list[str]] = {
+    STREAM_CMD: ["rota.cmd.>"],
+    STREAM_EVT: ["rota.evt.>"],
+    STREAM_CTL: ["rota.ctl.>"],
+}
+
+SUBMIT_ALL = "rota.cmd.submit.*"
+CANCEL_ALL = "rota.cmd.cancel.*"
+RUN_START = "rota.cmd.run.start"
+RUN_STOP = "rota.cmd.run.stop"
+
+API_PREFIX = "rota.api"
+API_ALL = "rota.api.>"
+API_SUBMIT = "rota.api.submit"
+API_JOB_GET = "rota.api.job.get"
+API_JOB_CANCEL = "rota.api.job.cancel"
+API_JOBS_LIST = "rota.api.jobs.list"
+API_QUEUES_SUMMARY = "rota.api.queues.summary"
+
+SYS_PING = "rota.sys.ping"
+
+
+def submit(team: str) -> str:
+    return f"rota.cmd.submit.{team}"
+
+
+def cancel(team: str) -> str:
+    return f"rota.cmd.cancel.{team}"
+
+
+def api_submit(team: str) -> str:
+    return f"{API_SUBMIT}.{team}"
+
+
+def control(run_id: str) -> str:
+    return f"rota.ctl.run.{run_id}"
+
+
+def ping(service: str) -> str:
+    return f"{SYS_PING}.{service}"
+
+
+EVENT_SUBJECTS: dict[str, str] = {
+    "JobSubmitted": "rota.evt.job.submitted",
+    "JobRejected": "rota.evt.job.rejected",
+    "JobCancelled": "rota.evt.job.cancelled",
+    "JobPending": "rota.evt.job.pending",
+    "AllocationProposed": "rota.evt.allocation.proposed",
+    "AllocationGranted": "rota.evt.allocation.granted",
+    "AllocationRejected": "rota.evt.allocation.rejected",
+    "AllocationReleased": "rota.evt.allocation.released",
+    "RunStarted": "rota.evt.run.started",
+    "RunCheckpointed": "rota.evt.run.checkpointed",
+    "RunFinished": "rota.evt.run.finished",
+    "RunFailed": "rota.evt.run.failed",
+    "RunStopped": "rota.evt.run.stopped",
+    "PreemptionRequested": "rota.evt.preemption.requested",
+    "PreemptionNoticed": "rota.evt.preemption.noticed",
+    "PreemptionCompleted": "rota.evt.preemption.completed",
+}

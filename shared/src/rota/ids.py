@@ -1,0 +1,27 @@
+"""Identifiers. Envelope and job ids are UUIDv7, so they sort by creation time."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import datetime
+
+import uuid6
+
+
+def new_id() -> str:
+    return str(uuid6.uuid7())
+
+
+def derived_id(seed: str, at: datetime) -> str:
+    """A UUIDv7 that is a pure function of `seed` and `at`.
+
+    Used where a redelivered input must yield the very same outgoing message id, so that
+    JetStream's `Nats-Msg-Id` de-duplication drops the second publish.
+    """
+    millis = int(at.timestamp() * 1000) & ((1 << 48) - 1)
+    digest = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:10], "big")
+    rand_a = digest >> 68 & 0xFFF
+    rand_b = digest & ((1 << 62) - 1)
+    value = millis << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    return str(uuid.UUID(int=value))
