@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     outbox_batch_size: int = Field(100, ge=1, le=10_000)
     request_timeout_s: float = Field(5.0, gt=0)
     stream_replicas: int = Field(1, ge=1, le=5)
+    ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after this long without an ack.")
+    retry_delay_s: float = Field(2.0, ge=0, description="Delay before retrying a failed message.")
 
     @property
     def runtime_file(self) -> Path:

@@ -8,10 +8,12 @@ from rota.contracts.envelope import (
     CONTROL_TYPES,
     EVENT_TYPES,
     MESSAGE_TYPES,
+    QUERY_TYPES,
     ContractError,
     Envelope,
     envelope,
     parse,
+    parse_any,
 )
 from rota.contracts.job import JobSpec, RackAffinity, WorkerPlacement
 from rota.contracts.common import Tier, TIER_ORDER
@@ -21,6 +23,7 @@ __all__ = [
     "CONTROL_TYPES",
     "EVENT_TYPES",
     "MESSAGE_TYPES",
+    "QUERY_TYPES",
     "TIER_ORDER",
     "ContractError",
     "Envelope",
@@ -30,4 +33,5 @@ __all__ = [
     "WorkerPlacement",
     "envelope",
     "parse",
+    "parse_any",
 ]

@@ -41,7 +41,15 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionCompleted": m.PreemptionCompleted,
 }
 CONTROL_TYPES: dict[str, type[BaseModel]] = {"PreemptionNotice": m.PreemptionNotice}
-MESSAGE_TYPES: dict[str, type[BaseModel]] = COMMAND_TYPES | EVENT_TYPES | CONTROL_TYPES
+QUERY_TYPES: dict[str, type[BaseModel]] = {
+    "GetJob": m.GetJob,
+    "ListJobs": m.ListJobs,
+    "SummarizeQueues": m.SummarizeQueues,
+    "ApiReply": m.ApiReply,
+}
+MESSAGE_TYPES: dict[str, type[BaseModel]] = (
+    COMMAND_TYPES | EVENT_TYPES | CONTROL_TYPES | QUERY_TYPES
+)
 TYPE_NAMES: dict[type[BaseModel], str] = {cls: name for name, cls in MESSAGE_TYPES.items()}
 
 Source = Annotated[str, Field(min_length=1, max_length=128)]
@@ -145,3 +153,19 @@ def parse(raw: bytes, expected: type[D], *, max_bytes: int) -> Envelope[D]:
     return Envelope[expected](  # type: ignore[valid-type]
         **header.model_dump(exclude={"data"}), data=data
     )
+
+
+def parse_any(raw: bytes, *, max_bytes: int) -> Envelope[BaseModel]:
+    """Parse a message of any registered type, validating `data` against that type."""
+    if len(raw) > max_bytes:
+        raise ContractError(
+            "PAYLOAD_TOO_LARGE", None, f"message is {len(raw)} bytes; the limit is {max_bytes}"
+        )
+    try:
+        header = _Header.model_validate_json(raw)
+    except ValidationError as exc:
+        raise first_error(exc) from None
+    model = MESSAGE_TYPES.get(header.type)
+    if model is None:
+        raise ContractError("UNKNOWN_TYPE", "type", f"unknown message type {header.type!r}")
+    return parse(raw, model, max_bytes=max_bytes)

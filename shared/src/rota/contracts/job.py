@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
@@ -95,7 +95,4 @@ class WorkerPlacement(StrictModel):
 
 Placement = Annotated[list[WorkerPlacement], Field(min_length=1, max_length=MAX_WORKERS)]
 
-JobState = Literal[
-    "pending", "admitted", "running", "preempting", "finished", "failed", "cancelled", "rejected"
-]
-TERMINAL_STATES: frozenset[str] = frozenset({"finished", "failed", "cancelled", "rejected"})
+TERMINAL_STATES: frozenset[str] = frozenset({"finished", "failed", "cancelled"})

@@ -25,6 +25,9 @@ from rota.contracts.common import (
 )
 from rota.contracts.job import JobSpec, Placement
 
+JobStateName = Literal[
+    "pending", "admitted", "running", "preempting", "finished", "failed", "cancelled"
+]
 RunToken = Annotated[str, Field(min_length=16, max_length=256)]
 
 # ---------------------------------------------------------------- commands
@@ -322,15 +325,25 @@ class ApiReply(OpenModel):
     error: ApiError | None = None
 
 
-class JobQuery(StrictModel):
-    job_id: Annotated[str, Field(min_length=1, max_length=64)]
+class GetJob(StrictModel):
+    """`rota.api.job.get`: one job by id, or by a unique id prefix of 8+ characters."""
+
+    job_id: Annotated[str, Field(min_length=8, max_length=36, pattern=r"^[0-9a-f-]+$")]
 
 
-class JobListQuery(StrictModel):
+class ListJobs(StrictModel):
+    """`rota.api.jobs.list`: newest first."""
+
     team: Name | None = None
     queue: Tier | None = None
-    state: str | None = Field(None, max_length=32)
+    state: JobStateName | None = None
     limit: int = Field(100, ge=1, le=10_000)
+
+
+class SummarizeQueues(StrictModel):
+    """`rota.api.queues.summary`: jobs and GPUs per queue, team and state."""
+
+    team: Name | None = None
 
 
 class SubmitReply(OpenModel):

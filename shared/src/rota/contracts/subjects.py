@@ -21,7 +21,7 @@ API_PREFIX = "rota.api"
 API_ALL = "rota.api.>"
 API_SUBMIT = "rota.api.submit"
 API_JOB_GET = "rota.api.job.get"
-API_JOB_CANCEL = "rota.api.job.cancel"
+API_CANCEL = "rota.api.cancel"
 API_JOBS_LIST = "rota.api.jobs.list"
 API_QUEUES_SUMMARY = "rota.api.queues.summary"
 
@@ -38,6 +38,10 @@ def cancel(team: str) -> str:
 
 def api_submit(team: str) -> str:
     return f"{API_SUBMIT}.{team}"
+
+
+def api_cancel(team: str) -> str:
+    return f"{API_CANCEL}.{team}"
 
 
 def control(run_id: str) -> str:

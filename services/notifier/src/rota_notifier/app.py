@@ -1,0 +1,12 @@
+"""The notifier service. Its handlers arrive with their issue; today it migrates, connects and
+answers `rota.sys.ping.notifier`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rota.service import RotaService, empty_service
+
+
+def build() -> RotaService:
+    return empty_service("notifier", Path(__file__).parent)

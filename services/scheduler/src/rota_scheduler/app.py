@@ -1,0 +1,12 @@
+"""The scheduler service. Its handlers arrive with their issue; today it migrates, connects and
+answers `rota.sys.ping.scheduler`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rota.service import RotaService, empty_service
+
+
+def build() -> RotaService:
+    return empty_service("scheduler", Path(__file__).parent)

@@ -1,0 +1,3 @@
+from rota.db.migrate import run_env
+
+run_env()

@@ -1,0 +1,96 @@
+"""The submission service's handlers: thin wiring from subjects to `Commands`, queries, projection."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from faststream.nats.annotations import NatsMessage
+from pydantic import BaseModel, ValidationError
+
+from rota.config import RotaConfig, load_config
+from rota.contracts import ContractError, envelope, parse
+from rota.contracts import messages as m
+from rota.contracts import subjects as s
+from rota.contracts.envelope import first_error
+from rota.ids import new_id
+from rota.service import RotaService
+from rota_submission import queries
+from rota_submission.commands import SOURCE, Commands, Origin
+from rota_submission.projection import project
+
+log = logging.getLogger("rota.submission")
+
+Query = Callable[[bytes], Awaitable[m.ApiReply]]
+
+
+def build(service: RotaService | None = None, config: RotaConfig | None = None) -> RotaService:
+    service = service or RotaService("submission", migrations=Path(__file__).parent / "migrations")
+    config = config or load_config(service.settings.config)
+    commands = Commands(service, config)
+    max_bytes = service.settings.max_message_bytes
+
+    def js_origin(msg: NatsMessage) -> Origin:
+        meta = msg.raw_message.metadata
+        return Origin(msg.raw_message.subject, f"{meta.stream}:{meta.sequence.stream}",
+                      meta.timestamp)
+
+    @service.js_subscriber(s.SUBMIT_ALL, stream=s.STREAM_CMD, durable="submission-submit")
+    async def submit_job(msg: NatsMessage) -> None:
+        """SubmitJob: validate, authorise, record the job and `JobSubmitted` atomically."""
+        await commands.submit(msg.body, js_origin(msg))
+
+    @service.js_subscriber(s.CANCEL_ALL, stream=s.STREAM_CMD, durable="submission-cancel")
+    async def cancel_job(msg: NatsMessage) -> None:
+        """CancelJob: cancel a job of the subject's team."""
+        await commands.cancel(msg.body, js_origin(msg))
+
+    @service.js_subscriber("rota.evt.>", stream=s.STREAM_EVT, durable="submission-projection",
+                           batch_size=256)
+    async def project_event(msg: NatsMessage) -> None:
+        """Fold every job event into the read model."""
+        await project(service.engine, msg.body, max_bytes=max_bytes)
+
+    def query(model: type[BaseModel], run: Callable[..., Awaitable[m.ApiReply]]) -> Query:
+        async def handle(raw: bytes) -> m.ApiReply:
+            return await run(service.engine, parse(raw, model, max_bytes=max_bytes).data)
+
+        return handle
+
+    routes: dict[str, Query] = {
+        s.API_JOB_GET: query(m.GetJob, queries.get_job),
+        s.API_JOBS_LIST: query(m.ListJobs, queries.list_jobs),
+        s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, queries.summarize_queues),
+    }
+
+    async def dispatch(subject: str, raw: bytes) -> m.ApiReply:
+        origin = Origin(subject, new_id(), service.clock.now())
+        if subject == s.API_SUBMIT or subject.startswith(s.API_SUBMIT + "."):
+            return await commands.submit(raw, origin)
+        if subject.startswith(s.API_CANCEL + "."):
+            return await commands.cancel(raw, origin)
+        route = routes.get(subject)
+        if route is None:
+            return queries.error("UNKNOWN_SUBJECT", f"no API at {subject!r}", "subject")
+        return await route(raw)
+
+    # One subscription for all of `rota.api.>`: NATS hands a message to every matching
+    # subscription, so separate ones would race to answer with "unknown subject".
+    @service.broker.subscriber(s.API_ALL, queue="submission-api")
+    async def api(msg: NatsMessage) -> bytes:
+        """Request/reply: submit, cancel, job get, job list, queue summary."""
+        subject = msg.raw_message.subject
+        try:
+            reply = await dispatch(subject, msg.body)
+        except ContractError as exc:
+            reply = queries.error(exc.code, exc.message, exc.field)
+        except ValidationError as exc:
+            err = first_error(exc)
+            reply = queries.error(err.code, err.message, err.field)
+        except Exception as exc:  # the API must answer, and the service must keep running
+            log.exception("api %s failed", subject)
+            reply = queries.error("UNAVAILABLE", f"{type(exc).__name__}: {exc}".splitlines()[0])
+        return envelope(reply, source=SOURCE).to_bytes()
+
+    return service

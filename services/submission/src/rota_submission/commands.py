@@ -1,0 +1,177 @@
+"""Submit and cancel: parse, check, write the job and its event in one transaction, reply.
+
+The same code serves the JetStream commands (`rota.cmd.*.<team>`) and the request/reply
+twins (`rota.api.submit[.<team>]`, `rota.api.cancel.<team>`), so both paths obey one rulebook.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from rota.bus.broker import publish
+from rota.config import RotaConfig
+from rota.contracts import ContractError, envelope, parse
+from rota.contracts import messages as m
+from rota.contracts.job import TERMINAL_STATES
+from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
+from rota.faults import crash_point
+from rota.ids import derived_id, new_id
+from rota.service import RotaService
+from rota_submission import store
+from rota_submission.domain import Rejection, check_submission, spec_hash
+
+log = logging.getLogger("rota.submission")
+
+C = TypeVar("C", bound=BaseModel)
+
+SOURCE = "submission"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a command came from. `seed` and `at` are stable across redeliveries."""
+
+    subject: str
+    seed: str
+    at: datetime
+
+    @property
+    def team(self) -> str | None:
+        """The team named by the subject's last token, or None for `rota.api.submit`."""
+        head, _, last = self.subject.rpartition(".")
+        return None if head in ("rota.api", "") else last
+
+
+class Rejected(Exception):
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.message)
+        self.rejection = rejection
+
+
+class Commands:
+    def __init__(self, service: RotaService, config: RotaConfig) -> None:
+        self.service = service
+        self.config = config
+
+    async def reject(
+        self, rejection: Rejection, origin: Origin, *, submission_id: str | None = None,
+        team: str | None = None, job_id: str | None = None,
+    ) -> m.ApiReply:
+        """Publish `JobRejected` (nothing is stored) and build the error reply.
+
+        Its id derives from the command's stable seed, so a redelivered bad command is
+        rejected again under the same `Nats-Msg-Id` and JetStream keeps one copy.
+        """
+        event = m.JobRejected(
+            code=rejection.code, field=rejection.field, message=rejection.message,
+            submission_id=submission_id, team=team, job_id=job_id, subject=origin.subject,
+        )
+        env = envelope(
+            event, source=SOURCE, id=derived_id(f"rejected:{origin.seed}", origin.at),
+            occurred_at=origin.at, job_id=job_id,
+        )
+        await publish(self.service.broker, env, EVENT_SUBJECTS["JobRejected"], stream=STREAM_EVT)
+        log.info("rejected %s: %s %s", origin.subject, rejection.code, rejection.message)
+        return m.ApiReply(
+            ok=False,
+            error=m.ApiError(code=rejection.code, field=rejection.field, message=rejection.message),
+        )
+
+    def _parse(self, raw: bytes, model: type[C]) -> C:
+        try:
+            return parse(raw, model, max_bytes=self.service.settings.max_message_bytes).data
+        except ContractError as exc:
+            raise Rejected(Rejection(exc.code, exc.field, exc.message)) from None
+
+    async def submit(self, raw: bytes, origin: Origin) -> m.ApiReply:
+        try:
+            spec = self._parse(raw, m.SubmitJob)
+        except Rejected as exc:
+            return await self.reject(exc.rejection, origin, team=origin.team)
+        try:
+            if (rejection := check_submission(spec, origin.team, self.config)) is not None:
+                raise Rejected(rejection)
+            reply = await self._record(spec)
+        except Rejected as exc:
+            return await self.reject(
+                exc.rejection, origin, submission_id=spec.submission_id, team=spec.team
+            )
+        return m.ApiReply(ok=True, result=reply.model_dump(mode="json"))
+
+    async def _record(self, spec: m.SubmitJob) -> m.SubmitReply:
+        digest = spec_hash(spec)
+        now = self.service.clock.now()
+        job_id = new_id()
+        async with self.service.engine.begin() as conn:
+            if not await store.insert_job(conn, job_id, spec, digest, now):
+                existing = await store.job_by_submission(conn, spec.team, spec.submission_id)
+                assert existing is not None
+                if existing.spec_hash != digest:
+                    raise Rejected(Rejection(
+                        "SUBMISSION_ID_REUSED", "submission_id",
+                        f"submission_id {spec.submission_id!r} already names job"
+                        f" {existing.job_id} with a different spec",
+                    ))
+                return m.SubmitReply(job_id=existing.job_id, duplicate=True,
+                                     state=existing.state, submission_id=spec.submission_id)
+            event = m.JobSubmitted(job_id=job_id, spec=spec, submitted_at=now)
+            await self.service.outbox.add(
+                conn, envelope(event, source=SOURCE, job_id=job_id, occurred_at=now),
+                EVENT_SUBJECTS["JobSubmitted"], stream=STREAM_EVT,
+            )
+        crash_point("after_commit:submission")
+        self._wake_relay()
+        log.info("job %s submitted by %s/%s (%s)", job_id, spec.team, spec.user, spec.name)
+        return m.SubmitReply(job_id=job_id, duplicate=False, state="pending",
+                             submission_id=spec.submission_id)
+
+    async def cancel(self, raw: bytes, origin: Origin) -> m.ApiReply:
+        try:
+            command = self._parse(raw, m.CancelJob)
+        except Rejected as exc:
+            return await self.reject(exc.rejection, origin, team=origin.team)
+        try:
+            if origin.team is not None and origin.team != command.team:
+                raise Rejected(Rejection(
+                    "UNAUTHORISED", "team",
+                    f"a producer for team {origin.team!r} may not cancel for {command.team!r}",
+                ))
+            state = await self._cancel(command)
+        except Rejected as exc:
+            return await self.reject(exc.rejection, origin, team=origin.team, job_id=command.job_id)
+        return m.ApiReply(ok=True, result={"job_id": command.job_id, "state": state})
+
+    async def _cancel(self, command: m.CancelJob) -> str:
+        now = self.service.clock.now()
+        async with self.service.engine.begin() as conn:
+            row = await store.lock_job(conn, command.job_id)
+            if row is None:
+                raise Rejected(Rejection("JOB_NOT_FOUND", "job_id",
+                                         f"no job {command.job_id}"))
+            if row.team != command.team:
+                raise Rejected(Rejection("UNAUTHORISED", "job_id",
+                                         f"job {command.job_id} belongs to another team"))
+            if row.state in TERMINAL_STATES:
+                return str(row.state)  # cancelling twice is not an error, and emits nothing
+            await store.update_job(conn, command.job_id,
+                                   {"state": "cancelled", "updated_at": now, "ended_at": now,
+                                    "detail": command.reason})
+            event = m.JobCancelled(job_id=command.job_id, team=command.team,
+                                   reason=command.reason,
+                                   was_running=row.state in ("admitted", "running", "preempting"))
+            await self.service.outbox.add(
+                conn, envelope(event, source=SOURCE, job_id=command.job_id, occurred_at=now),
+                EVENT_SUBJECTS["JobCancelled"], stream=STREAM_EVT,
+            )
+        crash_point("after_commit:submission")
+        self._wake_relay()
+        return "cancelled"
+
+    def _wake_relay(self) -> None:
+        if self.service.relay is not None:
+            self.service.relay.wake()

@@ -1,0 +1,122 @@
+"""Pure rules of the front door: who may submit what, and how events move a job's state."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rota.config import RotaConfig
+from rota.contracts import JobSpec, RackAffinity
+from rota.contracts.job import TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class Rejection:
+    code: str
+    field: str | None
+    message: str
+
+
+def spec_hash(spec: JobSpec) -> str:
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _gang_slots(gpus_per_node: list[int], gpus_per_worker: int) -> int:
+    """How many workers of this shape all those nodes could hold at once."""
+    return sum(gpus // gpus_per_worker for gpus in gpus_per_node)
+
+
+def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig) -> Rejection | None:
+    """Authorisation, then semantic checks against `rota.yaml`. None means accepted."""
+    if subject_team is not None and subject_team != spec.team:
+        return Rejection(
+            "UNAUTHORISED", "team",
+            f"a producer for team {subject_team!r} may not submit for team {spec.team!r}",
+        )
+    team = config.teams.get(spec.team)
+    if team is None:
+        return Rejection("UNKNOWN_TEAM", "team", f"no team {spec.team!r} in the configuration")
+    if team.users and spec.user not in team.users:
+        return Rejection(
+            "UNKNOWN_USER", "user", f"user {spec.user!r} is not a member of team {spec.team!r}"
+        )
+    if spec.queue not in config.queues:
+        return Rejection("UNKNOWN_QUEUE", "queue", f"no queue {spec.queue.value!r} is configured")
+    flavors = {f.name for f in config.cluster.flavors}
+    if spec.flavor not in flavors:
+        return Rejection(
+            "UNKNOWN_FLAVOR", "flavor",
+            f"no flavor {spec.flavor!r}; known flavors: {', '.join(sorted(flavors))}",
+        )
+    nodes = [n for n in config.expanded_nodes() if n.flavor == spec.flavor]
+    largest = max(n.gpus for n in nodes)
+    if spec.gpus_per_worker > largest:
+        return Rejection(
+            "EXCEEDS_CLUSTER", "gpus_per_worker",
+            f"{spec.gpus_per_worker} GPUs per worker, but the largest {spec.flavor} node has"
+            f" {largest}",
+        )
+    slots = _gang_slots([n.gpus for n in nodes], spec.gpus_per_worker)
+    if spec.workers > slots:
+        return Rejection(
+            "EXCEEDS_CLUSTER", "workers",
+            f"{spec.workers} workers of {spec.gpus_per_worker} GPUs, but the {spec.flavor} nodes"
+            f" can hold at most {slots} such workers",
+        )
+    if spec.rack is RackAffinity.required:
+        racks: dict[str, list[int]] = {}
+        for node in nodes:
+            racks.setdefault(node.rack, []).append(node.gpus)
+        best = max(_gang_slots(gpus, spec.gpus_per_worker) for gpus in racks.values())
+        if spec.workers > best:
+            return Rejection(
+                "EXCEEDS_CLUSTER", "rack",
+                f"rack: required, but no {spec.flavor} rack holds {spec.workers} workers of"
+                f" {spec.gpus_per_worker} GPUs (at most {best})",
+            )
+    quota = team.quota.get(spec.flavor, 0)
+    borrow = team.borrowing_limit.get(spec.flavor)
+    if borrow is not None and spec.total_gpus > quota + borrow:
+        return Rejection(
+            "EXCEEDS_QUOTA_LIMIT", "workers",
+            f"{spec.total_gpus} {spec.flavor} GPUs, but team {spec.team!r} may hold at most"
+            f" {quota + borrow} (quota {quota} + borrowing limit {borrow})",
+        )
+    return None
+
+
+# How each event moves the read model. Terminal states never change again, so replays and
+# late, duplicate or out-of-order events cannot resurrect a job.
+_TRANSITIONS: dict[str, str] = {
+    "AllocationGranted": "admitted",
+    "RunStarted": "running",
+    "PreemptionNoticed": "preempting",
+    "RunFinished": "finished",
+    "RunFailed": "failed",
+    "JobCancelled": "cancelled",
+}
+
+
+def apply_event(state: str, event_type: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The job's next state and the columns to update, for one event of that job."""
+    if state in TERMINAL_STATES:
+        return state, {}
+    if event_type == "JobPending":
+        return state, {"wait": {k: data.get(k) for k in ("reasons", "eta", "position", "factors")}}
+    if event_type == "AllocationGranted":
+        return "admitted", {"run_id": data.get("run_id"), "wait": None}
+    if event_type == "RunStarted":
+        return "running", {"run_id": data.get("run_id"), "started": True}
+    if event_type == "RunStopped":
+        if data.get("reason") == "preempted":
+            return "pending", {"resume_from": data.get("checkpoint_uri"), "run_id": None}
+        return "cancelled", {"ended": True}
+    if event_type == "AllocationRejected":
+        return "pending", {"detail": data.get("message")}
+    if event_type in _TRANSITIONS:
+        new_state = _TRANSITIONS[event_type]
+        return new_state, {"ended": new_state in TERMINAL_STATES}
+    return state, {}

@@ -1,0 +1,51 @@
+"""The read model: every job event from ROTA_EVT, folded into `jobs` and kept in `job_events`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from rota.contracts import ContractError, parse_any
+from rota_submission import store
+from rota_submission.domain import apply_event
+
+log = logging.getLogger("rota.submission.projection")
+
+
+async def project(engine: AsyncEngine, raw: bytes, *, max_bytes: int) -> bool:
+    """Apply one event. Idempotent: an event already recorded changes nothing.
+
+    Returns False for events that are skipped (foreign to jobs, or unreadable).
+    """
+    try:
+        env = parse_any(raw, max_bytes=max_bytes)
+    except ContractError as exc:
+        log.warning("projection: skipping an unreadable event: %s", exc)
+        return False
+    if env.job_id is None:
+        return False
+    data: dict[str, Any] = env.data.model_dump(mode="json")
+    async with engine.begin() as conn:
+        first = await store.record_event(
+            conn, event_id=env.id, job_id=env.job_id, type_=env.type,
+            occurred_at=env.occurred_at, source=env.source, data=data,
+        )
+        if not first:
+            return False
+        row = await store.lock_job(conn, env.job_id)
+        if row is None:
+            return True  # an event of a job submitted elsewhere; its history is still kept
+        state, changes = apply_event(row.state, env.type, data)
+        values: dict[str, Any] = {}
+        if changes.pop("started", False):
+            values["started_at"] = env.occurred_at
+            values["attempts"] = row.attempts + 1
+        if changes.pop("ended", False):
+            values["ended_at"] = env.occurred_at
+        values.update(changes)
+        if state != row.state or values:
+            values.update(state=state, updated_at=env.occurred_at)
+            await store.update_job(conn, env.job_id, values)
+    return True

@@ -1,0 +1,152 @@
+"""The submission service's tables (schema `submission`) and the queries on them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota.contracts import JobSpec
+
+SCHEMA = "submission"
+metadata = sa.MetaData(schema=SCHEMA)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("team", sa.Text, nullable=False),
+    sa.Column("user_name", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("flavor", sa.Text, nullable=False),
+    sa.Column("workers", sa.Integer, nullable=False),
+    sa.Column("gpus_per_worker", sa.Integer, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("submission_id", sa.Text, nullable=False),
+    sa.Column("spec_hash", sa.Text, nullable=False),
+    sa.Column("spec", postgresql.JSONB, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True)),
+    sa.Column("ended_at", sa.DateTime(timezone=True)),
+    sa.Column("run_id", sa.Text),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("resume_from", sa.Text),
+    sa.Column("wait", postgresql.JSONB),
+    sa.Column("detail", sa.Text),
+)
+
+job_events = sa.Table(
+    "job_events",
+    metadata,
+    sa.Column("event_id", sa.Text, primary_key=True),
+    sa.Column("job_id", sa.Text, nullable=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("data", postgresql.JSONB, nullable=False),
+)
+
+PUBLIC_COLUMNS = (
+    "job_id", "name", "team", "user_name", "queue", "flavor", "workers", "gpus_per_worker",
+    "gpus", "state", "submission_id", "submitted_at", "updated_at", "started_at", "ended_at",
+    "run_id", "attempts", "resume_from", "wait", "detail",
+)
+
+
+async def insert_job(
+    conn: AsyncConnection, job_id: str, spec: JobSpec, spec_hash: str, now: datetime
+) -> bool:
+    """Insert once per (team, submission_id). False when that key already has a job."""
+    result = await conn.execute(
+        insert(jobs)
+        .values(
+            job_id=job_id, team=spec.team, user_name=spec.user, name=spec.name,
+            queue=spec.queue.value, flavor=spec.flavor, workers=spec.workers,
+            gpus_per_worker=spec.gpus_per_worker, gpus=spec.total_gpus,
+            submission_id=spec.submission_id, spec_hash=spec_hash,
+            spec=spec.model_dump(mode="json"), state="pending", submitted_at=now, updated_at=now,
+        )
+        .on_conflict_do_nothing(constraint="jobs_submission_once")
+    )
+    return bool(result.rowcount)
+
+
+async def job_by_submission(
+    conn: AsyncConnection, team: str, submission_id: str
+) -> sa.Row[Any] | None:
+    return (
+        await conn.execute(
+            sa.select(jobs.c.job_id, jobs.c.spec_hash, jobs.c.state).where(
+                jobs.c.team == team, jobs.c.submission_id == submission_id
+            )
+        )
+    ).first()
+
+
+async def lock_job(conn: AsyncConnection, job_id: str) -> sa.Row[Any] | None:
+    return (
+        await conn.execute(sa.select(jobs).where(jobs.c.job_id == job_id).with_for_update())
+    ).first()
+
+
+async def find_job(conn: AsyncConnection, id_or_prefix: str) -> list[dict[str, Any]]:
+    """By full id, or by prefix; more than one row means the prefix is ambiguous."""
+    columns = [jobs.c[name] for name in PUBLIC_COLUMNS]
+    if len(id_or_prefix) == 36:
+        query = sa.select(*columns).where(jobs.c.job_id == id_or_prefix)
+    else:
+        query = sa.select(*columns).where(jobs.c.job_id.startswith(id_or_prefix)).limit(2)
+    return [dict(row._mapping) for row in await conn.execute(query)]
+
+
+async def list_jobs(
+    conn: AsyncConnection, *, team: str | None, queue: str | None, state: str | None, limit: int
+) -> list[dict[str, Any]]:
+    query = sa.select(*[jobs.c[name] for name in PUBLIC_COLUMNS])
+    if team:
+        query = query.where(jobs.c.team == team)
+    if queue:
+        query = query.where(jobs.c.queue == queue)
+    if state:
+        query = query.where(jobs.c.state == state)
+    query = query.order_by(jobs.c.submitted_at.desc(), jobs.c.job_id.desc()).limit(limit)
+    return [dict(row._mapping) for row in await conn.execute(query)]
+
+
+async def queue_summary(conn: AsyncConnection, team: str | None) -> list[dict[str, Any]]:
+    query = sa.select(
+        jobs.c.queue, jobs.c.team, jobs.c.state,
+        sa.func.count().label("jobs"), sa.func.sum(jobs.c.gpus).label("gpus"),
+        sa.func.min(jobs.c.submitted_at).label("oldest_submitted_at"),
+    ).group_by(jobs.c.queue, jobs.c.team, jobs.c.state)
+    if team:
+        query = query.where(jobs.c.team == team)
+    return [
+        {**dict(row._mapping), "gpus": int(row.gpus or 0)}
+        for row in await conn.execute(query.order_by(jobs.c.queue, jobs.c.team, jobs.c.state))
+    ]
+
+
+async def record_event(
+    conn: AsyncConnection, *, event_id: str, job_id: str, type_: str, occurred_at: datetime,
+    source: str, data: dict[str, Any],
+) -> bool:
+    """The projection's idempotency guard: True the first time this event is seen."""
+    result = await conn.execute(
+        insert(job_events)
+        .values(event_id=event_id, job_id=job_id, type=type_, occurred_at=occurred_at,
+                source=source, data=data)
+        .on_conflict_do_nothing()
+    )
+    return bool(result.rowcount)
+
+
+async def update_job(conn: AsyncConnection, job_id: str, values: dict[str, Any]) -> None:
+    await conn.execute(sa.update(jobs).where(jobs.c.job_id == job_id).values(**values))

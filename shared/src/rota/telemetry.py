@@ -1,0 +1,47 @@
+"""OpenTelemetry setup from the standard `OTEL_*` variables only.
+
+`OTEL_TRACES_EXPORTER` picks `otlp` (HTTP, `OTEL_EXPORTER_OTLP_ENDPOINT`), `console`, or `none`
+(the default, so nothing is exported unless asked). `OTEL_SERVICE_NAME` overrides the name.
+"""
+
+from __future__ import annotations
+
+import os
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+_configured = False
+
+
+def _exporter(kind: str) -> SpanExporter | None:
+    if kind == "console":
+        return ConsoleSpanExporter()
+    if kind == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    return None
+
+
+def setup_tracing(service: str) -> TracerProvider:
+    """Idempotent. Returns the provider so the FastStream middleware can be handed it."""
+    global _configured
+    provider = trace.get_tracer_provider()
+    if _configured and isinstance(provider, TracerProvider):
+        return provider
+    name = os.environ.get("OTEL_SERVICE_NAME", f"rota-{service}")
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+    for kind in os.environ.get("OTEL_TRACES_EXPORTER", "none").split(","):
+        exporter = _exporter(kind.strip())
+        if exporter is not None:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    _configured = True
+    return provider
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
