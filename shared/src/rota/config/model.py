@@ -88,6 +88,9 @@ class Policy(_Strict):
     fairshare_half_life_s: float = Field(7 * 86_400.0, gt=0)
     backfill: bool = True
     default_runtime_estimate_s: float = Field(4 * 3600.0, gt=0)
+    backfill_reservations: int = Field(
+        1, ge=1, le=10_000, description="Blocked jobs per flavor that get a reservation (1: EASY)."
+    )
 
 
 class Preemption(_Strict):
@@ -95,6 +98,15 @@ class Preemption(_Strict):
     min_runtime_s: float = Field(300.0, ge=0)
     max_preemptions_per_job: int = Field(3, ge=0)
     default_grace_s: float = Field(300.0, ge=0, le=86_400)
+    checkpoint_save_s: float = Field(
+        60.0, ge=0, le=3600, description="Expected time for a resumable victim to save on notice."
+    )
+    max_attempts_per_cycle: int = Field(
+        8, ge=0, le=10_000, description="Blocked jobs per cycle that may search for victims."
+    )
+    max_lost_gpu_s_per_plan: float | None = Field(
+        None, ge=0, description="No plan (except for production) may expect to lose more."
+    )
 
 
 class RotaConfig(_Strict):

@@ -1,0 +1,257 @@
+"""The policy's input (`Snapshot`) and output (`Decisions`): plain frozen dataclasses.
+
+They are dataclasses rather than pydantic models because the simulator builds one snapshot per
+scheduling cycle, tens of thousands of times per replay; validation belongs at the service edge,
+where events are parsed, not in the hot loop. Time is float seconds on the caller's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from rota.contracts.common import Tier
+from rota.contracts.job import RackAffinity
+from rota.contracts.messages import WaitReasonCode
+
+__all__ = [
+    "Admission",
+    "Decisions",
+    "Diagnosis",
+    "NodeState",
+    "PendingExplanation",
+    "PendingJob",
+    "PendingQueue",
+    "PlanInFlight",
+    "PreemptionPlan",
+    "Reason",
+    "RunningRun",
+    "ScoreBreakdown",
+    "Slot",
+    "Snapshot",
+    "VictimChoice",
+    "group_pending",
+]
+
+DetailValue = int | float | str
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One gang member's share of a placement: a node and the GPU indices on it."""
+
+    worker: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    name: str
+    flavor: str
+    rack: str
+    gpus: int
+    free: tuple[int, ...]
+    """Indices of the GPUs that no run holds, ascending."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRun:
+    """A run that holds GPUs, including one that has been told to stop and has not yet."""
+
+    run_id: str
+    job_id: str
+    team: str
+    tier: Tier
+    flavor: str
+    placement: tuple[Slot, ...]
+    gpus: int
+    started_at: float
+    last_checkpoint_at: float | None
+    """When the run last saved a checkpoint; None if it has saved none in this run."""
+    resumable: bool
+    preemptions: int
+    """How many times the job was preempted before this run."""
+    borrowed_gpus: int = 0
+    """As recorded by the ledger at grant; the policy recomputes borrowing from live usage."""
+    expected_end: float | None = None
+    """Declared or estimated end of this run; None means `started_at + default estimate`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    job_id: str
+    team: str
+    tier: Tier
+    flavor: str
+    workers: int
+    gpus_per_worker: int
+    submitted_at: float
+    """The original submit time; a preempted job keeps it when it goes back to its queue."""
+    runtime_estimate_s: float | None = None
+    """Declared remaining runtime; None means the config's default estimate."""
+    rack: RackAffinity = RackAffinity.none
+    resumable: bool = False
+    preemptions: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class PendingQueue:
+    """The pending jobs of one (tier, team, flavor), oldest submit first.
+
+    Within such a queue every job shares its team's fair-share and headroom factors, so the
+    score order is the submit order; the caller keeps each queue sorted (as Kueue's queue
+    manager keeps one heap per ClusterQueue) and the policy merges heads lazily. That is what
+    lets a cycle cost O(jobs examined) instead of O(all pending).
+    """
+
+    tier: Tier
+    team: str
+    flavor: str
+    jobs: tuple[PendingJob, ...]
+
+
+def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[PendingQueue, ...]:
+    """Group loose pending jobs into sorted queues (for tests and small callers)."""
+    buckets: dict[tuple[Tier, str, str], list[PendingJob]] = {}
+    for job in jobs:
+        buckets.setdefault((job.tier, job.team, job.flavor), []).append(job)
+    return tuple(
+        PendingQueue(tier, team, flavor, tuple(sorted(q, key=lambda j: (j.submitted_at, j.job_id))))
+        for (tier, team, flavor), q in sorted(buckets.items(), key=lambda kv: (kv[0][0].rank, kv[0][1:]))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInFlight:
+    """A preemption already requested: the victims still stopping and where the preemptor goes.
+
+    Every GPU of `target` that is free is held for the preemptor; once all are free, the
+    preemptor is admitted on exactly that placement.
+    """
+
+    preemptor_job_id: str
+    victim_run_ids: tuple[str, ...]
+    target: tuple[Slot, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[NodeState, ...]
+    running: tuple[RunningRun, ...]
+    pending: tuple[PendingQueue, ...]
+    usage: dict[str, float] = field(default_factory=dict)
+    """Per team: GPU-seconds decayed with the configured half-life, as the ledger keeps them."""
+    plans: tuple[PlanInFlight, ...] = ()
+    explain: frozenset[str] | None = None
+    """Pending job ids that need reasons and an ETA this cycle; None means all of them.
+
+    A live cycle explains everything; the simulator asks only for new submissions (the ETA at
+    submit is what it measures), which keeps a replay cycle proportional to what changed.
+    """
+    runtime_scale: float = 1.0
+    """Observed actual ÷ declared runtime, learned from finished jobs; scales ETA estimates only."""
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: str
+    placement: tuple[Slot, ...]
+    borrowed_gpus: int = 0
+    via_plan: bool = False
+    """True when the GPUs were freed by this job's own preemption plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChoice:
+    run_id: str
+    job_id: str
+    team: str
+    tier: Tier
+    gpus: int
+    expected_lost_gpu_s: float
+    borrowed: bool
+    why: str
+    """Which rule made it a candidate: lower_tier, reclaim, or last_resort."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    preemptor_job_id: str
+    preemptor_tier: Tier
+    victims: tuple[VictimChoice, ...]
+    target: tuple[Slot, ...]
+    expected_lost_gpu_s: float
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: WaitReasonCode
+    message: str
+    details: tuple[tuple[str, DetailValue], ...] = ()
+
+    def detail(self, key: str) -> DetailValue | None:
+        return next((v for k, v in self.details if k == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    queue: float = 0.0
+    age: float = 0.0
+    fairshare: float = 0.0
+    quota_headroom: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.queue + self.age + self.fairshare + self.quota_headroom
+
+
+@dataclass(frozen=True, slots=True)
+class PendingExplanation:
+    job_id: str
+    reasons: tuple[Reason, ...]
+    """Every reason that applies, the primary one first; never empty."""
+    eta: float | None
+    position: int
+    """0-based place in the flavor's queue order across all tiers."""
+    factors: ScoreBreakdown
+
+    @property
+    def primary(self) -> WaitReasonCode:
+        return self.reasons[0].code
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Why a queue's long waits are not simply "too few GPUs", with the numbers."""
+
+    tier: Tier
+    team: str
+    flavor: str
+    cause: str
+    """quota_too_low, flavor_too_narrow, request_too_large, queue_weight, fragmentation, capacity."""
+    long_waiters: int
+    oldest_wait_s: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    admissions: tuple[Admission, ...] = ()
+    plans: tuple[PreemptionPlan, ...] = ()
+    pending: tuple[PendingExplanation, ...] = ()
+    diagnoses: tuple[Diagnosis, ...] = ()
+    abandoned_plans: tuple[str, ...] = ()
+    """Preemptor job ids whose in-flight plan can no longer complete; the caller drops them."""
+
+
+EMPTY_DECISIONS: Final = Decisions()

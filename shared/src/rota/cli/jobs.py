@@ -1,0 +1,215 @@
+"""`rota submit`, `rota jobs`, `rota job`, `rota cancel`, `rota queues`."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from rota.cli.client import call
+from rota.cli.output import InvalidInput, console, emit_json, handled
+from rota.config import ConfigError, load_config
+from rota.contracts import messages as m
+from rota.contracts import subjects as s
+from rota.settings import get_settings
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _parse_labels(labels: list[str]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidInput(f"{item!r} is not KEY=VALUE", "labels")
+        parsed[key] = value
+    return parsed
+
+
+def _gang_shape(gpus: int, flavor: str) -> tuple[int, int]:
+    """Split a total GPU count into whole nodes of the flavor's node size."""
+    try:
+        node_gpus = load_config(get_settings().config).max_node_gpus(flavor) or 8
+    except ConfigError:
+        node_gpus = 8
+    workers = max(1, math.ceil(gpus / node_gpus))
+    if gpus % workers:
+        raise InvalidInput(
+            f"{gpus} GPUs do not split evenly over {workers} nodes of {node_gpus};"
+            " give --workers and --gpus-per-worker", "gpus",
+        )
+    return workers, gpus // workers
+
+
+def build_spec(doc: dict[str, Any]) -> m.SubmitJob:
+    return m.SubmitJob.model_validate(doc)
+
+
+@handled
+def submit(
+    file: Annotated[Path | None, typer.Option("-f", "--file", help="A job spec in YAML.")] = None,
+    name: Annotated[str | None, typer.Option(help="Job name.")] = None,
+    team: Annotated[str | None, typer.Option(help="Your team.")] = None,
+    user: Annotated[str | None, typer.Option(envvar="ROTA_USER", help="Your user name.")] = None,
+    queue: Annotated[str | None, typer.Option(help="production, training or experiment.")] = None,
+    flavor: Annotated[str | None, typer.Option(help="GPU flavor, e.g. h100.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs; split into whole nodes.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Gang size (workers).")] = None,
+    gpus_per_worker: Annotated[int | None, typer.Option(help="GPUs per worker.")] = None,
+    resumable: Annotated[bool | None, typer.Option(
+        "--resumable/--not-resumable", help="Can it resume from a checkpoint?")] = None,
+    runtime: Annotated[int | None, typer.Option(
+        "--runtime", help="Declared runtime in seconds (helps backfill and ETAs).")] = None,
+    rack: Annotated[str | None, typer.Option(help="required, preferred or none.")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE; repeatable.")] = None,
+    submission_id: Annotated[str | None, typer.Option(
+        help="Idempotency key: resubmitting it returns the same job. Random if unset.")] = None,
+    sim_duration: Annotated[float | None, typer.Option(help="Simulated run length (s).")] = None,
+    command: Annotated[list[str] | None, typer.Option(
+        "--command", help="Local executor: one argv item per flag.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Submit a job and print its id. Flags override the fields of `-f FILE`."""
+    doc: dict[str, Any] = {}
+    if file is not None:
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise InvalidInput(f"cannot read {file}: {exc}", "file") from None
+        if not isinstance(loaded, dict):
+            raise InvalidInput(f"{file} must hold a YAML mapping", "file")
+        doc.update(loaded)
+    flags = {"name": name, "team": team, "user": user, "queue": queue, "flavor": flavor,
+             "workers": workers, "gpus_per_worker": gpus_per_worker, "resumable": resumable,
+             "declared_runtime_s": runtime, "rack": rack, "submission_id": submission_id}
+    doc.update({k: v for k, v in flags.items() if v is not None})
+    if label:
+        doc["labels"] = {**doc.get("labels", {}), **_parse_labels(label)}
+    if gpus is not None:
+        if workers is not None or gpus_per_worker is not None:
+            raise InvalidInput("give --gpus, or --workers with --gpus-per-worker, not both", "gpus")
+        if gpus < 1:
+            raise InvalidInput("must be >= 1", "gpus")
+        doc["workers"], doc["gpus_per_worker"] = _gang_shape(gpus, str(doc.get("flavor", "")))
+    if sim_duration is not None:
+        doc["sim"] = {**doc.get("sim", {}), "duration_s": sim_duration}
+    if command:
+        doc["local"] = {**doc.get("local", {}), "command": command}
+    doc.setdefault("submission_id", str(uuid.uuid4()))
+    for required in ("name", "team", "user", "queue", "flavor"):
+        if required not in doc:
+            raise InvalidInput(f"is required (--{required.replace('_', '-')})", required)
+    spec = build_spec(doc)
+    result = call(get_settings(), s.api_submit(spec.team), spec)
+    if json_out:
+        emit_json(result)
+    else:
+        note = " (already submitted)" if result["duplicate"] else ""
+        console.print(f"{result['job_id']}{note}", highlight=False)
+
+
+def _job_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("JOB", "NAME", "TEAM", "QUEUE", "GPUS", "STATE", "SUBMITTED", "WHY"):
+        table.add_column(column)
+    for row in rows:
+        wait = row.get("wait") or {}
+        reasons = wait.get("reasons") or []
+        why = reasons[0]["code"] if reasons else (row.get("detail") or "")
+        table.add_row(
+            row["job_id"][:13], row["name"], row["team"], row["queue"],
+            f"{row['gpus']} {row['flavor']}", row["state"],
+            str(row["submitted_at"])[:19].replace("T", " "), why,
+        )
+    return table
+
+
+@handled
+def jobs(
+    team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    state: Annotated[str | None, typer.Option(help="Only this state, e.g. pending.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
+    json_out: JsonOpt = False,
+) -> None:
+    """List jobs, newest first."""
+    query = m.ListJobs.model_validate(
+        {k: v for k, v in {"team": team, "queue": queue, "state": state, "limit": limit}.items()
+         if v is not None}
+    )
+    rows: list[dict[str, Any]] = call(get_settings(), s.API_JOBS_LIST, query)
+    if json_out:
+        emit_json(rows)
+    elif rows:
+        console.print(_job_table(rows))
+    else:
+        console.print("no jobs")
+
+
+def fetch_job(job_id: str) -> dict[str, Any]:
+    result: dict[str, Any] = call(get_settings(), s.API_JOB_GET, m.GetJob(job_id=job_id))
+    return result
+
+
+@handled
+def job(
+    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Show one job: its state, placement in the queue and why it waits."""
+    row = fetch_job(job_id)
+    if json_out:
+        emit_json(row)
+        return
+    for key in ("job_id", "name", "team", "user_name", "queue", "flavor", "workers",
+                "gpus_per_worker", "gpus", "state", "submission_id", "submitted_at",
+                "started_at", "ended_at", "attempts", "run_id", "resume_from", "detail"):
+        if row.get(key) is not None:
+            console.print(f"[bold]{key:>16}[/bold]  {row[key]}", highlight=False)
+    wait = row.get("wait") or {}
+    for reason in wait.get("reasons") or []:
+        console.print(f"[bold]{'waiting':>16}[/bold]  {reason['code']}: {reason['message']}")
+    if wait.get("eta"):
+        console.print(f"[bold]{'eta':>16}[/bold]  {wait['eta']}")
+
+
+@handled
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    reason: Annotated[str, typer.Option(help="Recorded with the cancellation.")] = "cancelled by user",
+    json_out: JsonOpt = False,
+) -> None:
+    """Cancel a job. Cancelling a finished or cancelled job changes nothing."""
+    row = fetch_job(job_id)
+    command = m.CancelJob(job_id=row["job_id"], team=row["team"], reason=reason)
+    result = call(get_settings(), s.api_cancel(row["team"]), command)
+    if json_out:
+        emit_json(result)
+    else:
+        console.print(f"{result['job_id']} {result['state']}", highlight=False)
+
+
+@handled
+def queues(
+    team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Jobs and GPUs per queue, team and state."""
+    rows: list[dict[str, Any]] = call(
+        get_settings(), s.API_QUEUES_SUMMARY, m.SummarizeQueues(team=team)
+    )
+    if json_out:
+        emit_json(rows)
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("QUEUE", "TEAM", "STATE", "JOBS", "GPUS", "OLDEST"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["queue"], row["team"], row["state"], str(row["jobs"]),
+                      str(row["gpus"]), str(row["oldest_submitted_at"])[:19])
+    console.print(table if rows else "no jobs")

@@ -1,0 +1,71 @@
+"""The `rota` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rota.cli import jobs as job_commands
+from rota.cli.output import console, emit_json, handled
+from rota.cli.stack import SERVICES, migrate_all
+from rota.cli.up import up
+from rota.config import load_config
+from rota.endpoints import resolve
+from rota.settings import get_settings
+
+app = typer.Typer(
+    name="rota",
+    help="Rota: a checkpoint-aware, explainable queue for GPU training jobs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+config_app = typer.Typer(help="Check rota.yaml files.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+app.command()(up)
+app.command()(job_commands.submit)
+app.command()(job_commands.jobs)
+app.command()(job_commands.job)
+app.command()(job_commands.cancel)
+app.command()(job_commands.queues)
+
+
+@config_app.command("check")
+@handled
+def config_check(
+    file: Annotated[Path, typer.Argument(help="The rota.yaml to check.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Validate a config file; errors name the key path and the rule (exit 2)."""
+    config = load_config(file)
+    capacity = config.capacity()
+    summary = {"ok": True, "file": str(file), "nodes": len(config.expanded_nodes()),
+               "capacity": capacity, "teams": sorted(config.teams),
+               "queues": [q.value for q in config.queues]}
+    if json_out:
+        emit_json(summary)
+    else:
+        gpus = ", ".join(f"{n} {f}" for f, n in capacity.items())
+        console.print(f"{file}: ok — {summary['nodes']} nodes ({gpus}),"
+                      f" {len(config.teams)} teams, {len(config.queues)} queues", highlight=False)
+
+
+@app.command()
+@handled
+def migrate(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Apply every service's database migrations (ROTA_DATABASE_URL, or the running `rota up`)."""
+    database_url = resolve(get_settings()).database_url
+    done = migrate_all(database_url, SERVICES)
+    if json_out:
+        emit_json({"ok": True, "migrated": done})
+    else:
+        console.print(f"migrated: {', '.join(done)}")
+
+
+if __name__ == "__main__":
+    app()

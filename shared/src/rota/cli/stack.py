@@ -1,0 +1,144 @@
+"""The pieces `rota up` and `rota migrate` share: endpoints, migrations, service processes."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import nats
+
+from rota.bus.broker import connect_options, ensure_streams
+from rota.db import migrate
+from rota.db.engine import redact
+from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
+from rota.endpoints import Endpoints
+from rota.settings import Settings
+
+SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
+
+
+def migrations_dir(service: str) -> Path:
+    spec = importlib.util.find_spec(f"rota_{service}")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"the rota_{service} package is not installed (uv sync)")
+    return Path(spec.origin).parent / "migrations"
+
+
+def migrate_all(database_url: str, services: tuple[str, ...] = SERVICES) -> list[str]:
+    for service in services:
+        migrate.upgrade(database_url, service, migrations_dir(service))
+    return list(services)
+
+
+async def prepare_streams(settings: Settings, nats_url: str) -> None:
+    nc = await nats.connect(nats_url, connect_timeout=5, **connect_options(settings))
+    try:
+        await ensure_streams(nc.jetstream(), settings.stream_replicas)
+    finally:
+        await nc.close()
+
+
+@dataclass
+class Infrastructure:
+    """Embedded servers where no URL is configured; given servers are used as they are."""
+
+    settings: Settings
+    nats: EmbeddedNats | None = None
+    postgres: EmbeddedPostgres | None = None
+
+    def start(self) -> Endpoints:
+        home = home_path(self.settings.home)
+        nats_url = self.settings.nats_url
+        if not nats_url:
+            self.nats = EmbeddedNats(home)
+            nats_url = self.nats.start()
+        database_url = self.settings.database_url
+        if not database_url:
+            self.postgres = EmbeddedPostgres(home)
+            database_url = self.postgres.start()
+        return Endpoints(nats_url, database_url)
+
+    def stop(self) -> None:
+        if self.nats is not None:
+            self.nats.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+
+    def describe(self, endpoints: Endpoints) -> dict[str, str]:
+        return {
+            "nats_url": endpoints.nats_url,
+            "nats": "embedded" if self.nats else "external",
+            "database_url": redact(endpoints.database_url),
+            "database": "embedded" if self.postgres else "external",
+        }
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", f"rota_{self.name}"],
+            env=self.env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def terminate(self) -> None:
+        if self.alive:
+            assert self.process is not None
+            self.process.terminate()
+
+    def wait_or_kill(self, deadline: float) -> None:
+        if self.process is None:
+            return
+        try:
+            self.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self._log is not None:
+            self._log.close()
+
+
+def service_env(settings: Settings, endpoints: Endpoints, config: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["ROTA_NATS_URL"] = endpoints.nats_url
+    env["ROTA_DATABASE_URL"] = endpoints.database_url
+    env["ROTA_HOME"] = str(settings.home.resolve())
+    if config is not None:
+        env["ROTA_CONFIG"] = str(config.resolve())
+    return env
+
+
+async def ping_all(settings: Settings, nats_url: str, names: list[str]) -> dict[str, bool]:
+    nc = await nats.connect(nats_url, connect_timeout=3, **connect_options(settings))
+    try:
+        async def one(name: str) -> bool:
+            try:
+                await nc.request(f"rota.sys.ping.{name}", b"", timeout=1.0)
+                return True
+            except Exception:
+                return False
+
+        results = await asyncio.gather(*(one(n) for n in names))
+    finally:
+        await nc.close()
+    return dict(zip(names, results, strict=True))
