@@ -111,10 +111,10 @@ class EmbeddedPostgres:
         self.home.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs complains about XDG_RUNTIME_DIR
-            import pgserver
+            from pgserver.postgres_server import get_server
 
             try:
-                server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+                server = get_server(self.pgdata, cleanup_mode=None)
             except Exception as exc:
                 raise EmbeddedError(f"embedded PostgreSQL failed to start: {exc}") from exc
         self._system_user = server.system_user
@@ -127,8 +127,9 @@ class EmbeddedPostgres:
             return
         import pgserver
 
+        pg_ctl = pgserver.pg_ctl  # type: ignore[attr-defined]  # generated at import time
         with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            pgserver.pg_ctl(
+            pg_ctl(
                 ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._system_user,
                 timeout=10,
             )

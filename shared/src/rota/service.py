@@ -8,6 +8,7 @@ subscribers → relay. Shutdown reverses it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from rota.db import migrate
 from rota.db.engine import make_engine
 from rota.db.outbox import Outbox, OutboxRelay
 from rota.endpoints import Endpoints, NotRunningError, resolve
+from rota.faults import crash_point
 from rota.settings import Settings, get_settings
 from rota.telemetry import setup_tracing
 
@@ -101,6 +103,7 @@ class RotaService:
                     log.exception("%s: handling %s failed; will retry", self.name, subject)
                     await msg.nack(delay=self.settings.retry_delay_s)
                     return
+                crash_point(f"before_ack:{self.name}")
                 await msg.ack()
 
             consume.__name__ = handler.__name__
@@ -148,10 +151,8 @@ class RotaService:
     async def _on_shutdown(self) -> None:
         if self._relay_task is not None:
             self._relay_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._relay_task
-            except asyncio.CancelledError:
-                pass
         if self._engine is not None:
             await self._engine.dispose()
 

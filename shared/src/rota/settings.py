@@ -31,6 +31,41 @@ class Settings(BaseSettings):
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after this long without an ack.")
     retry_delay_s: float = Field(2.0, ge=0, description="Delay before retrying a failed message.")
 
+    # The notifier's channels (issue 5). Secrets are SecretStr: they never print or log.
+    slack_webhook_url: SecretStr | None = Field(None, description="A Slack incoming webhook.")
+    slack_token: SecretStr | None = Field(
+        None, description="A Slack bot token (xoxb-...) for the Web API: DMs and channels."
+    )
+    slack_api_url: str | None = Field(
+        None, description="The Slack Web API base URL; Slack's own if unset."
+    )
+    smtp_host: str | None = Field(None, description="The SMTP server; email is off if unset.")
+    smtp_port: int = Field(587, ge=1, le=65_535)
+    smtp_user: str | None = None
+    smtp_password: SecretStr | None = None
+    smtp_from: str = "rota@localhost"
+    smtp_starttls: bool | None = Field(
+        None, description="True: require STARTTLS; False: never; unset: when the server offers it."
+    )
+    smtp_timeout_s: float = Field(30.0, gt=0)
+    notifier_templates: Path | None = Field(
+        None, description="A directory whose templates override the notifier's built-in ones."
+    )
+    notifier_max_attempts: int = Field(8, ge=1, le=100, description="Then the dead letter.")
+    notifier_backoff_base_s: float = Field(10.0, gt=0)
+    notifier_backoff_max_s: float = Field(900.0, gt=0)
+    notifier_rate_limit: int = Field(
+        10, ge=1, description="Messages per recipient and channel per window; then a digest."
+    )
+    notifier_rate_window_s: float = Field(3600.0, gt=0)
+    notifier_max_event_age_s: float = Field(
+        3600.0, gt=0, description="Older events (a replay) update state but notify nobody."
+    )
+    notifier_poll_interval_s: float = Field(1.0, gt=0)
+    notifier_send_timeout_s: float = Field(
+        60.0, gt=0, description="A send not marked done by then (a crash) is tried again."
+    )
+
     @property
     def runtime_file(self) -> Path:
         """Written by `rota up`: the endpoints that other CLI commands connect to."""

@@ -1,6 +1,7 @@
 """`python -m rota_ledger`: run the ledger service."""
 
 from rota.service import run_forever
+
 from rota_ledger.app import build
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """`python -m rota_notifier`: run the notifier service."""
 
 from rota.service import run_forever
+
 from rota_notifier.app import build
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """`python -m rota_scheduler`: run the scheduler service."""
 
 from rota.service import run_forever
+
 from rota_scheduler.app import build
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
 from pydantic import BaseModel, ValidationError
-
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
@@ -16,6 +15,7 @@ from rota.contracts import subjects as s
 from rota.contracts.envelope import first_error
 from rota.ids import new_id
 from rota.service import RotaService
+
 from rota_submission import queries
 from rota_submission.commands import SOURCE, Commands, Origin
 from rota_submission.projection import project

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import TypeVar
 
 from pydantic import BaseModel
-
 from rota.bus.broker import publish
 from rota.config import RotaConfig
 from rota.contracts import ContractError, envelope, parse
@@ -22,6 +21,7 @@ from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.faults import crash_point
 from rota.ids import derived_id, new_id
 from rota.service import RotaService
+
 from rota_submission import store
 from rota_submission.domain import Rejection, check_submission, spec_hash
 
@@ -117,6 +117,8 @@ class Commands:
                         f"submission_id {spec.submission_id!r} already names job"
                         f" {existing.job_id} with a different spec",
                     ))
+                log.info("duplicate submission %s/%s: job %s", spec.team, spec.submission_id,
+                         existing.job_id)
                 return m.SubmitReply(job_id=existing.job_id, duplicate=True,
                                      state=existing.state, submission_id=spec.submission_id)
             event = m.JobSubmitted(job_id=job_id, spec=spec, submitted_at=now)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from rota.contracts import ContractError, parse_any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from rota.contracts import ContractError, parse_any
 from rota_submission import store
 from rota_submission.domain import apply_event
 

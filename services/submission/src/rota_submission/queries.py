@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from rota.contracts import messages as m
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from rota.contracts import messages as m
 from rota_submission import store
 
 

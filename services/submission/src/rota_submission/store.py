@@ -6,11 +6,10 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from rota.contracts import JobSpec
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
-
-from rota.contracts import JobSpec
 
 SCHEMA = "submission"
 metadata = sa.MetaData(schema=SCHEMA)
@@ -80,7 +79,7 @@ async def insert_job(
 
 async def job_by_submission(
     conn: AsyncConnection, team: str, submission_id: str
-) -> sa.Row[Any] | None:
+) -> Any:
     return (
         await conn.execute(
             sa.select(jobs.c.job_id, jobs.c.spec_hash, jobs.c.state).where(
@@ -90,7 +89,7 @@ async def job_by_submission(
     ).first()
 
 
-async def lock_job(conn: AsyncConnection, job_id: str) -> sa.Row[Any] | None:
+async def lock_job(conn: AsyncConnection, job_id: str) -> Any:
     return (
         await conn.execute(sa.select(jobs).where(jobs.c.job_id == job_id).with_for_update())
     ).first()

@@ -46,7 +46,7 @@ def make_broker(settings: Settings, url: str, *, name: str) -> NatsBroker:
         name=f"rota-{name}",
         middlewares=[NatsTelemetryMiddleware()],
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
+        reconnect_time_wait=1,
         **connect_options(settings),
     )
 

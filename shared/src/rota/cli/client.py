@@ -32,7 +32,7 @@ async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
             url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0,
             **connect_options(settings),
         )
-    except (OSError, NatsTimeout, asyncio.TimeoutError, nats.errors.NoServersError) as exc:
+    except (TimeoutError, OSError, NatsTimeout, nats.errors.NoServersError) as exc:
         raise CommandFailed(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
     try:
         raw = await nc.request(

@@ -67,5 +67,37 @@ def migrate(
         console.print(f"migrated: {', '.join(done)}")
 
 
+contracts_app = typer.Typer(help="The generated AsyncAPI and JSON Schema documents.",
+                            no_args_is_help=True)
+app.add_typer(contracts_app, name="contracts")
+
+
+@contracts_app.command("generate")
+@handled
+def contracts_generate(
+    out: Annotated[Path, typer.Option(help="Where the documents live.")] = Path("contracts"),
+    check: Annotated[bool, typer.Option(
+        "--check", help="Write nothing; exit 1 if the files differ from the code.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Regenerate contracts/asyncapi.yaml and contracts/schemas/*.json from the models."""
+    from rota.contracts import spec
+
+    if check:
+        stale = spec.differences(out)
+        if json_out:
+            emit_json({"ok": not stale, "stale": stale})
+        else:
+            console.print("\n".join(stale) if stale else f"{out}: up to date", highlight=False)
+        if stale:
+            raise typer.Exit(1)
+        return
+    written = spec.write(out)
+    if json_out:
+        emit_json({"ok": True, "written": [str(p) for p in written]})
+    else:
+        console.print(f"wrote {len(written)} files under {out}")
+
+
 if __name__ == "__main__":
     app()

@@ -10,9 +10,10 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -116,7 +117,7 @@ def _wait_ready(
     return ready
 
 
-def _print_summary(summary: dict[str, object]) -> None:
+def _print_summary(summary: Mapping[str, Any]) -> None:
     err_console.print(f"NATS      {summary['nats_url']} ({summary['nats']})", highlight=False)
     err_console.print(f"Database  {summary['database_url']} ({summary['database']})",
                       highlight=False)

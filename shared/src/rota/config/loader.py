@@ -63,10 +63,10 @@ def semantic_issues(config: RotaConfig) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     flavors = {f.name for f in config.cluster.flavors}
     seen_flavors: set[str] = set()
-    for i, flavor in enumerate(config.cluster.flavors):
-        if flavor.name in seen_flavors:
+    for i, declared in enumerate(config.cluster.flavors):
+        if declared.name in seen_flavors:
             issues.append(ConfigIssue(f"cluster.flavors.{i}.name", "duplicate flavor"))
-        seen_flavors.add(flavor.name)
+        seen_flavors.add(declared.name)
     for i, pool in enumerate(config.cluster.node_pools):
         if pool.flavor not in flavors:
             issues.append(ConfigIssue(f"cluster.node_pools.{i}.flavor", "unknown flavor"))

@@ -3,6 +3,7 @@
 The generated AsyncAPI and JSON Schema documents in `contracts/` come from these models.
 """
 
+from rota.contracts.common import TIER_ORDER, Tier
 from rota.contracts.envelope import (
     COMMAND_TYPES,
     CONTROL_TYPES,
@@ -16,7 +17,6 @@ from rota.contracts.envelope import (
     parse_any,
 )
 from rota.contracts.job import JobSpec, RackAffinity, WorkerPlacement
-from rota.contracts.common import Tier, TIER_ORDER
 
 __all__ = [
     "COMMAND_TYPES",

@@ -8,6 +8,7 @@ and JetStream drops the copy because `Nats-Msg-Id` is the envelope id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from rota.bus.broker import publish_headers
 from rota.contracts import Envelope
 from rota.db.tables import outbox_table, processed_table
+from rota.faults import crash_point
 
 log = logging.getLogger("rota.outbox")
 
@@ -98,6 +100,7 @@ class OutboxRelay:
                     bytes(row.payload), row.subject, headers=dict(row.headers), stream=row.stream
                 )
             if rows:
+                crash_point(f"after_publish:{self._outbox.schema}")
                 await conn.execute(
                     sa.update(table)
                     .where(table.c.seq.in_([r.seq for r in rows]))
@@ -121,10 +124,8 @@ class OutboxRelay:
             except Exception as exc:  # NATS or the database is away; rows wait for the next try
                 log.warning("outbox relay: %s; retrying", exc)
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._poll_interval_s)
-            except TimeoutError:
-                pass
 
     async def prune(self, older_than_s: float = 86_400.0) -> int:
         table = self._outbox.table

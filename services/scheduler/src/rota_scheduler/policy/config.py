@@ -120,9 +120,7 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
                     borrowing_limit=team.borrowing_limit.get(flavor),
                     lending_limit=team.lending_limit.get(flavor),
                 )
-                for flavor in sorted(
-                    set(team.quota) | set(team.borrowing_limit) | set(team.lending_limit)
-                )
+                for flavor in sorted(set(team.quota) | set(team.borrowing_limit) | set(team.lending_limit))
             },
         )
         for name, team in config.teams.items()

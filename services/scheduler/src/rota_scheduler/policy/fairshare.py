@@ -18,7 +18,7 @@ _LN2 = math.log(2.0)
 def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
     if elapsed_s <= 0:
         return value
-    return value * 2.0 ** (-elapsed_s / half_life_s)
+    return value * math.pow(2.0, -elapsed_s / half_life_s)
 
 
 def accrue(value: float, gpus: float, elapsed_s: float, half_life_s: float) -> float:
@@ -29,7 +29,7 @@ def accrue(value: float, gpus: float, elapsed_s: float, half_life_s: float) -> f
     """
     if elapsed_s <= 0:
         return value
-    kept = 2.0 ** (-elapsed_s / half_life_s)
+    kept = math.pow(2.0, -elapsed_s / half_life_s)
     return value * kept + gpus * (half_life_s / _LN2) * (1.0 - kept)
 
 
@@ -44,7 +44,7 @@ def fairshare_factors(usage: Mapping[str, float], shares: Mapping[str, float]) -
             continue
         normalized_usage = max(0.0, usage.get(team, 0.0)) / total_usage
         normalized_share = share / total_shares
-        out[team] = 2.0 ** (-normalized_usage / normalized_share)
+        out[team] = math.pow(2.0, -normalized_usage / normalized_share)
     return out
 
 

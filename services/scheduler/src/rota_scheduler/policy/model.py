@@ -113,6 +113,12 @@ class PendingQueue:
     team: str
     flavor: str
     jobs: tuple[PendingJob, ...]
+    min_gpus: int = 0
+    """The smallest request in the queue; 0 means unknown (computed on construction)."""
+
+    def __post_init__(self) -> None:
+        if self.min_gpus <= 0 and self.jobs:
+            object.__setattr__(self, "min_gpus", min(j.workers * j.gpus_per_worker for j in self.jobs))
 
 
 def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[PendingQueue, ...]:

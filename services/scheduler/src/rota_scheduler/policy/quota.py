@@ -32,7 +32,9 @@ class QuotaBook:
 
     __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "used")
 
-    def __init__(self, config: PolicyConfig, running: tuple[RunningRun, ...], capacity: dict[str, int]) -> None:
+    def __init__(
+        self, config: PolicyConfig, running: tuple[RunningRun, ...], capacity: dict[str, int]
+    ) -> None:
         self._config = config
         self._capacity = capacity
         self.used: dict[tuple[str, str], int] = {}

@@ -1,0 +1,63 @@
+"""Rota's policy: `schedule(snapshot, now, config) -> Decisions`. Pure and deterministic.
+
+Strict tiers; within a tier the multifactor score (queue weight, capped age, classic fair
+share, quota headroom); quotas with borrowing and lending limits; best-fit gangs with rack
+affinity; EASY backfill behind the head job; checkpoint-aware preemption (see `preemption`).
+"""
+
+from __future__ import annotations
+
+from rota_scheduler.policy.config import PolicyConfig
+from rota_scheduler.policy.engine import Cycle, Rules, run_cycle
+from rota_scheduler.policy.model import Decisions, PendingJob, PreemptionPlan, RunningRun, Snapshot
+from rota_scheduler.policy.preemption import PreemptionContext, rota_plan
+
+__all__ = ["ROTA_RULES", "schedule"]
+
+
+def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
+    """The lowest tier (highest rank) among runs of `flavor` that any rule could preempt."""
+    key = ("rota-pool", flavor)
+    cached = cy.memo.get(key)
+    if isinstance(cached, int):
+        return cached
+    cfg, now = cy.config, cy.now
+    ranks = [run.tier.rank for run in cy.runs_by_flavor.get(flavor, ()) if _protected(run, cfg, now) is False]
+    rank = max(ranks, default=-1)
+    cy.memo[key] = rank
+    return rank
+
+
+def _protected(run: RunningRun, cfg: PolicyConfig, now: float) -> bool:
+    return (
+        not cfg.tier(run.tier).preemptible
+        or now - run.started_at < cfg.min_runtime_s
+        or run.preemptions >= cfg.max_preemptions_per_job
+    )
+
+
+def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> PreemptionPlan | None:
+    # Cheap gate first: a plan needs either lower-tier work to stop, or room in the team's own
+    # quota that borrowers are using (reclaim). Most blocked jobs have neither.
+    quota = ctx.quota
+    lower = _victim_pool_rank(cy, job.flavor) > job.tier.rank
+    reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
+    if not lower and not reclaim:
+        return None
+    memo_key = ("rota-miss", job.tier, job.team if reclaim else "", job.flavor, job.gpus_per_worker, job.rack)
+    missed = cy.memo.get(memo_key)
+    if isinstance(missed, int) and job.workers >= missed:
+        return None
+    plan = rota_plan(job, ctx)
+    if plan is None:
+        cy.memo[memo_key] = job.workers
+    return plan
+
+
+ROTA_RULES = Rules(name="rota", order="score", quotas=True, backfill="reserve", planner=_rota_planner)
+_ROTA_NO_BACKFILL = Rules(name="rota", order="score", quotas=True, backfill="none", planner=_rota_planner)
+
+
+def schedule(snapshot: Snapshot, now: float, config: PolicyConfig) -> Decisions:
+    """One Rota scheduling cycle: admissions, preemption plans, and why every other job waits."""
+    return run_cycle(snapshot, now, config, ROTA_RULES if config.backfill else _ROTA_NO_BACKFILL)

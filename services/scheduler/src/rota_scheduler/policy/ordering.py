@@ -1,0 +1,169 @@
+"""Order of pending jobs: strict tiers, then a multifactor score, merged lazily from queues.
+
+Rota's score (all weights are config):
+    queue           w_queue x tier weight / largest tier weight
+    age             w_age x min(wait, age cap) / age cap           (nothing starves)
+    fairshare       w_fairshare x 2^(-U/S)                         (Slurm's classic factor)
+    quota_headroom  w_headroom x unused share of the team's quota  (0 when at or above quota)
+
+Every job of one (tier, team, flavor) queue shares all factors but age, and age grows with
+wait, so each queue is already in score order; a heap over queue heads yields the global order
+without scoring jobs that are never looked at. Headroom changes as the cycle admits work, so a
+head's key is recomputed when it surfaces (keys only fall within a cycle, so a stale key is
+never too low: the lazy check is exact).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator, Sequence
+
+from rota.contracts.common import TIER_ORDER, Tier
+
+from rota_scheduler.policy.config import PolicyConfig
+from rota_scheduler.policy.fairshare import fairshare_factors
+from rota_scheduler.policy.model import PendingJob, PendingQueue, ScoreBreakdown
+from rota_scheduler.policy.quota import QuotaBook
+
+__all__ = ["QueueWalk", "Scorer", "tier_queues"]
+
+KeyFn = Callable[[PendingJob], float]
+
+
+class Scorer:
+    """Computes Rota's score factors for one cycle; headroom reads the live quota book."""
+
+    __slots__ = ("_age_w", "_cap", "_config", "_fs", "_headroom_w", "_now", "_queue", "_quota", "dynamic")
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        now: float,
+        usage: dict[str, float],
+        quota: QuotaBook,
+        teams: Sequence[str],
+        *,
+        headroom: bool = True,
+    ) -> None:
+        self._config = config
+        self._now = now
+        self._quota = quota
+        w = config.weights
+        top = max((config.tier(t).weight for t in TIER_ORDER), default=1.0) or 1.0
+        self._queue = {t: w.queue * config.tier(t).weight / top for t in TIER_ORDER}
+        shares = {team: config.team(team).shares for team in set(teams) | set(config.teams)}
+        self._fs = {team: w.fairshare * f for team, f in fairshare_factors(usage, shares).items()}
+        self._age_w = w.age
+        self._cap = config.age_cap_s
+        self._headroom_w = w.quota_headroom if headroom else 0.0
+        self.dynamic = headroom and self._headroom_w > 0
+
+    def headroom(self, team: str, flavor: str) -> float:
+        if not self._headroom_w:
+            return 0.0
+        quota = self._quota.limits(team, flavor).quota
+        if quota <= 0:
+            return 0.0
+        return self._headroom_w * max(0.0, 1.0 - self._quota.in_use(team, flavor) / quota)
+
+    def age(self, job: PendingJob) -> float:
+        return self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
+
+    def breakdown(self, job: PendingJob) -> ScoreBreakdown:
+        return ScoreBreakdown(
+            queue=self._queue[job.tier],
+            age=self.age(job),
+            fairshare=self._fs.get(job.team, 0.0),
+            quota_headroom=self.headroom(job.team, job.flavor),
+        )
+
+    def key(self, job: PendingJob) -> float:
+        """Lower is earlier: the negated total."""
+        return -(
+            self._queue[job.tier]
+            + self._fs.get(job.team, 0.0)
+            + self.headroom(job.team, job.flavor)
+            + self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
+        )
+
+
+def submit_key(job: PendingJob) -> float:
+    return job.submitted_at
+
+
+class QueueWalk:
+    """Lazily merges sorted queues by `key`.
+
+    `dynamic` re-checks a head's key when it surfaces. `hopeless(queue)` lets the caller drop a
+    queue none of whose jobs can start this cycle (its smallest request exceeds what is free),
+    and `drop_current()` drops the queue of the job just yielded: both keep a cycle's cost
+    proportional to the queues, not to the jobs.
+    """
+
+    __slots__ = ("_drop", "_dynamic", "_heap", "_hopeless", "_key", "_queues")
+
+    def __init__(
+        self,
+        queues: Sequence[PendingQueue],
+        key: KeyFn,
+        *,
+        dynamic: bool = False,
+        hopeless: Callable[[PendingQueue], bool] | None = None,
+    ) -> None:
+        self._queues = queues
+        self._key = key
+        self._dynamic = dynamic
+        self._hopeless = hopeless
+        self._drop = False
+        heap = []
+        for i, q in enumerate(queues):
+            if q.jobs:
+                head = q.jobs[0]
+                heap.append((key(head), head.submitted_at, head.job_id, i, 0))
+        heapq.heapify(heap)
+        self._heap = heap
+
+    def drop_current(self) -> None:
+        self._drop = True
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
+        while heap:
+            k, submitted, job_id, qi, pos = heap[0]
+            queue = queues[qi]
+            if hopeless is not None and hopeless(queue):
+                heapq.heappop(heap)
+                continue
+            jobs = queue.jobs
+            job = jobs[pos]
+            if self._dynamic:
+                fresh = key(job)
+                if fresh > k + 1e-9:
+                    heapq.heapreplace(heap, (fresh, submitted, job_id, qi, pos))
+                    continue
+            self._drop = False
+            yield job
+            pos += 1
+            if self._drop or pos >= len(jobs):
+                heapq.heappop(heap)
+            else:
+                nxt = jobs[pos]
+                heapq.heapreplace(heap, (key(nxt), nxt.submitted_at, nxt.job_id, qi, pos))
+
+
+def tier_queues(queues: Sequence[PendingQueue]) -> dict[Tier, list[PendingQueue]]:
+    by_tier: dict[Tier, list[PendingQueue]] = {t: [] for t in TIER_ORDER}
+    for q in queues:
+        by_tier[q.tier].append(q)
+    return by_tier
+
+
+def ordered(
+    queues: Sequence[PendingQueue], key: KeyFn, *, strict_tiers: bool, dynamic: bool = False
+) -> Iterator[PendingJob]:
+    """All pending jobs in policy order: per tier when `strict_tiers`, else one merged stream."""
+    if not strict_tiers:
+        yield from QueueWalk(queues, key, dynamic=dynamic)
+        return
+    for tier_list in tier_queues(queues).values():
+        yield from QueueWalk(tier_list, key, dynamic=dynamic)

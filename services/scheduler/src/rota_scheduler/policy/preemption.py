@@ -1,0 +1,296 @@
+"""Choosing victims: decide here, act elsewhere (the coordinator runs the plan).
+
+A plan is made only if the preemptor really fits once its victims stop, gang and rack included:
+the plan names the preemptor's exact placement (`target`), and the GPUs of that target are held
+for it while the victims save and stop.
+
+Rota's victim order (DESIGN §4):
+  1. lower-tier work: resumable before not resumable, then the least work since the last
+     checkpoint (expected lost GPU-seconds);
+  2. borrowed capacity that its owner reclaims (the preemptor's team stays within its quota);
+  3. production work, as a last resort, and only borrowed production work of another team.
+A run younger than the minimum runtime, or out of preemption budget, is never a victim, and
+another team's in-quota work is never a victim: only the GPUs a team borrowed are reclaimable.
+Selection is per node: each node's cheapest prefix of victims that frees a worker's GPUs,
+then the cheapest nodes (in the best rack, for rack-bound gangs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rota.contracts.common import Tier
+from rota.contracts.job import RackAffinity
+
+from rota_scheduler.policy.config import PolicyConfig
+from rota_scheduler.policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, VictimChoice
+from rota_scheduler.policy.placement import ClusterState, Fit, fit_on_counts
+from rota_scheduler.policy.quota import QuotaBook
+
+__all__ = ["Candidate", "PreemptionContext", "expected_loss", "greedy_plan", "rota_plan"]
+
+LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
+WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
+
+
+def expected_loss(run: RunningRun, now: float) -> float:
+    """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all."""
+    since = run.last_checkpoint_at if run.resumable and run.last_checkpoint_at is not None else run.started_at
+    return run.gpus * max(0.0, now - since)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    run: RunningRun
+    category: int
+    loss: float
+    key: tuple[object, ...]
+
+
+@dataclass(slots=True)
+class PreemptionContext:
+    """What every plan of one cycle shares: state, accounting, and who is already a victim."""
+
+    now: float
+    config: PolicyConfig
+    state: ClusterState
+    quota: QuotaBook
+    runs_by_flavor: dict[str, list[RunningRun]]
+    taken: set[str]
+    """Run ids already victims of a plan in flight or of this cycle."""
+
+
+def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
+    """Exact GPU indices for a fit on currently free GPUs plus the victims' GPUs."""
+    pools = {node: sorted(set(state.free[node]) | set(freed.get(node, ()))) for node, _ in fit}
+    slots = []
+    for worker, (node, gpus) in enumerate(fit):
+        pool = pools[node]
+        slots.append(Slot(worker, state.names[node], tuple(pool[:gpus])))
+        del pool[:gpus]
+    return tuple(slots)
+
+
+def _plan(
+    job: PendingJob, chosen: Sequence[Candidate], target: tuple[Slot, ...], style: str
+) -> PreemptionPlan:
+    victims = tuple(
+        VictimChoice(
+            c.run.run_id,
+            c.run.job_id,
+            c.run.team,
+            c.run.tier,
+            c.run.gpus,
+            c.loss,
+            c.run.team != job.team,
+            WHY[c.category],
+        )
+        for c in chosen
+    )
+    lost = sum(c.loss for c in chosen)
+    worst = max(c.category for c in chosen)
+    tiers = sorted({c.run.tier.value for c in chosen})
+    return PreemptionPlan(
+        preemptor_job_id=job.job_id,
+        preemptor_tier=job.tier,
+        victims=victims,
+        target=target,
+        expected_lost_gpu_s=lost,
+        reason=f"{style}:{WHY[worst]}",
+        message=(
+            f"{job.tier.value} job {job.job_id} needs {job.gpus} {job.flavor} GPUs; stopping"
+            f" {len(victims)} run(s) ({', '.join(tiers)}) frees them, expected loss"
+            f" {lost / 3600:.2f} GPU-hours"
+        ),
+    )
+
+
+# ---------------------------------------------------------------- Rota
+
+
+def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]:
+    cfg, quota, now = ctx.config, ctx.quota, ctx.now
+    team_quota = quota.limits(job.team, job.flavor).quota
+    may_reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= team_quota
+    out: list[Candidate] = []
+    for run in ctx.runs_by_flavor.get(job.flavor, ()):
+        if run.run_id in ctx.taken or not cfg.tier(run.tier).preemptible:
+            continue
+        if now - run.started_at < cfg.min_runtime_s or run.preemptions >= cfg.max_preemptions_per_job:
+            continue
+        lower = run.tier.rank > job.tier.rank
+        if run.team == job.team:
+            if not lower:
+                continue
+            category = LOWER_TIER
+        else:
+            # Another team's in-quota work is guaranteed: only what it borrowed is fair game.
+            if quota.borrowing(run.team, job.flavor) < run.gpus:
+                continue
+            if lower:
+                category = LOWER_TIER
+            elif not may_reclaim:
+                continue
+            else:
+                category = LAST_RESORT if run.tier is Tier.production else RECLAIM
+        loss = expected_loss(run, now)
+        key = (category, -run.tier.rank, not run.resumable, loss, -run.started_at, run.run_id)
+        out.append(Candidate(run, category, loss, key))
+    return out
+
+
+def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
+    state = ctx.state
+    nodes = state.flavor_nodes.get(job.flavor, [])
+    cands = _rota_candidates(job, ctx)
+    if not cands:
+        return None
+    index = state.index
+    per_node: dict[int, list[Candidate]] = {}
+    for c in cands:
+        for slot in c.run.placement:
+            per_node.setdefault(index[slot.node], []).append(c)
+    per_worker = job.gpus_per_worker
+    # Each node offers worker slots: free ones at no cost, or one slot after its cheapest
+    # prefix of victims. Costs compare worst category first, then loss, then victim count.
+    offers: list[tuple[tuple[object, ...], int, int, tuple[Candidate, ...]]] = []
+    for node in nodes:
+        free = len(state.free[node])
+        if free >= per_worker:
+            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
+            continue
+        prefix: list[Candidate] = []
+        gained = free
+        for c in sorted(per_node.get(node, ()), key=lambda c: c.key):
+            prefix.append(c)
+            gained += sum(len(s.gpus) for s in c.run.placement if index[s.node] == node)
+            if gained >= per_worker:
+                worst = max(p.key[:3] for p in prefix)
+                cost = (worst, sum(p.loss for p in prefix), len(prefix))
+                offers.append((cost, node, 1, tuple(prefix)))
+                break
+    offers.sort(key=lambda o: (o[0], o[1]))
+    groups: list[list[tuple[tuple[object, ...], int, int, tuple[Candidate, ...]]]]
+    if job.rack is RackAffinity.none:
+        groups = [offers]
+    else:
+        by_rack: dict[str, list[tuple[tuple[object, ...], int, int, tuple[Candidate, ...]]]] = {}
+        for offer in offers:
+            by_rack.setdefault(state.racks[offer[1]], []).append(offer)
+        groups = list(by_rack.values())
+        if job.rack is RackAffinity.preferred:
+            groups.append(offers)
+    best: tuple[tuple[object, ...], Fit, tuple[Candidate, ...]] | None = None
+    for group in groups:
+        fit: Fit = []
+        chosen: dict[str, Candidate] = {}
+        for _, node, slots, node_victims in group:
+            take = min(slots, job.workers - len(fit))
+            fit.extend((node, per_worker) for _ in range(take))
+            for c in node_victims:
+                chosen[c.run.run_id] = c
+            if len(fit) == job.workers:
+                break
+        if len(fit) < job.workers or not chosen:
+            continue
+        victims = tuple(sorted(chosen.values(), key=lambda c: c.key))
+        cost = (max(c.key[:3] for c in victims), sum(c.loss for c in victims), len(victims))
+        if best is None or cost < best[0]:
+            best = (cost, fit, victims)
+    if best is None:
+        return None
+    _, fit, victims = best
+    if not _admissible(job, victims, ctx):
+        return None
+    freed: dict[int, list[int]] = {}
+    for c in victims:
+        for slot in c.run.placement:
+            freed.setdefault(index[slot.node], []).extend(slot.gpus)
+    return _plan(job, victims, _slots_from(state, fit, freed), "rota")
+
+
+def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionContext) -> bool:
+    """Quota, borrowing and loss rules for the whole set (victims can share a team)."""
+    quota, cfg = ctx.quota, ctx.config
+    own = sum(c.run.gpus for c in victims if c.run.team == job.team)
+    if not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
+        return False
+    if any(c.category == RECLAIM or c.category == LAST_RESORT for c in victims) and (
+        quota.in_use(job.team, job.flavor) - own + job.gpus > quota.limits(job.team, job.flavor).quota
+    ):
+        return False
+    per_team: dict[str, int] = {}
+    for c in victims:
+        if c.run.team != job.team:
+            per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.gpus
+    if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
+        return False
+    cap = cfg.max_lost_gpu_s_per_plan
+    return not (cap is not None and job.tier is not Tier.production and sum(c.loss for c in victims) > cap)
+
+
+# ---------------------------------------------------------------- baselines: greedy by order
+
+
+def greedy_plan(
+    job: PendingJob,
+    ctx: PreemptionContext,
+    candidates: Sequence[Candidate],
+    allowed: Callable[[Candidate, dict[str, int], int], bool],
+    style: str,
+    *,
+    quotas: bool,
+) -> PreemptionPlan | None:
+    """Kueue's and Slurm's way: add victims in order until the job fits, then drop the unneeded.
+
+    `allowed(candidate, taken_per_team, own_released)` re-checks a candidate against the victims
+    chosen so far (Kueue only reclaims from a team while it is still borrowing).
+    """
+    state, quota = ctx.state, ctx.quota
+    index = state.index
+    nodes = state.flavor_nodes.get(job.flavor, [])
+    counts = state.counts()
+    per_worker, workers = job.gpus_per_worker, job.workers
+
+    def fits(own: int) -> Fit | None:
+        if quotas and not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
+            return None
+        if sum(counts[n] for n in nodes) < job.gpus:
+            return None
+        return fit_on_counts(counts, nodes, state.racks, workers, per_worker, job.rack)
+
+    def apply(c: Candidate, sign: int) -> None:
+        for slot in c.run.placement:
+            counts[index[slot.node]] += sign * len(slot.gpus)
+
+    chosen: list[Candidate] = []
+    taken: dict[str, int] = {}
+    own = 0
+    fit: Fit | None = None
+    for c in candidates:
+        if not allowed(c, taken, own):
+            continue
+        chosen.append(c)
+        taken[c.run.team] = taken.get(c.run.team, 0) + c.run.gpus
+        own += c.run.gpus if c.run.team == job.team else 0
+        apply(c, +1)
+        fit = fits(own)
+        if fit is not None:
+            break
+    if fit is None or not chosen:
+        return None
+    for c in reversed(chosen[:-1]):
+        apply(c, -1)
+        trial_own = own - (c.run.gpus if c.run.team == job.team else 0)
+        trial = fits(trial_own)
+        if trial is None:
+            apply(c, +1)
+            continue
+        chosen.remove(c)
+        own, fit = trial_own, trial
+    freed: dict[int, list[int]] = {}
+    for c in chosen:
+        for slot in c.run.placement:
+            freed.setdefault(index[slot.node], []).extend(slot.gpus)
+    return _plan(job, chosen, _slots_from(state, fit, freed), style)

@@ -1,0 +1,260 @@
+"""Phase 6: why each pending job waits, when it should start, and queue-level diagnoses.
+
+Every pending job asked about gets every reason that applies, the primary one first, each with
+a message that gives the numbers. The ETA comes from list-scheduling the queue in policy order
+against the expected ends of running work (declared or estimated runtimes, scaled by what the
+caller has observed); gangs are counted in GPUs, not shapes. Jobs that can never start, or
+whose start depends on another team's usage (quota), get no ETA rather than a wrong one.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rota.contracts.common import TIER_ORDER
+from rota.contracts.messages import WaitReasonCode as Code
+
+from rota_scheduler.policy.model import Diagnosis, PendingExplanation, PendingJob, Reason, ScoreBreakdown
+from rota_scheduler.policy.ordering import QueueWalk, submit_key, tier_queues
+
+if TYPE_CHECKING:
+    from rota_scheduler.policy.engine import Cycle
+
+__all__ = ["Block", "explain"]
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """What stopped a job in the admission walk; `detail` is a message or the blocking job."""
+
+    code: Code
+    detail: str = ""
+
+
+_NO_ETA = frozenset({Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER, Code.QUOTA_EXCEEDED})
+_CAUSE = {
+    Code.QUOTA_EXCEEDED: "quota_too_low",
+    Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
+    Code.EXCEEDS_CLUSTER: "request_too_large",
+    Code.FRAGMENTATION: "fragmentation",
+    Code.PRIORITY: "queue_weight",
+}
+
+
+def _order(cy: Cycle) -> Iterator[PendingJob]:
+    queues = cy.snapshot.pending
+    if cy.rules.order == "submit":
+        yield from QueueWalk(queues, submit_key)
+        return
+    key = cy.order_key()
+    for tier_list in tier_queues(queues).values():
+        yield from QueueWalk(tier_list, key)
+
+
+def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
+    if cy.rules.order == "score":
+        return cy.scorer.breakdown(job)
+    age = cy.scorer.age(job)
+    if cy.rules.order == "slurm":
+        return ScoreBreakdown(
+            age=age, fairshare=cy.config.weights.fairshare * cy.fairshare().get(job.team, 0.0)
+        )
+    return ScoreBreakdown(age=age)
+
+
+class _Eta:
+    """Per-flavor list scheduling: start each job, in order, when enough GPUs have come back."""
+
+    def __init__(self, cy: Cycle) -> None:
+        self.cy = cy
+        self.free: dict[str, int] = dict(cy.state.free_total)
+        self.clock: dict[str, float] = {}
+        self.releases: dict[str, list[tuple[float, int]]] = {}
+        scale = cy.snapshot.runtime_scale
+        now = cy.now
+        for run in cy.snapshot.running:
+            if run.run_id in cy.taken:
+                continue
+            end = max(now, run.started_at + (cy.run_end(run) - run.started_at) * scale)
+            self.releases.setdefault(run.flavor, []).append((end, run.gpus))
+        for job in cy._admitted_jobs:
+            self.releases.setdefault(job.flavor, []).append((now + cy.runtime(job) * scale, job.gpus))
+        for heap in self.releases.values():
+            heapq.heapify(heap)
+
+    def start(self, job: PendingJob, not_before: float | None = None) -> float | None:
+        f, g, cy = job.flavor, job.gpus, self.cy
+        heap = self.releases.setdefault(f, [])
+        clock = self.clock.get(f, cy.now)
+        if not_before is not None:
+            clock = max(clock, not_before)
+        else:
+            free = self.free.get(f, 0)
+            while free < g and heap:
+                t, back = heapq.heappop(heap)
+                free += back
+                clock = max(clock, t)
+            if free < g:
+                return None
+            self.free[f] = free - g
+            self.clock[f] = clock
+        heapq.heappush(heap, (clock + cy.runtime(job) * cy.snapshot.runtime_scale, g))
+        return clock
+
+
+def _reasons(
+    cy: Cycle, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
+) -> tuple[Reason, ...]:
+    f, g, state = job.flavor, job.gpus, cy.state
+    free = state.free_total.get(f, 0)
+    cap = state.capacity.get(f, 0)
+    need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
+    if block is None:
+        if f not in state.flavors:
+            block = Block(Code.NO_MATCHING_FLAVOR)
+        elif not state.can_ever_fit(job):
+            block = Block(Code.EXCEEDS_CLUSTER)
+        elif cy.rules.quotas and not (qc := cy.quota.check(job.team, f, g)).ok:
+            block = Block(Code.QUOTA_EXCEEDED, qc.message)
+        elif free < g:
+            block = Block(Code.INSUFFICIENT_CAPACITY)
+        elif (book := cy.books.get(f)) is not None and (res := book.blocking(g, cy.now + cy.runtime(job))):
+            block = Block(Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id)
+        elif state.find(job) is None:
+            block = Block(Code.FRAGMENTATION)
+        else:
+            block = Block(Code.PRIORITY)
+    code = block.code
+    msg: str
+    details: tuple[tuple[str, int | float | str], ...] = (("gpus", g), ("free", free), ("capacity", cap))
+    if code is Code.NO_MATCHING_FLAVOR:
+        msg = f"no node offers flavor {f}; the cluster has {', '.join(sorted(state.flavors)) or 'none'}"
+    elif code is Code.EXCEEDS_CLUSTER:
+        msg = (
+            f"needs {need} {f} GPUs{' in one rack' if job.rack.value == 'required' else ''}; the cluster"
+            f" has {cap} on nodes of at most {state.max_node.get(f, 0)}: it can never start"
+        )
+    elif code is Code.QUOTA_EXCEEDED:
+        msg = block.detail or f"team {job.team} is at its {f} quota"
+        details += (("in_use", cy.quota.in_use(job.team, f)), ("quota", cy.quota.limits(job.team, f).quota))
+    elif code is Code.INSUFFICIENT_CAPACITY:
+        msg = f"needs {need} {f} GPUs; {free} of {cap} are free"
+    elif code is Code.FRAGMENTATION:
+        where = "one rack" if job.rack.value == "required" else "the nodes"
+        msg = f"{free} {f} GPUs are free, but not as {need} on {where}"
+    elif code is Code.RESERVED_FOR_HIGHER_PRIORITY:
+        msg = (
+            f"{free} {f} GPUs are free, but starting now would delay job {block.detail},"
+            " which holds a reservation"
+        )
+        details += (("reserved_for", block.detail),)
+    elif code is Code.WAITING_FOR_PREEMPTION:
+        msg = block.detail or "waiting for preempted runs to save a checkpoint and stop"
+    else:
+        msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
+        details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
+    out = [Reason(code, msg, details)]
+    if (
+        code is not Code.PRIORITY
+        and ahead > 0
+        and code not in _NO_ETA
+        and code is not Code.WAITING_FOR_PREEMPTION
+    ):
+        out.append(
+            Reason(
+                Code.PRIORITY,
+                f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue",
+                (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead)),
+            )
+        )
+    if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
+        out.append(
+            Reason(
+                Code.INSUFFICIENT_CAPACITY, f"needs {need} {f} GPUs; {free} of {cap} are free", details[:3]
+            )
+        )
+    return tuple(out)
+
+
+def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis, ...]]:
+    wanted = cy.snapshot.explain
+    if wanted is not None and not wanted:
+        return (), ()
+    admitted = {a.job_id for a in cy.admissions}
+    remaining = None if wanted is None else set(wanted) - admitted
+    if remaining is not None and not remaining:
+        return (), ()
+    eta = _Eta(cy)
+    position: dict[str, int] = {}
+    gpus_ahead: dict[str, int] = {}
+    out: list[PendingExplanation] = []
+    now = cy.now
+    for job in _order(cy):
+        if job.job_id in admitted:
+            continue
+        f = job.flavor
+        pos = position.get(f, 0)
+        ahead_gpus = gpus_ahead.get(f, 0)
+        position[f] = pos + 1
+        gpus_ahead[f] = ahead_gpus + job.gpus
+        block = cy.blocks.get(job.job_id)
+        code = block.code if block is not None else None
+        start: float | None
+        if code is Code.WAITING_FOR_PREEMPTION:
+            start = eta.start(job, not_before=now + cy.config.checkpoint_save_s)
+        elif code in _NO_ETA:
+            start = None
+        else:
+            start = eta.start(job)
+        if remaining is not None and job.job_id not in remaining:
+            continue
+        reasons = _reasons(cy, job, block, pos, ahead_gpus)
+        if reasons[0].code in _NO_ETA:
+            start = None
+        out.append(PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job)))
+        if remaining is not None:
+            remaining.discard(job.job_id)
+            if not remaining:
+                break
+    return tuple(out), _diagnose(cy, out)
+
+
+def _diagnose(cy: Cycle, explained: list[PendingExplanation]) -> tuple[Diagnosis, ...]:
+    jobs = {j.job_id: j for q in cy.snapshot.pending for j in q.jobs} if explained else {}
+    groups: dict[tuple[int, str, str], list[tuple[PendingJob, PendingExplanation]]] = {}
+    for ex in explained:
+        job = jobs.get(ex.job_id)
+        if job is None:
+            continue
+        if cy.now - job.submitted_at > cy.config.tier(job.tier).long_wait_s:
+            groups.setdefault((job.tier.rank, job.team, job.flavor), []).append((job, ex))
+    out: list[Diagnosis] = []
+    for (rank, team, flavor), members in sorted(groups.items()):
+        tier = TIER_ORDER[rank]
+        counts = Counter(ex.primary for _, ex in members)
+        top, n = counts.most_common(1)[0]
+        cap = cy.state.capacity.get(flavor, 0)
+        big = [j for j, _ in members if cap and j.gpus * 2 > cap]
+        oldest = max(cy.now - j.submitted_at for j, _ in members)
+        if len(big) * 2 >= len(members) and top is not Code.EXCEEDS_CLUSTER:
+            cause = "request_too_large"
+            msg = (
+                f"{len(big)} of {len(members)} long waiters ask for more than half of the {cap} {flavor} GPUs"
+            )
+        elif top in _CAUSE:
+            cause = _CAUSE[top]
+            msg = f"{n} of {len(members)} long waiters in {tier.value}/{team} wait on {top.value}"
+            if top is Code.QUOTA_EXCEEDED:
+                lim = cy.quota.limits(team, flavor)
+                msg += f": quota {lim.quota}, borrowing limit {lim.borrowing_limit}"
+            elif top is Code.PRIORITY:
+                msg += f": queue weight {cy.config.tier(tier).weight} ranks them behind other work"
+        else:
+            cause = "capacity"
+            msg = f"{len(members)} long waiter(s) in {tier.value}/{team}: too few free {flavor} GPUs"
+        out.append(Diagnosis(tier, team, flavor, cause, len(members), oldest, msg))
+    return tuple(out)

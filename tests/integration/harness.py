@@ -1,0 +1,152 @@
+"""Run real service processes against real servers, and talk to them over NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from rota.contracts import envelope
+from rota.contracts import messages as m
+from rota.contracts.subjects import STREAM_CMD, STREAM_EVT
+from rota.endpoints import Endpoints
+
+ACK_WAIT_S = 2.0
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    endpoints: Endpoints
+    log_dir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServiceProcess:
+        env = dict(os.environ)
+        env.update(
+            ROTA_NATS_URL=self.endpoints.nats_url,
+            ROTA_DATABASE_URL=self.endpoints.database_url,
+            ROTA_ACK_WAIT_S=str(ACK_WAIT_S),
+            ROTA_RETRY_DELAY_S="0.5",
+            ROTA_OUTBOX_POLL_INTERVAL_S="0.2",
+            ROTA_LOG_LEVEL="INFO",
+        )
+        env.update(self.extra_env)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.log_dir / f"{self.name}.log").open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", f"rota_{self.name}"], env=env, stdout=log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        return self
+
+    def log(self) -> str:
+        return (self.log_dir / f"{self.name}.log").read_text(errors="replace")
+
+    async def wait_ready(self, nc: Client, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
+            try:
+                await nc.request(f"rota.sys.ping.{self.name}", b"", timeout=0.5)
+                return
+            except Exception:
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"{self.name} not ready in {timeout} s:\n{self.log()[-3000:]}")
+
+    async def wait_exit(self, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name} still running after {timeout} s")
+            await asyncio.sleep(0.1)
+        return self.process.returncode
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+async def delete_consumers(nc: Client, prefix: str) -> None:
+    """Start from clean durable consumers, so settings like ack_wait are the test's own."""
+    js = nc.jetstream()
+    for stream in (STREAM_CMD, STREAM_EVT):
+        try:
+            consumers = await js.consumers_info(stream)
+        except Exception:
+            continue
+        for info in consumers:
+            if info.name.startswith(prefix):
+                await js.delete_consumer(stream, info.name)
+
+
+async def api(nc: Client, subject: str, data: Any, *, raw: bytes | None = None) -> m.ApiReply:
+    body = raw if raw is not None else envelope(data, source="test").to_bytes()
+    reply = await nc.request(subject, body, timeout=10)
+    return m.ApiReply.model_validate(json.loads(reply.data)["data"])
+
+
+async def publish_command(nc: Client, subject: str, body: bytes, msg_id: str) -> None:
+    await nc.jetstream().publish(subject, body, stream=STREAM_CMD,
+                                 headers={"Nats-Msg-Id": msg_id})
+
+
+async def events(nc: Client, subject: str, *, since_seq: int = 0) -> list[dict[str, Any]]:
+    """Every event on `subject` in ROTA_EVT after stream sequence `since_seq`."""
+    js = nc.jetstream()
+    config = ConsumerConfig(
+        filter_subject=subject,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=since_seq + 1,
+    )
+    sub = await js.pull_subscribe(subject, stream=STREAM_EVT, config=config)
+    found: list[dict[str, Any]] = []
+    try:
+        while True:
+            try:
+                batch = await sub.fetch(256, timeout=0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
+                break
+            for msg in batch:
+                found.append(json.loads(msg.data))
+                await msg.ack()
+    finally:
+        await sub.unsubscribe()
+    return found
+
+
+async def stream_last_seq(nc: Client, stream: str = STREAM_EVT) -> int:
+    info = await nc.jetstream().stream_info(stream)
+    return int(info.state.last_seq)
+
+
+async def eventually(check: Any, timeout: float = 15.0, interval: float = 0.2) -> Any:
+    """Poll an async predicate until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not met in {timeout} s (last value: {last!r})")
