@@ -13,13 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
-
 from rota.db.engine import async_url
 from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
 from rota.endpoints import Endpoints
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 
 async def _admin(url: str, statement: str) -> None:

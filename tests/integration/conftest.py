@@ -6,9 +6,9 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.client import Client
-
 from rota.bus.broker import ensure_streams
 from rota.endpoints import Endpoints
+
 from tests.integration.harness import ServiceProcess, delete_consumers
 
 

@@ -16,7 +16,6 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
-
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts.subjects import STREAM_CMD, STREAM_EVT

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
-
 from rota.contracts import envelope
 from rota.contracts import subjects as s
 from rota.endpoints import Endpoints
+
 from tests.builders import submit_job
 from tests.integration.harness import (
     ACK_WAIT_S,

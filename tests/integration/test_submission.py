@@ -7,14 +7,14 @@ import uuid
 
 import sqlalchemy as sa
 from nats.aio.client import Client
-from sqlalchemy.ext.asyncio import create_async_engine
-
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
 from rota.db.engine import async_url
 from rota.endpoints import Endpoints
 from rota.ids import new_id
+from sqlalchemy.ext.asyncio import create_async_engine
+
 from tests.builders import spec_doc, submit_job
 from tests.integration.harness import (
     ServiceProcess,

@@ -29,16 +29,18 @@ def write_runtime_file(path: Path, endpoints: Endpoints, pid: int) -> None:
     tmp.replace(path)
 
 
-def resolve(settings: Settings) -> Endpoints:
+def resolve(settings: Settings, *, need_database: bool = True) -> Endpoints:
+    """Clients that only talk to NATS (the CLI) pass `need_database=False`."""
     nats_url, database_url = settings.nats_url, settings.database_url
-    if nats_url and database_url:
-        return Endpoints(nats_url, database_url)
+    if nats_url and (database_url or not need_database):
+        return Endpoints(nats_url, database_url or "")
     try:
         running = json.loads(settings.runtime_file.read_text())
     except (OSError, ValueError):
         missing = " and ".join(
             name for name, value in
-            (("ROTA_NATS_URL", nats_url), ("ROTA_DATABASE_URL", database_url)) if not value
+            (("ROTA_NATS_URL", nats_url), ("ROTA_DATABASE_URL", database_url or not need_database))
+            if not value
         )
         raise NotRunningError(
             f"{missing} not set and no `rota up` is running under {settings.home}"

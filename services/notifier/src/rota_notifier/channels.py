@@ -15,10 +15,10 @@ from typing import Any, Protocol
 import aiohttp
 import aiosmtplib
 from pydantic import SecretStr
+from rota.settings import Settings
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from rota.settings import Settings
 from rota_notifier.policy import DeliveryError, parse_retry_after
 from rota_notifier.render import Rendered
 from rota_notifier.routing import Channel

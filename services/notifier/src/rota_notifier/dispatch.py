@@ -14,6 +14,7 @@ once at that one point, because neither SMTP nor Slack offers an idempotency key
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -23,10 +24,10 @@ from typing import Any
 
 import sqlalchemy as sa
 from jinja2 import TemplateError
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from rota.clock import Clock
 from rota.ids import new_id
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from rota_notifier import store
 from rota_notifier.channels import Outgoing, Sender
 from rota_notifier.domain import Kind
@@ -116,10 +117,8 @@ class Dispatcher:
             if busy:
                 continue  # there may be more due right away
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll_interval_s)
-            except TimeoutError:
-                pass
 
     async def _claim(self, now: datetime, result: TickResult) -> list[sa.Row[Any]]:
         claimed: list[sa.Row[Any]] = []
@@ -155,9 +154,9 @@ class Dispatcher:
             except DeliveryError as exc:
                 return await self._failed(row, attempts, exc)
             except Exception as exc:  # a bug or an odd library error: retry, never lose it
-                log.exception("notification %s: unexpected failure", row.id)
+                # No traceback: third-party frames may quote URLs; the type and text suffice.
                 return await self._failed(row, attempts, DeliveryError(
-                    f"{type(exc).__name__}: {exc}", permanent=False))
+                    f"unexpected {type(exc).__name__}: {exc}", permanent=False))
         now = self._clock.now()
         async with self._engine().begin() as conn:
             await store.update(conn, row.id, {"status": Status.sent, "sent_at": now,

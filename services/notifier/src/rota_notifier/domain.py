@@ -13,7 +13,6 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
-
 from rota.config import RotaConfig
 from rota.contracts import Envelope
 from rota.contracts import messages as m
@@ -73,6 +72,8 @@ def fold(job: JobView | None, env: Envelope[BaseModel]) -> JobView | None:
         base = job or JobView(job_id=data.job_id)
         return replace(base, name=base.name or data.job_name, team=base.team or data.team,
                        user=base.user or data.user, queue=base.queue or data.queue.value)
+    if isinstance(data, m.RunStarted) and job is not None and job.pending_since is not None:
+        return replace(job, pending_since=None)  # it waits no more
     if isinstance(data, m.RunStopped) and job is not None and data.reason == m.StopReason.preempted:
         # Back in the queue: a new wait starts now, and the next start is a resume.
         return replace(job, pending_since=env.occurred_at, episode=job.episode + 1)
@@ -104,7 +105,8 @@ def _threshold_s(config: RotaConfig, queue: str | None) -> float | None:
 def notices(
     env: Envelope[BaseModel], job: JobView | None, config: RotaConfig
 ) -> list[Notice]:
-    """What `env` tells people. `job` is the view after `fold`. Staleness is the caller's.
+    """What `env` tells people, given the job's view before `env` (after `fold` when it was
+    unknown before). Staleness is the caller's.
 
     `PreemptionCompleted` covers several jobs, so it goes through `completed_notices`.
     """

@@ -13,14 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from rota.clock import Clock
 from rota.config import RotaConfig
 from rota.contracts import ContractError, Envelope, parse_any
 from rota.contracts import messages as m
 from rota.db.outbox import Outbox
 from rota.ids import new_id
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
 from rota_notifier import domain, store
 from rota_notifier.domain import JobView, Notice
 from rota_notifier.policy import Status
@@ -124,7 +124,7 @@ class Ingest:
         folded = domain.fold(job, env)
         if folded is not None:
             await store.put_job(conn, folded, now)
-            job = folded
         if stale:
             return []
-        return domain.notices(env, job, self._config)
+        # The view before this event: a start is measured against the wait it ends.
+        return domain.notices(env, job or folded, self._config)

@@ -62,7 +62,7 @@ class DeliveryPolicy:
         The fixed half keeps a flapping server from being hammered; the random half keeps
         many notifications that failed together from retrying together.
         """
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** max(attempts - 1, 0))
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** max(attempts - 1, 0))
         return ceiling / 2 + rng.uniform(0, ceiling / 2)
 
 

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
-
 from rota.settings import Settings
 
 MASK = "***"

@@ -47,8 +47,8 @@ def slack_escape(value: Any) -> Any:
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def human_duration(seconds: float) -> str:
-    seconds = abs(int(round(seconds)))
+def human_duration(value: float) -> str:
+    seconds = abs(round(value))
     if seconds < 60:
         return f"{seconds} s"
     minutes, sec = divmod(seconds, 60)

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from rota.config import RotaConfig
 from rota.config.model import Contact, Team
+
 from rota_notifier.domain import Kind, Notice
 
 
@@ -90,12 +91,15 @@ def route(notice: Notice, config: RotaConfig, available: frozenset[Channel]) -> 
 
 
 def unknown_opt_outs(config: RotaConfig) -> list[str]:
-    """`teams.<t>.users.<u>.opt_out` entries that name no kind: worth a warning at start."""
+    """`opt_out` entries that do nothing: unknown kinds, or protected ones. Warned at start."""
     known = {k.value for k in Kind} | {OPT_OUT_ALL}
-    return [
-        f"teams.{t}.users.{u}.opt_out: {entry!r}"
-        for t, team in config.teams.items()
-        for u, contact in team.users.items()
-        for entry in contact.opt_out
-        if entry not in known
-    ]
+    problems: list[str] = []
+    for t, team in config.teams.items():
+        for u, contact in team.users.items():
+            for entry in contact.opt_out:
+                where = f"teams.{t}.users.{u}.opt_out: {entry!r}"
+                if entry not in known:
+                    problems.append(f"{where} is not a notification kind")
+                elif entry in PROTECTED:
+                    problems.append(f"{where} cannot be opted out of")
+    return problems

@@ -10,6 +10,7 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from rota.bus.options import connect_options
 from rota.contracts import Envelope
 from rota.contracts.subjects import STREAM_CMD, STREAM_CTL, STREAM_EVT, STREAM_SUBJECTS
 from rota.settings import Settings
@@ -24,20 +25,6 @@ _RETENTION: dict[str, tuple[RetentionPolicy, float | None]] = {
     STREAM_EVT: (RetentionPolicy.LIMITS, None),
     STREAM_CTL: (RetentionPolicy.LIMITS, 7 * 86_400.0),
 }
-
-
-def connect_options(settings: Settings) -> dict[str, Any]:
-    """Credentials for nats-py: user/password, a token, or a .creds file, whichever is set."""
-    options: dict[str, Any] = {}
-    if settings.nats_user:
-        options["user"] = settings.nats_user
-        if settings.nats_password:
-            options["password"] = settings.nats_password.get_secret_value()
-    if settings.nats_token:
-        options["token"] = settings.nats_token.get_secret_value()
-    if settings.nats_creds:
-        options["user_credentials"] = str(settings.nats_creds)
-    return options
 
 
 def make_broker(settings: Settings, url: str, *, name: str) -> NatsBroker:

@@ -11,7 +11,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
 
-from rota.bus.broker import connect_options
+from rota.bus.options import connect_options
 from rota.cli.output import CommandFailed, InvalidInput
 from rota.contracts import envelope
 from rota.contracts import messages as m
@@ -26,7 +26,7 @@ FAILURE_CODES = {"UNAVAILABLE", "INTERNAL"}
 
 async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     """Send one API request and return its `result`, or raise with the server's reason."""
-    url = resolve(settings).nats_url
+    url = resolve(settings, need_database=False).nats_url
     try:
         nc = await nats.connect(
             url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0,

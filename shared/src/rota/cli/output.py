@@ -50,8 +50,9 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-def emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, default=_default, indent=2, sort_keys=False) + "\n")
+def emit_json(value: Any, *, compact: bool = False) -> None:
+    text = json.dumps(value, default=_default, indent=None if compact else 2)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

@@ -14,9 +14,7 @@ from typing import IO
 
 import nats
 
-from rota.bus.broker import connect_options, ensure_streams
-from rota.db import migrate
-from rota.db.engine import redact
+from rota.bus.options import connect_options
 from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
 from rota.endpoints import Endpoints
 from rota.settings import Settings
@@ -32,12 +30,16 @@ def migrations_dir(service: str) -> Path:
 
 
 def migrate_all(database_url: str, services: tuple[str, ...] = SERVICES) -> list[str]:
+    from rota.db import migrate  # Alembic is slow to import; only `up` and `migrate` need it
+
     for service in services:
         migrate.upgrade(database_url, service, migrations_dir(service))
     return list(services)
 
 
 async def prepare_streams(settings: Settings, nats_url: str) -> None:
+    from rota.bus.broker import ensure_streams
+
     nc = await nats.connect(nats_url, connect_timeout=5, **connect_options(settings))
     try:
         await ensure_streams(nc.jetstream(), settings.stream_replicas)
@@ -72,6 +74,8 @@ class Infrastructure:
             self.postgres.stop()
 
     def describe(self, endpoints: Endpoints) -> dict[str, str]:
+        from rota.db.engine import redact
+
         return {
             "nats_url": endpoints.nats_url,
             "nats": "embedded" if self.nats else "external",

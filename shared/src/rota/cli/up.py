@@ -76,7 +76,7 @@ def up(
                                          "pid": p.process.pid if p.process else None,
                                          "log": str(p.log_path)} for p in processes}}
         if json_out:
-            emit_json(summary)
+            emit_json(summary, compact=True)  # one line, so a supervisor can read it
         else:
             _print_summary(summary)
         _supervise(processes)

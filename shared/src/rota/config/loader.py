@@ -32,11 +32,15 @@ class ConfigError(ValueError):
         super().__init__(f"{source}: {len(issues)} problem(s)\n{lines}")
 
 
+def _num(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 _RULES = {
-    "greater_than_equal": lambda c: f"must be >= {c['ge']}",
-    "greater_than": lambda c: f"must be > {c['gt']}",
-    "less_than_equal": lambda c: f"must be <= {c['le']}",
-    "less_than": lambda c: f"must be < {c['lt']}",
+    "greater_than_equal": lambda c: f"must be >= {_num(c['ge'])}",
+    "greater_than": lambda c: f"must be > {_num(c['gt'])}",
+    "less_than_equal": lambda c: f"must be <= {_num(c['le'])}",
+    "less_than": lambda c: f"must be < {_num(c['lt'])}",
     "string_pattern_mismatch": lambda c: f"must match {c['pattern']}",
     "string_too_long": lambda c: f"must be at most {c['max_length']} characters",
     "string_too_short": lambda c: f"must be at least {c['min_length']} characters",

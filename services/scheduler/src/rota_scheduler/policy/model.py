@@ -76,6 +76,15 @@ class RunningRun:
     """As recorded by the ledger at grant; the policy recomputes borrowing from live usage."""
     expected_end: float | None = None
     """Declared or estimated end of this run; None means `started_at + default estimate`."""
+    checkpoint_interval_s: float | None = None
+    """If set, the run also checkpoints every interval after `last_checkpoint_at`, so a caller
+    need not rebuild the snapshot at every periodic checkpoint."""
+
+    def last_checkpoint(self, now: float) -> float | None:
+        last, every = self.last_checkpoint_at, self.checkpoint_interval_s
+        if last is None or every is None or now <= last:
+            return last
+        return last + ((now - last) // every) * every
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@ WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
 
 def expected_loss(run: RunningRun, now: float) -> float:
     """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all."""
-    since = run.last_checkpoint_at if run.resumable and run.last_checkpoint_at is not None else run.started_at
+    last = run.last_checkpoint(now) if run.resumable else None
+    since = run.started_at if last is None else last
     return run.gpus * max(0.0, now - since)
 
 

@@ -1,0 +1,105 @@
+"""The README path: `rota up` on embedded defaults, then submit, list and cancel via the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROTA = str(Path(sys.executable).parent / "rota")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rota-home")
+
+
+@pytest.fixture(scope="module")
+def env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ROTA_NATS_URL", "ROTA_DATABASE_URL", "ROTA_CONFIG")}
+    env["ROTA_HOME"] = str(home)
+    return env
+
+
+@pytest.fixture(scope="module")
+def rota_up(home: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    log = (home / "up.log").open("wb")
+    process = subprocess.Popen([ROTA, "up", "--json"], env=env, stdout=subprocess.PIPE,
+                               stderr=log, stdin=subprocess.DEVNULL)
+    assert process.stdout is not None
+    # `--json` prints one object once every service answers its ping.
+    ready, _, _ = select.select([process.stdout], [], [], 120)
+    if not ready:
+        process.kill()
+        pytest.fail(f"rota up not ready in 120 s: {(home / 'up.log').read_text()}")
+    line = process.stdout.readline()
+    if not line:
+        pytest.fail(f"rota up exited: {(home / 'up.log').read_text()}")
+    summary = json.loads(line)
+    assert summary["nats"] == "embedded" and summary["database"] == "embedded"
+    assert {s["state"] for s in summary["services"].values()} == {"ready"}
+    yield process
+    if process.poll() is None:
+        process.kill()
+    log.close()
+
+
+def rota(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROTA, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_submit_list_cancel_through_the_cli(
+    rota_up: subprocess.Popen[bytes], env: dict[str, str]
+) -> None:
+    submit = ["submit", "--team", "nlp", "--user", "alice", "--queue", "training",
+              "--flavor", "h100", "--gpus", "16", "--name", "e2e-train", "--resumable",
+              "--submission-id", "e2e-1"]
+    first = rota(env, *submit)
+    assert first.returncode == 0, first.stderr
+    job_id = first.stdout.strip()
+    assert len(job_id) == 36
+    again = rota(env, *submit, "--json")
+    assert again.returncode == 0
+    assert json.loads(again.stdout) == {"job_id": job_id, "duplicate": True, "state": "pending",
+                                        "submission_id": "e2e-1"}
+
+    bad = rota(env, *submit[:-2], "--submission-id", "e2e-2", "--flavor", "tpu")
+    assert bad.returncode == 2
+    assert "flavor" in bad.stderr and "Traceback" not in bad.stderr
+
+    listed = rota(env, "jobs", "--team", "nlp", "--json")
+    assert listed.returncode == 0
+    [row] = [r for r in json.loads(listed.stdout) if r["job_id"] == job_id]
+    assert (row["state"], row["gpus"], row["workers"]) == ("pending", 16, 2)
+
+    cancelled = rota(env, "cancel", job_id[:13], "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["state"] == "cancelled"
+    shown = rota(env, "job", job_id, "--json")
+    assert json.loads(shown.stdout)["state"] == "cancelled"
+    queues = rota(env, "queues", "--json")
+    assert any(r["state"] == "cancelled" for r in json.loads(queues.stdout))
+
+
+def test_sigterm_stops_everything_within_10_seconds(
+    rota_up: subprocess.Popen[bytes], env: dict[str, str], home: Path
+) -> None:
+    rota_up.send_signal(signal.SIGTERM)
+    try:
+        code = rota_up.wait(10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("rota up did not stop within 10 s")
+    assert code == 0
+    assert not (home / "run" / "endpoints.json").exists()
+    after = rota(env, "jobs")
+    assert after.returncode == 1 and "rota up" in after.stderr

@@ -1,0 +1,79 @@
+"""CLI behaviour that needs no server: exit codes and messages that name the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rota.cli.main import app
+from rota.settings import get_settings
+from typer.testing import CliRunner
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _nowhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ROTA_NATS_URL", raising=False)
+    monkeypatch.delenv("ROTA_DATABASE_URL", raising=False)
+    monkeypatch.setenv("ROTA_HOME", str(tmp_path / "home"))
+    get_settings.cache_clear()
+
+
+BASE = ["submit", "--team", "nlp", "--user", "alice", "--queue", "training", "--flavor", "h100",
+        "--name", "x"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--gpus", "0"], "gpus"),
+        (["--workers", "0", "--gpus-per-worker", "8"], "workers"),
+        (["--gpus", "13"], "gpus"),
+        (["--label", "novalue"], "labels"),
+        (["--rack", "sometimes"], "rack"),
+    ],
+)
+def test_invalid_submit_exits_2_and_names_the_field(args: list[str], field: str) -> None:
+    result = runner.invoke(app, [*BASE, *args, "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["field"] == field
+
+
+def test_missing_required_flag_names_it() -> None:
+    result = runner.invoke(app, ["submit", "--team", "nlp", "--json"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"]["field"] in {"name", "user", "queue", "flavor"}
+
+
+def test_job_file_is_read_and_flags_override(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: from-file\nteam: nlp\nuser: alice\nqueue: training\nflavor: h100\n"
+                   "workers: 0\n")
+    result = runner.invoke(app, ["submit", "-f", str(job), "--json"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"]["field"] == "workers"
+
+
+def test_commands_without_a_running_rota_fail_with_one_line() -> None:
+    for args in (["jobs"], ["job", "0123456789ab"], ["queues"], [*BASE, "--gpus", "8"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "rota up" in result.output
+        assert "Traceback" not in result.output
+
+
+def test_config_check(tmp_path: Path) -> None:
+    from rota.config.loader import example_text
+
+    good = tmp_path / "rota.yaml"
+    good.write_text(example_text())
+    ok = runner.invoke(app, ["config", "check", str(good), "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["capacity"] == {"h100": 32, "a100": 32}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(example_text().replace("quota: {h100: 16, a100: 8}", "quota: {h100: -1}"))
+    result = runner.invoke(app, ["config", "check", str(bad)])
+    assert result.exit_code == 2
+    assert "teams.nlp.quota.h100: must be >= 0" in result.output

@@ -1,0 +1,87 @@
+"""rota.yaml: the example loads, and every error names its key path and rule."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rota.config import ConfigError, load_config, parse_config
+from rota.config.loader import example_text
+
+
+def example() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(example_text())
+    return doc
+
+
+def issues_of(doc: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    return [str(issue) for issue in info.value.issues]
+
+
+def test_the_shipped_example_is_valid() -> None:
+    config = load_config()
+    assert len(config.cluster.flavors) == 2
+    assert [q.value for q in config.queues] == ["production", "training", "experiment"]
+    assert len(config.teams) == 3
+    assert config.capacity() == {"h100": 32, "a100": 32}
+    racks = {n.rack for n in config.expanded_nodes() if n.flavor == "h100"}
+    assert len(racks) == 2
+
+
+def mutate(path: str, value: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(example())
+    *parents, last = path.split(".")
+    node = doc
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("teams.nlp.quota.h100", -1, "teams.nlp.quota.h100: must be >= 0"),
+        ("teams.nlp.quota.tpu", 8, "teams.nlp.quota.tpu: unknown flavor"),
+        ("teams.nlp.weight", 0, "teams.nlp.weight: must be > 0"),
+        ("teams.nlp.colour", "red", "teams.nlp.colour: unknown key"),
+        ("teams.nlp.lending_limit.h100", 99, "teams.nlp.lending_limit.h100: must be <= the team's quota (16)"),
+        ("queues.urgent", {}, "queues.urgent.[key]: must be one of 'production', 'training' or 'experiment'"),
+        ("cluster.node_pools.0.flavor", "tpu", "cluster.node_pools.0.flavor: unknown flavor"),
+        ("cluster.node_pools.0.gpus_per_node", 0, "cluster.node_pools.0.gpus_per_node: must be >= 1"),
+        ("policy.fairshare_half_life_s", 0, "policy.fairshare_half_life_s: must be > 0"),
+        ("preemption.max_preemptions_per_job", -2, "preemption.max_preemptions_per_job: must be >= 0"),
+        ("teams.vision.quota.h100", 64, "teams.*.quota.h100: quotas add up to 88 GPUs, more than the 32 the cluster has"),
+        ("teams.nlp.users.alice.email", "not-an-email", "teams.nlp.users.alice.email: must match ^[^@\\s]+@[^@\\s]+$"),
+    ],
+)
+def test_errors_name_the_path_and_the_rule(path: str, value: Any, expected: str) -> None:
+    assert expected in issues_of(mutate(path, value))
+
+
+def test_missing_sections_are_reported_together() -> None:
+    assert issues_of({"teams": {}}) == ["cluster: is required"]
+    doc = example()
+    del doc["cluster"]["node_pools"]
+    assert "cluster: needs at least one node or node pool" in issues_of(doc)
+
+
+def test_unreadable_and_invalid_yaml_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("teams: [unclosed\n")
+    with pytest.raises(ConfigError, match="line 2, column 1: invalid YAML"):
+        load_config(broken)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(ConfigError, match="must hold a YAML mapping"):
+        load_config(scalar)

@@ -1,0 +1,87 @@
+"""The front door's rules as a scenario table: authorisation, config checks, state moves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rota.config import load_config
+from rota_submission.domain import apply_event, check_submission, spec_hash
+
+from tests.builders import submit_job
+
+CONFIG = load_config()
+
+# name, spec overrides, the subject's team, expected (code, field) or None
+SCENARIOS: list[tuple[str, dict[str, Any], str | None, tuple[str, str] | None]] = [
+    ("a plain job fits", {}, "nlp", None),
+    ("the api subject without team trusts the spec", {}, None, None),
+    ("another team's subject", {}, "vision", ("UNAUTHORISED", "team")),
+    ("unknown team", {"team": "ghosts"}, "ghosts", ("UNKNOWN_TEAM", "team")),
+    ("user outside the team", {"user": "carol"}, "nlp", ("UNKNOWN_USER", "user")),
+    ("unknown flavor", {"flavor": "tpu"}, "nlp", ("UNKNOWN_FLAVOR", "flavor")),
+    ("worker larger than any node", {"gpus_per_worker": 16}, "nlp",
+     ("EXCEEDS_CLUSTER", "gpus_per_worker")),
+    ("gang larger than the flavor", {"workers": 5}, "nlp", ("EXCEEDS_CLUSTER", "workers")),
+    ("whole flavor as one gang fits", {"workers": 4, "team": "vision", "user": "carol"},
+     "vision", None),
+    ("rack required but racks too small", {"workers": 3, "rack": "required"}, "nlp",
+     ("EXCEEDS_CLUSTER", "rack")),
+    ("rack required and a rack fits", {"workers": 2, "rack": "required"}, "nlp", None),
+    ("beyond quota plus borrowing limit", {"workers": 4, "flavor": "h100"}, "nlp", None),
+    ("borrowing limit caps research on a100",
+     {"team": "research", "user": "dave", "flavor": "a100", "workers": 2}, "research",
+     ("EXCEEDS_QUOTA_LIMIT", "workers")),
+    ("research may borrow up to its limit",
+     {"team": "research", "user": "dave", "flavor": "a100", "workers": 1}, "research", None),
+]
+
+
+@pytest.mark.parametrize(("name", "overrides", "subject_team", "expected"), SCENARIOS,
+                         ids=[s[0] for s in SCENARIOS])
+def test_submission_rules(
+    name: str, overrides: dict[str, Any], subject_team: str | None,
+    expected: tuple[str, str] | None,
+) -> None:
+    rejection = check_submission(submit_job(**overrides), subject_team, CONFIG)
+    if expected is None:
+        assert rejection is None, rejection
+    else:
+        assert rejection is not None
+        assert (rejection.code, rejection.field) == expected
+        assert rejection.message
+
+
+def test_spec_hash_is_stable_and_sensitive() -> None:
+    a = submit_job(submission_id="same")
+    assert spec_hash(a) == spec_hash(submit_job(submission_id="same"))
+    assert spec_hash(a) != spec_hash(submit_job(submission_id="same", workers=2))
+
+
+# state before, event, data, expected state after
+TRANSITIONS: list[tuple[str, str, dict[str, Any], str]] = [
+    ("pending", "AllocationGranted", {"run_id": "r"}, "admitted"),
+    ("admitted", "RunStarted", {"run_id": "r"}, "running"),
+    ("running", "PreemptionNoticed", {}, "preempting"),
+    ("preempting", "RunStopped", {"reason": "preempted", "checkpoint_uri": "s3://c"}, "pending"),
+    ("running", "RunStopped", {"reason": "cancelled"}, "cancelled"),
+    ("running", "RunFinished", {}, "finished"),
+    ("running", "RunFailed", {}, "failed"),
+    ("pending", "JobCancelled", {}, "cancelled"),
+    ("admitted", "AllocationRejected", {"message": "stale"}, "pending"),
+    ("pending", "JobPending", {"reasons": []}, "pending"),
+    ("finished", "RunStarted", {"run_id": "late"}, "finished"),
+    ("cancelled", "AllocationGranted", {}, "cancelled"),
+    ("failed", "RunFinished", {}, "failed"),
+]
+
+
+@pytest.mark.parametrize(("before", "event", "data", "after"), TRANSITIONS)
+def test_state_moves(before: str, event: str, data: dict[str, Any], after: str) -> None:
+    assert apply_event(before, event, data)[0] == after
+
+
+def test_a_preempted_job_carries_its_checkpoint_back_to_the_queue() -> None:
+    _, changes = apply_event("preempting", "RunStopped",
+                             {"reason": "preempted", "checkpoint_uri": "s3://ckpt/7"})
+    assert changes["resume_from"] == "s3://ckpt/7"
