@@ -9,14 +9,14 @@ from nats.aio.client import Client
 from rota.bus.broker import ensure_streams
 from rota.endpoints import Endpoints
 
-from tests.integration.harness import ServiceProcess, delete_consumers
+from tests.integration.harness import SUBMISSION_CONSUMERS, ServiceProcess, fresh_consumers
 
 
 @pytest.fixture(scope="session")
 async def nc(endpoints: Endpoints) -> AsyncIterator[Client]:
     client = await nats.connect(endpoints.nats_url)
     await ensure_streams(client.jetstream())
-    await delete_consumers(client, "submission-")
+    await fresh_consumers(client, SUBMISSION_CONSUMERS)
     yield client
     await client.close()
 

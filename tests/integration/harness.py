@@ -15,7 +15,7 @@ from typing import Any
 
 import nats
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts.subjects import STREAM_CMD, STREAM_EVT
@@ -86,17 +86,27 @@ class ServiceProcess:
                 self.process.wait()
 
 
-async def delete_consumers(nc: Client, prefix: str) -> None:
-    """Start from clean durable consumers, so settings like ack_wait are the test's own."""
+SUBMISSION_CONSUMERS = (
+    (STREAM_CMD, "submission-submit", "rota.cmd.submit.*"),
+    (STREAM_CMD, "submission-cancel", "rota.cmd.cancel.*"),
+    (STREAM_EVT, "submission-projection", "rota.evt.>"),
+)
+
+
+async def fresh_consumers(nc: Client, consumers: tuple[tuple[str, str, str], ...]) -> None:
+    """Recreate a service's durable consumers for this session: the test's ack wait, and only
+    messages from now on. The servers may hold earlier sessions' commands and events, which
+    a service starting with brand-new consumers would otherwise replay first."""
     js = nc.jetstream()
-    for stream in (STREAM_CMD, STREAM_EVT):
+    for stream, durable, subject in consumers:
         try:
-            consumers = await js.consumers_info(stream)
-        except Exception:
-            continue
-        for info in consumers:
-            if info.name.startswith(prefix):
-                await js.delete_consumer(stream, info.name)
+            await js.delete_consumer(stream, durable)
+        except nats.js.errors.NotFoundError:
+            pass
+        await js.add_consumer(stream, ConsumerConfig(
+            durable_name=durable, filter_subject=subject, deliver_policy=DeliverPolicy.NEW,
+            ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S, max_ack_pending=1000,
+        ))
 
 
 async def api(nc: Client, subject: str, data: Any, *, raw: bytes | None = None) -> m.ApiReply:

@@ -72,6 +72,7 @@ class RotaService:
             on_startup=[self._on_startup],
             after_startup=[self._after_startup],
             on_shutdown=[self._on_shutdown],
+            after_shutdown=[self._after_shutdown],
         )
         self.broker.subscriber(f"rota.sys.ping.{name}", include_in_schema=False)(self._pong)
 
@@ -103,7 +104,7 @@ class RotaService:
                     log.exception("%s: handling %s failed; will retry", self.name, subject)
                     await msg.nack(delay=self.settings.retry_delay_s)
                     return
-                crash_point(f"before_ack:{self.name}")
+                crash_point(f"before_ack:{durable}")
                 await msg.ack()
 
             consume.__name__ = handler.__name__
@@ -153,6 +154,9 @@ class RotaService:
             self._relay_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._relay_task
+
+    async def _after_shutdown(self) -> None:
+        # After every handler's own shutdown hook, which may still need the database.
         if self._engine is not None:
             await self._engine.dispose()
 

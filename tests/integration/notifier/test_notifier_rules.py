@@ -10,9 +10,9 @@ from datetime import timedelta
 
 import pytest
 import typer
+from rota.cli import notifications as cli
 from rota.contracts import messages as m
 from rota.settings import get_settings
-from rota_notifier import cli
 from rota_notifier.redact import Redactor
 from typer.testing import CliRunner
 
@@ -148,10 +148,10 @@ async def test_rota_notifications_lists_the_dead_letter_over_nats(
     await h.tick()
 
     subject = await api_subject(h.notifier.redactor)
-    monkeypatch.setattr(cli, "LIST_SUBJECT", subject)
+    monkeypatch.setattr(cli, "SUBJECT", subject)
     get_settings.cache_clear()
     app = typer.Typer()
-    app.command()(cli.notifications_command)
+    app.command()(cli.notifications)
     try:
         failed = await asyncio.to_thread(CliRunner().invoke, app, ["--failed", "--json"])
         everything = await asyncio.to_thread(CliRunner().invoke, app, ["--limit", "10"])

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 import typer
 from pydantic import SecretStr
+from rota.cli import notifications as cli
 from rota.settings import get_settings
-from rota_notifier import cli
 from rota_notifier.redact import Redactor
 from typer.testing import CliRunner
 
@@ -72,10 +72,10 @@ async def test_secrets_never_reach_logs_errors_or_json(
     assert any("535" in (r.last_error or "") for r in stored)
 
     subject = await api_subject(h.notifier.redactor)
-    monkeypatch.setattr(cli, "LIST_SUBJECT", subject)
+    monkeypatch.setattr(cli, "SUBJECT", subject)
     get_settings.cache_clear()
     app = typer.Typer()
-    app.command()(cli.notifications_command)
+    app.command()(cli.notifications)
     try:
         output = (await asyncio.to_thread(CliRunner().invoke, app, ["--json"])).output
     finally:

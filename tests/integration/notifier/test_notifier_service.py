@@ -15,6 +15,8 @@ import nats
 import pytest
 import yaml
 from rota.bus.broker import ensure_streams, publish_headers
+from rota.contracts import envelope
+from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.embedded import EmbeddedNats
 from rota.endpoints import Endpoints
@@ -69,7 +71,8 @@ async def test_the_service_delivers_a_preemption_notice_and_answers_the_list_api
         assert len(smtp.to("ml-team@example.com")) == 1
         assert len(slack.delivered) == 2
 
-        reply = await nc.request(LIST_SUBJECT, b'{"limit": 10}', timeout=5)
+        query = envelope(m.ListNotifications(limit=10), source="test")
+        reply = await nc.request(LIST_SUBJECT, query.to_bytes(), timeout=5)
         result = json.loads(reply.data)["data"]
         assert result["ok"] is True
         assert sorted((r["recipient"], r["channel"], r["status"]) for r in result["result"]) == [

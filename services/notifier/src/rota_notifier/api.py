@@ -1,20 +1,18 @@
 """The read API behind `rota notifications`: core NATS request/reply on `rota.sys.notifier.list`.
 
 It lives under `rota.sys.` because `rota.api.>` belongs to the submission service. Requests
-are plain JSON (`{"failed": true, "limit": 50}`); replies are the usual `ApiReply` envelope.
+are `ListNotifications` envelopes; replies are the usual `ApiReply` envelope.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from rota.contracts import envelope
+from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
-from rota.contracts.envelope import first_error
+from rota.contracts.subjects import NOTIFICATIONS_LIST
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_notifier import store
@@ -22,16 +20,9 @@ from rota_notifier.redact import Redactor
 
 log = logging.getLogger("rota.notifier.api")
 
-LIST_SUBJECT = "rota.sys.notifier.list"
+LIST_SUBJECT = NOTIFICATIONS_LIST
+MAX_REQUEST_BYTES = 64 * 1024
 SOURCE = "notifier"
-
-
-class ListNotifications(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    failed: bool = Field(False, description="Only the dead letter.")
-    limit: int = Field(50, ge=1, le=1000)
-    job_id: str | None = Field(None, max_length=36)
 
 
 def _jsonable(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
@@ -46,7 +37,7 @@ def _jsonable(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
 
 
 async def list_notifications(
-    engine: AsyncEngine, query: ListNotifications, redactor: Redactor
+    engine: AsyncEngine, query: m.ListNotifications, redactor: Redactor
 ) -> m.ApiReply:
     async with engine.connect() as conn:
         rows = await store.list_notifications(conn, failed=query.failed, limit=query.limit,
@@ -61,13 +52,10 @@ def _error(code: str, message: str, field: str | None = None) -> m.ApiReply:
 async def answer(engine: AsyncEngine, raw: bytes, redactor: Redactor) -> bytes:
     """One request's reply, always an envelope: errors are replies, never exceptions."""
     try:
-        query = ListNotifications.model_validate(json.loads(raw or b"{}"))
+        query = parse(raw, m.ListNotifications, max_bytes=MAX_REQUEST_BYTES).data
         reply = await list_notifications(engine, query, redactor)
-    except json.JSONDecodeError:
-        reply = _error("MALFORMED_JSON", "the request must be a JSON object")
-    except ValidationError as exc:
-        err = first_error(exc)
-        reply = _error(err.code, err.message, err.field)
+    except ContractError as exc:
+        reply = _error(exc.code, exc.message, exc.field)
     except Exception as exc:  # the API must answer, and the service must keep running
         log.warning("list failed: %s", redactor.redact(f"{type(exc).__name__}: {exc}"))
         reply = _error("UNAVAILABLE", redactor.redact(f"{type(exc).__name__}: {exc}")[:500])

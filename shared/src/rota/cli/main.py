@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rota.cli import jobs as job_commands
+from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
 from rota.cli.stack import SERVICES, migrate_all
 from rota.cli.up import up
@@ -31,6 +32,7 @@ app.command()(job_commands.jobs)
 app.command()(job_commands.job)
 app.command()(job_commands.cancel)
 app.command()(job_commands.queues)
+app.command()(notifications)
 
 
 @config_app.command("check")

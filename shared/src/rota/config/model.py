@@ -105,7 +105,9 @@ class Preemption(_Strict):
         8, ge=0, le=10_000, description="Blocked jobs per cycle that may search for victims."
     )
     max_lost_gpu_s_per_plan: float | None = Field(
-        None, ge=0, description="No plan (except for production) may expect to lose more."
+        0.0,
+        ge=0,
+        description="Unsaved GPU-seconds a plan for a non-production job may destroy (None: any).",
     )
 
 

@@ -45,6 +45,7 @@ QUERY_TYPES: dict[str, type[BaseModel]] = {
     "GetJob": m.GetJob,
     "ListJobs": m.ListJobs,
     "SummarizeQueues": m.SummarizeQueues,
+    "ListNotifications": m.ListNotifications,
     "ApiReply": m.ApiReply,
 }
 MESSAGE_TYPES: dict[str, type[BaseModel]] = (

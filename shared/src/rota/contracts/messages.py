@@ -340,6 +340,14 @@ class ListJobs(StrictModel):
     limit: int = Field(100, ge=1, le=10_000)
 
 
+class ListNotifications(StrictModel):
+    """`rota.sys.notifier.list`: notifications sent, retrying or dead, newest first."""
+
+    failed: bool = Field(False, description="Only the dead letter.")
+    limit: int = Field(50, ge=1, le=1000)
+    job_id: Uuid | None = None
+
+
 class SummarizeQueues(StrictModel):
     """`rota.api.queues.summary`: jobs and GPUs per queue, team and state."""
 

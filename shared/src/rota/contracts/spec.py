@@ -38,6 +38,7 @@ RECEIVED: list[tuple[str, type[BaseModel], str]] = [
     (s.API_JOB_GET, m.GetJob, "Request/reply; answers an ApiReply envelope."),
     (s.API_JOBS_LIST, m.ListJobs, "Request/reply; answers an ApiReply envelope."),
     (s.API_QUEUES_SUMMARY, m.SummarizeQueues, "Request/reply; answers an ApiReply envelope."),
+    (s.NOTIFICATIONS_LIST, m.ListNotifications, "Request/reply, answered by the notifier."),
 ]
 
 

@@ -26,6 +26,7 @@ API_JOBS_LIST = "rota.api.jobs.list"
 API_QUEUES_SUMMARY = "rota.api.queues.summary"
 
 SYS_PING = "rota.sys.ping"
+NOTIFICATIONS_LIST = "rota.sys.notifier.list"
 
 
 def submit(team: str) -> str:

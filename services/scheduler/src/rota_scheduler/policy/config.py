@@ -94,8 +94,10 @@ class PolicyConfig:
     """How long a resumable victim is expected to take to save on notice."""
     max_preemption_attempts: int = 8
     """Blocked jobs per cycle that may search for victims; bounds the cost of a cycle."""
-    max_lost_gpu_s_per_plan: float | None = None
-    """A plan whose expected loss is higher is not made (None: no cap); production is exempt."""
+    max_lost_gpu_s_per_plan: float | None = 0.0
+    """Unsaved GPU-seconds a plan for a non-production job may destroy (None: no cap). With
+    save-on-notice a resumable victim loses nothing, so by default only production may stop a
+    job that cannot checkpoint."""
 
     def team(self, name: str) -> TeamPolicy:
         found = self.teams.get(name)

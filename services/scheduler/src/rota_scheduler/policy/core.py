@@ -44,7 +44,7 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
     if not lower and not reclaim:
         return None
-    memo_key = ("rota-miss", job.tier, job.team if reclaim else "", job.flavor, job.gpus_per_worker, job.rack)
+    memo_key = ("rota-miss", job.tier, job.team, job.flavor, job.gpus_per_worker, job.rack)
     missed = cy.memo.get(memo_key)
     if isinstance(missed, int) and job.workers >= missed:
         return None

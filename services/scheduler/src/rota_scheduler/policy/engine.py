@@ -313,9 +313,7 @@ def _walk(cy: Cycle) -> None:
             elif rules.backfill == "reserve" and code is not Code.RESERVED_FOR_HIGHER_PRIORITY:
                 book = cy.book(f)
                 if len(book.reservations) < limit:
-                    book.reserve(
-                        job.job_id, job.tier.rank, g, free_total.get(f, 0), cy.now, cy.runtime(job)
-                    )
+                    book.reserve(job.job_id, job.tier.rank, g, free_total.get(f, 0), cy.now, cy.runtime(job))
             qkey = (job.tier.value, job.team, f)
             misses[qkey] = misses.get(qkey, 0) + 1
             if misses[qkey] >= rules.per_queue_depth:

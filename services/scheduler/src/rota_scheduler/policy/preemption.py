@@ -5,12 +5,18 @@ the plan names the preemptor's exact placement (`target`), and the GPUs of that 
 for it while the victims save and stop.
 
 Rota's victim order (DESIGN §4):
-  1. lower-tier work: resumable before not resumable, then the least work since the last
-     checkpoint (expected lost GPU-seconds);
+  1. lower-tier work: resumable before not resumable, lowest tier first, then the least work
+     since the last checkpoint;
   2. borrowed capacity that its owner reclaims (the preemptor's team stays within its quota);
   3. production work, as a last resort, and only borrowed production work of another team.
-A run younger than the minimum runtime, or out of preemption budget, is never a victim, and
-another team's in-quota work is never a victim: only the GPUs a team borrowed are reclaimable.
+A run younger than the minimum runtime, or out of preemption budget, is never a victim.
+Another team's in-quota training or production work is never a victim: only what that team
+borrowed is reclaimable. Experiment work is never guaranteed (DESIGN §1: it "uses idle GPUs"),
+so any higher tier may stop it, in quota or not.
+
+Rota's victims get a notice and save before they stop, so a resumable victim loses nothing:
+its expected loss is 0 and only a victim that cannot checkpoint loses its run. A plan for a
+non-production job may not destroy more than `max_lost_gpu_s_per_plan` (default 0).
 Selection is per node: each node's cheapest prefix of victims that frees a worker's GPUs,
 then the cheapest nodes (in the best rack, for rack-bound gangs).
 """
@@ -32,6 +38,11 @@ __all__ = ["Candidate", "PreemptionContext", "expected_loss", "greedy_plan", "ro
 
 LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
 WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
+
+
+def rota_loss(run: RunningRun, now: float) -> float:
+    """GPU-seconds lost under Rota's notice-and-save: nothing if resumable, else the whole run."""
+    return 0.0 if run.resumable else run.gpus * max(0.0, now - run.started_at)
 
 
 def expected_loss(run: RunningRun, now: float) -> float:
@@ -126,17 +137,20 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
                 continue
             category = LOWER_TIER
         else:
-            # Another team's in-quota work is guaranteed: only what it borrowed is fair game.
-            if quota.borrowing(run.team, job.flavor) < run.gpus:
-                continue
-            if lower:
+            # Another team's in-quota work is guaranteed, except experiment work, which only
+            # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
+            borrowed = quota.borrowing(run.team, job.flavor) >= run.gpus
+            if lower and (borrowed or run.tier is Tier.experiment):
                 category = LOWER_TIER
+            elif not borrowed:
+                continue
             elif not may_reclaim:
                 continue
             else:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM
-        loss = expected_loss(run, now)
-        key = (category, -run.tier.rank, not run.resumable, loss, -run.started_at, run.run_id)
+        since_checkpoint = expected_loss(run, now)
+        key = (category, not run.resumable, -run.tier.rank, since_checkpoint, -run.started_at, run.run_id)
+        loss = rota_loss(run, now)
         out.append(Candidate(run, category, loss, key))
     return out
 
@@ -223,7 +237,7 @@ def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionCo
         return False
     per_team: dict[str, int] = {}
     for c in victims:
-        if c.run.team != job.team:
+        if c.run.team != job.team and c.run.tier is not Tier.experiment:
             per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.gpus
     if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
         return False

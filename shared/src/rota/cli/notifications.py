@@ -1,0 +1,60 @@
+"""`rota notifications`: what the notifier sent, is retrying, or gave up on (the dead letter)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from rota.cli.client import call
+from rota.cli.output import console, emit_json, handled
+from rota.contracts import messages as m
+from rota.contracts.subjects import NOTIFICATIONS_LIST
+from rota.settings import get_settings
+
+SUBJECT = NOTIFICATIONS_LIST
+
+
+def _short_time(value: str | None) -> str:
+    if not value:
+        return "-"
+    return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def table(rows: list[dict[str, Any]], *, failed: bool) -> Table:
+    out = Table(box=None, header_style="bold")
+    columns = ["CREATED", "KIND", "RECIPIENT", "CHANNEL", "STATUS", "TRIES", "JOB"]
+    columns += ["ERROR"] if failed else ["SENT / NEXT"]
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in rows:
+        when = row["sent_at"] if row["status"] == "sent" else row["next_attempt_at"]
+        last = (row["last_error"] or "-") if failed else _short_time(when)
+        out.add_row(
+            _short_time(row["created_at"]), row["kind"], row["recipient"], row["channel"],
+            row["status"], str(row["attempts"]), (row["job_id"] or "-")[:13], last,
+        )
+    return out
+
+
+@handled
+def notifications(
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="Only the dead letter: notifications that gave up.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+    = False,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, max=1000, help="At most this many, newest first.")] = 50,
+) -> None:
+    """Notifications sent, retrying or dead, newest first. No secret is ever shown."""
+    rows: list[dict[str, Any]] = call(
+        get_settings(), SUBJECT, m.ListNotifications(failed=failed, limit=limit)
+    )
+    if json_out:
+        emit_json(rows)
+    elif rows:
+        console.print(table(rows, failed=failed))
+    else:
+        console.print("no failed notifications" if failed else "no notifications yet")
