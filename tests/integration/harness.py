@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -99,10 +100,8 @@ async def fresh_consumers(nc: Client, consumers: tuple[tuple[str, str, str], ...
     a service starting with brand-new consumers would otherwise replay first."""
     js = nc.jetstream()
     for stream, durable, subject in consumers:
-        try:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_consumer(stream, durable)
-        except nats.js.errors.NotFoundError:
-            pass
         await js.add_consumer(stream, ConsumerConfig(
             durable_name=durable, filter_subject=subject, deliver_policy=DeliverPolicy.NEW,
             ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S, max_ack_pending=1000,

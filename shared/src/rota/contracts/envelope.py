@@ -31,6 +31,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "AllocationGranted": m.AllocationGranted,
     "AllocationRejected": m.AllocationRejected,
     "AllocationReleased": m.AllocationReleased,
+    "UsageRecorded": m.UsageRecorded,
     "RunStarted": m.RunStarted,
     "RunCheckpointed": m.RunCheckpointed,
     "RunFinished": m.RunFinished,

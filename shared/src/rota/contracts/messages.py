@@ -194,6 +194,10 @@ class RunStarted(OpenModel):
     attempt: int = Field(ge=1)
     placement: Placement
     resumed_from: Uri | None = None
+    token_sha256: str | None = Field(
+        None, description="sha256 hex of the run token: acks are checked against it, and the "
+        "token itself never travels in an event but the job's own acknowledgement."
+    )
 
 
 class RunCheckpointed(OpenModel):
@@ -229,6 +233,15 @@ class RunStopped(OpenModel):
     lost_gpu_seconds: float = Field(0.0, ge=0)
 
 
+class UsageRecorded(OpenModel):
+    """The ledger's decayed usage (GPU-seconds, half-life from config), for fair share."""
+
+    as_of: datetime
+    half_life_s: float = Field(gt=0)
+    teams: dict[str, float]
+    users: dict[str, float] = Field(default_factory=dict, description="Keyed `team/user`.")
+
+
 # ---------------------------------------------------------------- preemption
 
 
@@ -240,12 +253,17 @@ class Victim(OpenModel):
     gpus: GpuCount
     expected_lost_gpu_seconds: float = Field(ge=0)
     borrowed: bool = False
+    job_name: JobName | None = None
+    user: Name | None = None
+    resumable: bool = False
+    last_checkpoint_uri: Uri | None = None
 
 
 class PreemptionRequested(OpenModel):
     plan_id: Uuid
     preemptor_job_id: Uuid
     preemptor_queue: Tier
+    preemptor_team: Name | None = None
     victims: Annotated[list[Victim], Field(min_length=1)]
     reason: str
     message: ShortText

@@ -62,6 +62,7 @@ EVENT_SUBJECTS: dict[str, str] = {
     "AllocationGranted": "rota.evt.allocation.granted",
     "AllocationRejected": "rota.evt.allocation.rejected",
     "AllocationReleased": "rota.evt.allocation.released",
+    "UsageRecorded": "rota.evt.usage.recorded",
     "RunStarted": "rota.evt.run.started",
     "RunCheckpointed": "rota.evt.run.checkpointed",
     "RunFinished": "rota.evt.run.finished",

@@ -142,9 +142,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
             borrowed = quota.borrowing(run.team, job.flavor) >= run.gpus
             if lower and (borrowed or run.tier is Tier.experiment):
                 category = LOWER_TIER
-            elif not borrowed:
-                continue
-            elif not may_reclaim:
+            elif not borrowed or not may_reclaim:
                 continue
             else:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM

@@ -67,6 +67,7 @@ class SimJob:
         "epoch",
         "eta",
         "eta_known",
+        "first_reason",
         "finish",
         "first_start",
         "lost_s",
@@ -93,6 +94,7 @@ class SimJob:
         self.first_start: float | None = None
         self.eta: float | None = None
         self.eta_known = False
+        self.first_reason = ""
         self.finish: float | None = None
         self.preemptions = 0
         self.attempt = 0
@@ -449,3 +451,4 @@ class Simulator:
             job = self.by_id[ex.job_id]
             if not job.eta_known:
                 job.eta, job.eta_known = ex.eta, True
+                job.first_reason = ex.reasons[0].code.value
