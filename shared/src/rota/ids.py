@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
 import uuid6
 
@@ -25,3 +25,12 @@ def derived_id(seed: str, at: datetime) -> str:
     rand_b = digest & ((1 << 62) - 1)
     value = millis << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
     return str(uuid.UUID(int=value))
+
+
+_STABLE_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def stable_id(seed: str) -> str:
+    """A UUIDv7-shaped id that depends only on `seed`: for commands that must be sent once
+    per run however often a restarted service decides to send them."""
+    return derived_id(seed, _STABLE_EPOCH)

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     stream_replicas: int = Field(1, ge=1, le=5)
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after this long without an ack.")
     retry_delay_s: float = Field(2.0, ge=0, description="Delay before retrying a failed message.")
+    scheduler_tick_s: float = Field(2.0, gt=0, description="A cycle at least this often.")
+    scheduler_debounce_s: float = Field(0.05, ge=0, description="Events this close share a cycle.")
+    scheduler_lease_ttl_s: float = Field(6.0, ge=1, description="A standby leads this soon after.")
 
     # The notifier's channels (issue 5). Secrets are SecretStr: they never print or log.
     slack_webhook_url: SecretStr | None = Field(None, description="A Slack incoming webhook.")

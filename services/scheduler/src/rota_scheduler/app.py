@@ -1,12 +1,189 @@
-"""The scheduler service. Its handlers arrive with their issue; today it migrates, connects and
-answers `rota.sys.ping.scheduler`."""
+"""The scheduler service: lease, replay, debounced cycles, and acting on the decisions.
+
+A cycle, in numbered phases:
+    1. start    StartRun for every granted run not yet started (token from our table)
+    2. snapshot the view, folded from ROTA_EVT
+    3. decide   `policy.schedule(snapshot, now, config)`, pure
+    4. act      proposals, plans, changed JobPending, stops, and the decision log, in one
+                transaction through the outbox; then the view records what it sent
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from datetime import datetime
 from pathlib import Path
 
-from rota.service import RotaService, empty_service
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+from rota.config import RotaConfig, load_config
+from rota.contracts import ContractError, envelope, parse_any
+from rota.contracts.subjects import STREAM_EVT
+from rota.ids import new_id
+from rota.service import RotaService
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota_scheduler import store
+from rota_scheduler.actions import Actions, Outgoing, plan_actions, start_run
+from rota_scheduler.lease import Lease
+from rota_scheduler.policy import PolicyConfig, policy_config_from, schedule
+from rota_scheduler.view import ClusterView
+
+log = logging.getLogger("rota.scheduler")
+
+SOURCE = "scheduler"
+
+
+class Scheduler:
+    def __init__(self, service: RotaService, config: RotaConfig, policy: PolicyConfig) -> None:
+        self.service = service
+        self.view = ClusterView(config)
+        self.policy = policy
+        self.dirty = asyncio.Event()
+        self.last_seq = 0
+        self.replay_target = 0
+        self.caught_up = asyncio.Event()
+        self.start_sent: set[str] = set()
+        self.cycles = 0
+        settings = service.settings
+        self.tick_s = settings.scheduler_tick_s
+        self.debounce_s = settings.scheduler_debounce_s
+        self.lease_ttl_s = settings.scheduler_lease_ttl_s
+
+    # ------------------------------------------------------------ events
+
+    async def on_event(self, msg: Msg) -> None:
+        try:
+            env = parse_any(msg.data, max_bytes=self.service.settings.max_message_bytes)
+        except ContractError as exc:
+            log.warning("skipping an unreadable event: %s", exc)
+        else:
+            self.view.apply(env.type, env.data.model_dump(mode="json"), env.occurred_at.timestamp())
+        self.last_seq = msg.metadata.sequence.stream
+        if self.last_seq >= self.replay_target:
+            self.caught_up.set()
+        self.dirty.set()
+
+    # ------------------------------------------------------------ leadership
+
+    async def lead(self) -> None:
+        js = self.service.broker.connection.jetstream()
+        lease = Lease(js, f"{socket.gethostname()}-{os.getpid()}-{new_id()[-8:]}", self.lease_ttl_s)
+        log.info("standing by for the scheduler lease")
+        await lease.acquire()
+        lost = asyncio.Event()
+        keeper = asyncio.create_task(lease.keep(lost), name="scheduler-lease")
+        try:
+            await self._rebuild()
+            await self._loop(lost)
+        finally:
+            keeper.cancel()
+            await lease.release()
+
+    async def _rebuild(self) -> None:
+        # Our own decisions must be in the stream before we replay it, or we would decide
+        # them a second time.
+        assert self.service.relay is not None
+        await self.service.relay.drain()
+        jetstream = self.service.broker.connection.jetstream()
+        self.replay_target = (await jetstream.stream_info(STREAM_EVT)).state.last_seq
+        if self.replay_target == 0:
+            self.caught_up.set()
+        await jetstream.subscribe("rota.evt.>", cb=self.on_event, ordered_consumer=True,
+                                  deliver_policy=DeliverPolicy.ALL)
+        await self.caught_up.wait()
+        log.info("view rebuilt from %d events: %d jobs", self.replay_target, len(self.view.jobs))
+
+    async def _loop(self, lost: asyncio.Event) -> None:
+        while not lost.is_set():
+            try:
+                await asyncio.wait_for(self.dirty.wait(), timeout=self.tick_s)
+                await asyncio.sleep(self.debounce_s)  # gather a burst into one cycle
+            except TimeoutError:
+                pass
+            self.dirty.clear()
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling cycle failed; retrying at the next tick")
+        log.error("lease lost: stopping so a standby can lead")
+        self.service.app.exit()
+
+    # ------------------------------------------------------------ one cycle
+
+    async def cycle(self) -> None:
+        now = self.service.clock.now()
+        epoch = now.timestamp()
+        await self._start_granted(now)
+        decisions = schedule(self.view.snapshot(epoch), epoch, self.policy)
+        actions = plan_actions(self.view, decisions)
+        for job_id in decisions.abandoned_plans:
+            for plan_id in [p.plan_id for p in self.view.plans.values() if p.preemptor_job_id == job_id]:
+                self.view.plans.pop(plan_id, None)
+        if not actions.outgoing:
+            return
+        cycle_id = new_id()
+        async with self.service.engine.begin() as conn:
+            await store.add_runs(conn, actions.new_runs, now)
+            await store.add_decisions(conn, cycle_id, now, actions.records)
+            for item in actions.outgoing:
+                await self._outbox(conn, item, now)
+        self._record(actions, epoch)
+        self.cycles += 1
+        if self.service.relay is not None:
+            self.service.relay.wake()
+
+    async def _start_granted(self, now: datetime) -> None:
+        """Phase 1: StartRun once per granted run, each claimed in its own transaction."""
+        for run_id in sorted(self.view.granted_unstarted - self.start_sent):
+            allocation = self.view.allocations.get(run_id)
+            job = self.view.jobs.get(allocation.job_id) if allocation else None
+            if job is None or job.cancelled or job.run_id != run_id:
+                continue
+            async with self.service.engine.begin() as conn:
+                token = await store.claim_start(conn, run_id, now)
+                if token is not None:
+                    await self._outbox(conn, start_run(job, run_id, token, self.view), now)
+            self.start_sent.add(run_id)
+
+    async def _outbox(self, conn: AsyncConnection, item: Outgoing, now: datetime) -> None:
+        env = envelope(item.message, source=SOURCE, job_id=item.job_id, run_id=item.run_id,
+                       id=item.id, occurred_at=now)
+        await self.service.outbox.add(conn, env, item.subject, stream=item.stream)
+
+    def _record(self, actions: Actions, epoch: float) -> None:
+        """Fold what was just committed into the view, before its echo arrives."""
+        for item in actions.outgoing:
+            name = type(item.message).__name__
+            if name in ("AllocationProposed", "PreemptionRequested"):
+                self.view.apply(name, item.message.model_dump(mode="json"), epoch)
+        for job_id, fingerprint in actions.fingerprints.items():
+            self.view.jobs[job_id].pending_fingerprint = fingerprint
+        for job_id in actions.stops:
+            self.view.jobs[job_id].stop_requested = True
 
 
 def build() -> RotaService:
-    return empty_service("scheduler", Path(__file__).parent)
+    service = RotaService("scheduler", migrations=Path(__file__).parent / "migrations")
+    config = load_config(service.settings.config)
+    scheduler = Scheduler(service, config, policy_config_from(config))
+    tasks: list[asyncio.Task[None]] = []
+
+    @service.app.after_startup
+    async def start_leading() -> None:
+        tasks.append(asyncio.create_task(scheduler.lead(), name="scheduler-lead"))
+
+    @service.app.on_shutdown
+    async def stop_leading() -> None:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    return service

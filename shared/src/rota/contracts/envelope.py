@@ -47,6 +47,7 @@ QUERY_TYPES: dict[str, type[BaseModel]] = {
     "ListJobs": m.ListJobs,
     "SummarizeQueues": m.SummarizeQueues,
     "ListNotifications": m.ListNotifications,
+    "ListAllocations": m.ListAllocations,
     "ApiReply": m.ApiReply,
 }
 MESSAGE_TYPES: dict[str, type[BaseModel]] = (

@@ -264,6 +264,9 @@ class PreemptionRequested(OpenModel):
     preemptor_job_id: Uuid
     preemptor_queue: Tier
     preemptor_team: Name | None = None
+    target: Placement | None = Field(
+        None, description="Where the preemptor goes once the victims stop; held for it."
+    )
     victims: Annotated[list[Victim], Field(min_length=1)]
     reason: str
     message: ShortText
@@ -356,6 +359,18 @@ class ListJobs(StrictModel):
     queue: Tier | None = None
     state: JobStateName | None = None
     limit: int = Field(100, ge=1, le=10_000)
+
+
+class ListAllocations(StrictModel):
+    """`rota.sys.ledger.allocations`: the ledger's allocations, one entry per run.
+
+    Active ones (the default) oldest grant first, for the scheduler's rebuild on start;
+    with `active_only: false`, released ones too, newest first.
+    """
+
+    active_only: bool = True
+    limit: int = Field(10_000, ge=1, le=100_000)
+    job_id: Uuid | None = None
 
 
 class ListNotifications(StrictModel):

@@ -1,0 +1,318 @@
+"""The ledger's tables (schema `ledger`) and the queries on them. Every function runs inside
+the caller's transaction; none commits."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota_ledger.domain import Gpu, Seat, Snapshot
+from rota_ledger.usage import Usage
+
+SCHEMA = "ledger"
+metadata = sa.MetaData(schema=SCHEMA)
+
+allocations = sa.Table(
+    "allocations",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("node", sa.Text, nullable=False),
+    sa.Column("gpu", sa.Integer, nullable=False),
+    sa.Column("worker", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("job_id", sa.Text, nullable=False),
+    sa.Column("proposal_id", sa.Text, nullable=False),
+    sa.Column("plan_id", sa.Text),
+    sa.Column("team", sa.Text, nullable=False),
+    sa.Column("user_name", sa.Text, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("flavor", sa.Text, nullable=False),
+    sa.Column("borrowed", sa.Boolean, nullable=False),
+    sa.Column("granted_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("released_at", sa.DateTime(timezone=True)),
+    sa.Column("release_reason", sa.Text),
+)
+
+entries = sa.Table(
+    "entries",
+    metadata,
+    sa.Column("seq", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("job_id", sa.Text, nullable=False),
+    sa.Column("team", sa.Text, nullable=False),
+    sa.Column("user_name", sa.Text, nullable=False),
+    sa.Column("flavor", sa.Text, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("borrowed_gpus", sa.Integer, nullable=False),
+    sa.Column("gpu_seconds", sa.Float, nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("cause_id", sa.Text, nullable=False),
+)
+
+usage = sa.Table(
+    "usage",
+    metadata,
+    sa.Column("team", sa.Text, primary_key=True),
+    sa.Column("user_name", sa.Text, primary_key=True),
+    sa.Column("gpu_seconds", sa.Float, nullable=False),
+    sa.Column("as_of", sa.DateTime(timezone=True), nullable=False),
+)
+TEAM_TOTAL = ""
+"""`usage.user_name` of a team's own row."""
+
+holds = sa.Table(
+    "holds",
+    metadata,
+    sa.Column("plan_id", sa.Text, primary_key=True),
+    sa.Column("node", sa.Text, primary_key=True),
+    sa.Column("gpu", sa.Integer, primary_key=True),
+    sa.Column("preemptor_job_id", sa.Text, nullable=False),
+    sa.Column("victim_run_id", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+ONE_ACTIVE_PER_GPU = "allocations_one_active_per_gpu"
+
+
+def _active() -> sa.ColumnElement[bool]:
+    return allocations.c.released_at.is_(None)
+
+
+async def lock_flavor(conn: AsyncConnection, flavor: str) -> None:
+    """Serialise the decisions on one flavor until commit. Quota and lending limits are sums
+    over many rows, which no row constraint can guard; two proposals deciding at once could
+    each see room that only one of them may take."""
+    key = zlib.crc32(f"ledger-flavor:{flavor}".encode())
+    await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
+
+
+async def snapshot(
+    conn: AsyncConnection, *, run_id: str, flavor: str, wanted: Sequence[Gpu],
+    plan_id: str | None, now: datetime,
+) -> Snapshot:
+    gpus = sa.tuple_(allocations.c.node, allocations.c.gpu).in_(list(wanted))
+    taken = {
+        (row.node, row.gpu): row.run_id
+        for row in await conn.execute(
+            sa.select(allocations.c.node, allocations.c.gpu, allocations.c.run_id)
+            .where(_active(), gpus)
+        )
+    }
+    held_query = sa.select(holds.c.node, holds.c.gpu, holds.c.plan_id).where(
+        sa.tuple_(holds.c.node, holds.c.gpu).in_(list(wanted)), holds.c.expires_at > now
+    )
+    if plan_id is not None:
+        held_query = held_query.where(holds.c.plan_id != plan_id)
+    held = {(row.node, row.gpu): row.plan_id for row in await conn.execute(held_query)}
+    in_use = {
+        row.team: int(row.gpus)
+        for row in await conn.execute(
+            sa.select(allocations.c.team, sa.func.count().label("gpus"))
+            .where(_active(), allocations.c.flavor == flavor)
+            .group_by(allocations.c.team)
+        )
+    }
+    run_seen = (
+        await conn.execute(sa.select(sa.literal(1)).where(allocations.c.run_id == run_id).limit(1))
+    ).first() is not None
+    return Snapshot(taken=taken, held=held, in_use=in_use, run_seen=run_seen)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What every row of one allocation shares."""
+
+    run_id: str
+    job_id: str
+    proposal_id: str
+    plan_id: str | None
+    team: str
+    user: str
+    queue: str
+    flavor: str
+
+
+async def insert_seats(
+    conn: AsyncConnection, run: RunInfo, seats: Iterable[Seat], granted_at: datetime
+) -> None:
+    """One row per GPU. Raises IntegrityError on `ONE_ACTIVE_PER_GPU` if any is taken."""
+    await conn.execute(
+        sa.insert(allocations),
+        [
+            dict(node=s.node, gpu=s.gpu, worker=s.worker, borrowed=s.borrowed, run_id=run.run_id,
+                 job_id=run.job_id, proposal_id=run.proposal_id, plan_id=run.plan_id,
+                 team=run.team, user_name=run.user, queue=run.queue, flavor=run.flavor,
+                 granted_at=granted_at)
+            for s in seats
+        ],
+    )
+
+
+async def add_entry(
+    conn: AsyncConnection, *, kind: str, run: RunInfo, gpus: int, borrowed_gpus: int,
+    gpu_seconds: float, at: datetime, cause_id: str,
+) -> bool:
+    """Append one ledger entry; False if this run already has an entry of this kind."""
+    result = await conn.execute(
+        insert(entries).values(
+            kind=kind, run_id=run.run_id, job_id=run.job_id, team=run.team, user_name=run.user,
+            flavor=run.flavor, gpus=gpus, borrowed_gpus=borrowed_gpus, gpu_seconds=gpu_seconds,
+            at=at, cause_id=cause_id,
+        ).on_conflict_do_nothing(constraint="entries_once_per_run")
+    )
+    return bool(result.rowcount)
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    run: RunInfo
+    gpus: int
+    borrowed_gpus: int
+    granted_at: datetime
+    released_at: datetime
+
+
+async def release_run(
+    conn: AsyncConnection, run_id: str, at: datetime, reason: str
+) -> Released | None:
+    """Release every active row of `run_id` at `at` (never before its grant). None when the
+    run holds nothing: unknown, or released already."""
+    rows = (
+        await conn.execute(
+            sa.update(allocations)
+            .where(_active(), allocations.c.run_id == run_id)
+            .values(released_at=sa.func.greatest(allocations.c.granted_at, at),
+                    release_reason=reason)
+            .returning(*allocations.c)
+        )
+    ).all()
+    if not rows:
+        return None
+    first = rows[0]
+    run = RunInfo(first.run_id, first.job_id, first.proposal_id, first.plan_id, first.team,
+                  first.user_name, first.queue, first.flavor)
+    return Released(run, len(rows), sum(1 for r in rows if r.borrowed), first.granted_at,
+                    first.released_at)
+
+
+async def add_usage(
+    conn: AsyncConnection, team: str, user: str, amount: float, at: datetime, half_life_s: float
+) -> None:
+    """Add `amount` decayed GPU-seconds, valued at `at`, to the row; creates it if new."""
+    await conn.execute(
+        insert(usage).values(team=team, user_name=user, gpu_seconds=0.0, as_of=at)
+        .on_conflict_do_nothing()
+    )
+    row = (
+        await conn.execute(
+            sa.select(usage.c.gpu_seconds, usage.c.as_of)
+            .where(usage.c.team == team, usage.c.user_name == user).with_for_update()
+        )
+    ).one()
+    updated = Usage(row.gpu_seconds, row.as_of).plus(amount, at, half_life_s)
+    await conn.execute(
+        sa.update(usage).where(usage.c.team == team, usage.c.user_name == user)
+        .values(gpu_seconds=updated.gpu_seconds, as_of=updated.as_of)
+    )
+
+
+async def usage_rows(conn: AsyncConnection, team: str | None = None) -> list[tuple[str, str, Usage]]:
+    """(team, user or TEAM_TOTAL, usage): every team's total, and the users of `team`."""
+    query = sa.select(usage)
+    if team is not None:
+        query = query.where(sa.or_(usage.c.user_name == TEAM_TOTAL, usage.c.team == team))
+    return [(r.team, r.user_name, Usage(r.gpu_seconds, r.as_of))
+            for r in await conn.execute(query.order_by(usage.c.team, usage.c.user_name))]
+
+
+async def active_gpus_of_runs(conn: AsyncConnection, run_ids: Sequence[str]) -> list[tuple[str, Gpu]]:
+    """(run_id, GPU) for every active row of those runs."""
+    rows = await conn.execute(
+        sa.select(allocations.c.run_id, allocations.c.node, allocations.c.gpu)
+        .where(_active(), allocations.c.run_id.in_(list(run_ids)))
+    )
+    return [(r.run_id, (r.node, r.gpu)) for r in rows]
+
+
+async def add_holds(
+    conn: AsyncConnection, *, plan_id: str, preemptor_job_id: str,
+    gpus: Iterable[tuple[Gpu, str | None]], created_at: datetime, ttl_s: float,
+) -> int:
+    values = [
+        dict(plan_id=plan_id, node=node, gpu=gpu, victim_run_id=victim,
+             preemptor_job_id=preemptor_job_id, created_at=created_at,
+             expires_at=created_at + timedelta(seconds=ttl_s))
+        for (node, gpu), victim in gpus
+    ]
+    if not values:
+        return 0
+    result = await conn.execute(insert(holds).values(values).on_conflict_do_nothing())
+    return int(result.rowcount)
+
+
+async def clear_holds(conn: AsyncConnection, plan_id: str) -> int:
+    result = await conn.execute(sa.delete(holds).where(holds.c.plan_id == plan_id))
+    return int(result.rowcount)
+
+
+async def prune_holds(conn: AsyncConnection, now: datetime) -> int:
+    """Expired holds already count for nothing; this only keeps the table small."""
+    result = await conn.execute(sa.delete(holds).where(holds.c.expires_at <= now))
+    return int(result.rowcount)
+
+
+async def list_allocations(
+    conn: AsyncConnection, *, active_only: bool, limit: int, job_id: str | None
+) -> list[dict[str, Any]]:
+    """One dict per run, its GPUs grouped back into the placement it was granted."""
+    a = allocations.c
+    runs = (
+        sa.select(a.run_id, sa.func.min(a.granted_at).label("granted_at"))
+        .group_by(a.run_id)
+    )
+    if active_only:
+        runs = runs.where(_active())
+    if job_id is not None:
+        runs = runs.where(a.job_id == job_id)
+    order = sa.func.min(a.granted_at)
+    runs = runs.order_by(order if active_only else order.desc(), a.run_id).limit(limit)
+    run_ids = [row.run_id for row in await conn.execute(runs)]
+    if not run_ids:
+        return []
+    rows = (
+        await conn.execute(
+            sa.select(allocations).where(a.run_id.in_(run_ids))
+            .order_by(a.run_id, a.worker, a.node, a.gpu)
+        )
+    ).all()
+    by_run: dict[str, list[Any]] = {}
+    for row in rows:
+        by_run.setdefault(row.run_id, []).append(row)
+    return [_run_view(by_run[run_id]) for run_id in run_ids]
+
+
+def _run_view(rows: list[Any]) -> dict[str, Any]:
+    first = rows[0]
+    workers: dict[tuple[int, str], list[int]] = {}
+    for row in rows:
+        workers.setdefault((row.worker, row.node), []).append(row.gpu)
+    return {
+        "run_id": first.run_id, "job_id": first.job_id, "proposal_id": first.proposal_id,
+        "plan_id": first.plan_id, "team": first.team, "user": first.user_name,
+        "queue": first.queue, "flavor": first.flavor, "gpus": len(rows),
+        "borrowed_gpus": sum(1 for r in rows if r.borrowed),
+        "placement": [{"worker": w, "node": node, "gpus": gpus}
+                      for (w, node), gpus in sorted(workers.items())],
+        "granted_at": first.granted_at.isoformat(),
+        "released_at": first.released_at.isoformat() if first.released_at else None,
+        "release_reason": first.release_reason,
+    }

@@ -1,0 +1,203 @@
+"""Decide, then act: turn one cycle's `Decisions` into the messages and records to commit.
+
+Pure: ids and tokens come from injected factories, so tests can pin them. Nothing here
+publishes; the app writes every `Outgoing` through the outbox in one transaction with the
+decision log and the run tokens, then marks the view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+from rota.contracts import messages as m
+from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CMD, STREAM_EVT
+from rota.ids import new_id, stable_id
+
+from rota_scheduler.policy import Decisions, PendingExplanation, PreemptionPlan, Slot
+from rota_scheduler.view import ETA_BUCKET_S, ClusterView, JobRecord
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    message: BaseModel
+    subject: str
+    stream: str
+    job_id: str | None = None
+    run_id: str | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    job_id: str
+    decision: str  # admit | hold | preempt | stop | start
+    reason: str | None
+    factors: dict[str, float]
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NewRun:
+    run_id: str
+    job_id: str
+    proposal_id: str
+    token: str
+
+
+@dataclass
+class Actions:
+    outgoing: list[Outgoing] = field(default_factory=list)
+    records: list[DecisionRecord] = field(default_factory=list)
+    new_runs: list[NewRun] = field(default_factory=list)
+    fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    stops: list[str] = field(default_factory=list)
+    """Job ids whose run was told to stop (cancelled)."""
+
+
+def placement_doc(slots: tuple[Slot, ...]) -> list[dict[str, Any]]:
+    return [{"worker": s.worker, "node": s.node, "gpus": list(s.gpus)} for s in slots]
+
+
+def token_sha256(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def fingerprint(explanation: PendingExplanation) -> tuple[Any, ...]:
+    eta = None if explanation.eta is None else int(explanation.eta // ETA_BUCKET_S)
+    return (tuple(r.code.value for r in explanation.reasons), eta)
+
+
+def _iso(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+def plan_actions(
+    view: ClusterView,
+    decisions: Decisions,
+    *,
+    new_uuid: Callable[[], str] = new_id,
+    new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
+) -> Actions:
+    actions = Actions()
+    plan_of = {p.preemptor_job_id: p.plan_id for p in view.plans.values()}
+    for admission in decisions.admissions:
+        job = view.jobs[admission.job_id]
+        run = NewRun(new_uuid(), job.job_id, new_uuid(), new_token())
+        actions.new_runs.append(run)
+        spec = job.spec
+        actions.outgoing.append(Outgoing(
+            m.AllocationProposed(
+                proposal_id=run.proposal_id, job_id=job.job_id, run_id=run.run_id,
+                team=spec.team, user=spec.user, queue=spec.queue, flavor=spec.flavor,
+                placement=placement_doc(admission.placement),
+                gpus=spec.total_gpus, borrowed_gpus=admission.borrowed_gpus,
+                plan_id=plan_of.get(job.job_id) if admission.via_plan else None,
+            ),
+            EVENT_SUBJECTS["AllocationProposed"], STREAM_EVT, job.job_id, run.run_id,
+        ))
+        actions.records.append(DecisionRecord(
+            job.job_id, "admit", None, {},
+            {"run_id": run.run_id, "gpus": spec.total_gpus,
+             "borrowed_gpus": admission.borrowed_gpus, "via_plan": admission.via_plan,
+             "placement": placement_doc(admission.placement)},
+        ))
+    for plan in decisions.plans:
+        actions.outgoing.append(_preemption(view, plan, new_uuid()))
+        actions.records.append(DecisionRecord(
+            plan.preemptor_job_id, "preempt", plan.reason, {},
+            {"victims": [v.run_id for v in plan.victims], "message": plan.message,
+             "expected_lost_gpu_s": plan.expected_lost_gpu_s},
+        ))
+    for explanation in decisions.pending:
+        waiting = view.jobs.get(explanation.job_id)
+        if waiting is None:
+            continue
+        print_ = fingerprint(explanation)
+        if print_ == waiting.pending_fingerprint:
+            continue
+        actions.fingerprints[waiting.job_id] = print_
+        job = waiting
+        factors = explanation.factors
+        event = m.JobPending(
+            job_id=job.job_id, team=job.spec.team, queue=job.spec.queue,
+            reasons=[m.WaitReason(code=r.code, message=r.message, details=dict(r.details))
+                     for r in explanation.reasons],
+            eta=_iso(explanation.eta), position=explanation.position,
+            factors=m.ScoreFactors(queue=factors.queue, age=factors.age,
+                                   fairshare=factors.fairshare,
+                                   quota_headroom=factors.quota_headroom, total=factors.total),
+        )
+        actions.outgoing.append(Outgoing(event, EVENT_SUBJECTS["JobPending"], STREAM_EVT, job.job_id))
+        actions.records.append(DecisionRecord(
+            job.job_id, "hold", explanation.primary.value,
+            {"queue": factors.queue, "age": factors.age, "fairshare": factors.fairshare,
+             "quota_headroom": factors.quota_headroom, "total": factors.total},
+            {"reasons": [r.code.value for r in explanation.reasons], "eta": explanation.eta,
+             "position": explanation.position},
+        ))
+    for job in view.stops_needed():
+        actions.stops.append(job.job_id)
+        actions.outgoing.append(_stop_cancelled(view, job))
+        actions.records.append(DecisionRecord(job.job_id, "stop", "cancelled", {},
+                                              {"run_id": job.run_id}))
+    return actions
+
+
+def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoing:
+    preemptor = view.jobs[plan.preemptor_job_id]
+    victims = []
+    for choice in plan.victims:
+        job = view.jobs.get(choice.job_id)
+        victims.append(m.Victim(
+            run_id=choice.run_id, job_id=choice.job_id, team=choice.team, queue=choice.tier,
+            gpus=choice.gpus, expected_lost_gpu_seconds=choice.expected_lost_gpu_s,
+            borrowed=choice.borrowed,
+            job_name=job.spec.name if job else None, user=job.spec.user if job else None,
+            resumable=job.spec.resumable if job else False,
+            last_checkpoint_uri=job.last_checkpoint_uri if job else None,
+        ))
+    return Outgoing(
+        m.PreemptionRequested(
+            plan_id=plan_id, preemptor_job_id=plan.preemptor_job_id,
+            preemptor_queue=plan.preemptor_tier, preemptor_team=preemptor.spec.team,
+            victims=victims, reason=plan.reason, message=plan.message,
+            expected_lost_gpu_seconds=plan.expected_lost_gpu_s,
+            target=placement_doc(plan.target),
+        ),
+        EVENT_SUBJECTS["PreemptionRequested"], STREAM_EVT, plan.preemptor_job_id,
+    )
+
+
+def _stop_cancelled(view: ClusterView, job: JobRecord) -> Outgoing:
+    assert job.run_id is not None
+    if job.run_id in view.granted_unstarted and job.state == "admitted":
+        # Never started: there is no process to stop, so record the stop ourselves and let
+        # the ledger release the GPUs.
+        return Outgoing(
+            m.RunStopped(run_id=job.run_id, job_id=job.job_id, reason=m.StopReason.cancelled),
+            EVENT_SUBJECTS["RunStopped"], STREAM_EVT, job.job_id, job.run_id,
+            id=stable_id(f"stopped:{job.run_id}"),
+        )
+    return Outgoing(
+        m.StopRun(run_id=job.run_id, job_id=job.job_id, reason=m.StopReason.cancelled),
+        RUN_STOP, STREAM_CMD, job.job_id, job.run_id,
+        id=stable_id(f"stop:{job.run_id}"),
+    )
+
+
+def start_run(job: JobRecord, run_id: str, token: str, view: ClusterView) -> Outgoing:
+    """The StartRun for a granted run; its id derives from the run, so a repeat is dropped."""
+    allocation = view.allocations[run_id]
+    return Outgoing(
+        m.StartRun(run_id=run_id, job_id=job.job_id, attempt=max(1, job.attempt),
+                   spec=job.spec, placement=placement_doc(allocation.placement),
+                   run_token=token, resume_from=job.resume_from),
+        RUN_START, STREAM_CMD, job.job_id, run_id,
+        id=stable_id(f"start:{run_id}"),
+    )

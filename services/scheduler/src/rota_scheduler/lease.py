@@ -1,0 +1,80 @@
+"""One active scheduler: a lease in a NATS KV bucket whose entries expire after a TTL.
+
+The leader creates the key and renews it (compare-and-set on its revision) every third of
+the TTL. A standby keeps trying to create it; once the leader stops renewing, the bucket's
+TTL removes the key and the standby's create succeeds. A leader whose renewal fails has lost
+the lease and must stop acting at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+log = logging.getLogger("rota.scheduler.lease")
+
+BUCKET = "rota_scheduler_lease"
+KEY = "leader"
+
+
+class Lease:
+    def __init__(self, js: JetStreamContext, holder: str, ttl_s: float) -> None:
+        self._js = js
+        self.holder = holder
+        self.ttl_s = ttl_s
+        self._kv: KeyValue | None = None
+        self._revision = 0
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            try:
+                self._kv = await self._js.key_value(BUCKET)
+            except BucketNotFoundError:
+                self._kv = await self._js.create_key_value(bucket=BUCKET, ttl=self.ttl_s, history=1)
+        return self._kv
+
+    async def try_acquire(self) -> bool:
+        kv = await self._bucket()
+        try:
+            self._revision = await kv.create(KEY, self.holder.encode())
+        except KeyWrongLastSequenceError:
+            return False
+        log.info("lease acquired by %s", self.holder)
+        return True
+
+    async def acquire(self) -> None:
+        """Wait, as a standby, until this process holds the lease."""
+        while True:
+            if await self.try_acquire():
+                return
+            await asyncio.sleep(self.ttl_s / 3)
+
+    async def renew(self) -> bool:
+        kv = await self._bucket()
+        try:
+            self._revision = await kv.update(KEY, self.holder.encode(), last=self._revision)
+        except KeyWrongLastSequenceError:
+            log.error("lease lost by %s", self.holder)
+            return False
+        return True
+
+    async def keep(self, lost: asyncio.Event) -> None:
+        """Renew until renewal fails, then set `lost`."""
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                if not await self.renew():
+                    lost.set()
+                    return
+            except Exception as exc:  # NATS away: keep trying until the TTL decides
+                log.warning("lease renewal failed: %s", exc)
+
+    async def release(self) -> None:
+        if self._kv is not None and self._revision:
+            with contextlib.suppress(Exception):
+                await self._kv.delete(KEY, last=self._revision)

@@ -1,0 +1,283 @@
+"""The scheduler's view of the cluster, rebuilt by folding events. Pure: no I/O, no clock.
+
+Every fact comes from ROTA_EVT, including the scheduler's own proposals echoed back, so a new
+leader that replays the stream from the start arrives at exactly the state its predecessor had.
+Times are float epoch seconds, the policy's unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rota.config import RotaConfig
+from rota.contracts import JobSpec, Tier
+
+from rota_scheduler.policy import (
+    NodeState,
+    PendingJob,
+    PlanInFlight,
+    RunningRun,
+    Slot,
+    Snapshot,
+    group_pending,
+)
+
+ACTIVE_STATES = frozenset({"admitted", "running"})
+ETA_BUCKET_S = 60.0
+"""A JobPending is re-published when the ETA moves by a minute or more, not for jitter."""
+
+
+@dataclass
+class Allocation:
+    """GPUs a run holds in the ledger, from proposal until the ledger releases them."""
+
+    run_id: str
+    job_id: str
+    placement: tuple[Slot, ...]
+    borrowed_gpus: int
+    granted: bool = False
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    spec: JobSpec
+    submitted_at: float
+    state: str = "pending"  # pending | proposed | admitted | running | done
+    run_id: str | None = None
+    attempt: int = 0
+    started_at: float | None = None
+    last_checkpoint_at: float | None = None
+    last_checkpoint_uri: str | None = None
+    resume_from: str | None = None
+    preemptions: int = 0
+    cancelled: bool = False
+    stop_requested: bool = False
+    pending_fingerprint: tuple[Any, ...] | None = None
+
+
+@dataclass
+class PlanRecord:
+    plan_id: str
+    preemptor_job_id: str
+    victim_run_ids: tuple[str, ...]
+    target: tuple[Slot, ...]
+
+
+@dataclass
+class ClusterView:
+    config: RotaConfig
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    allocations: dict[str, Allocation] = field(default_factory=dict)
+    plans: dict[str, PlanRecord] = field(default_factory=dict)
+    usage: dict[str, float] = field(default_factory=dict)
+    usage_as_of: float = 0.0
+    granted_unstarted: set[str] = field(default_factory=set)
+    """Run ids the ledger granted that have not reported `RunStarted` yet."""
+
+    # ------------------------------------------------------------ folding events
+
+    def apply(self, event_type: str, data: dict[str, Any], at: float) -> None:
+        handler = getattr(self, f"_on_{event_type}", None)
+        if handler is not None:
+            handler(data, at)
+
+    def _job(self, data: dict[str, Any]) -> JobRecord | None:
+        return self.jobs.get(str(data.get("job_id")))
+
+    def _on_JobSubmitted(self, data: dict[str, Any], at: float) -> None:
+        job_id = data["job_id"]
+        if job_id not in self.jobs:
+            spec = JobSpec.model_validate(data["spec"])
+            submitted = _epoch(data.get("submitted_at")) or at
+            self.jobs[job_id] = JobRecord(job_id, spec, submitted)
+
+    def _on_JobCancelled(self, data: dict[str, Any], at: float) -> None:
+        job = self._job(data)
+        if job is None:
+            return
+        job.cancelled = True
+        if job.state == "pending":
+            job.state = "done"
+
+    def _on_AllocationProposed(self, data: dict[str, Any], at: float) -> None:
+        job = self._job(data)
+        run_id = data["run_id"]
+        self.allocations.setdefault(run_id, Allocation(
+            run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0))
+        ))
+        if job is not None and job.state == "pending":
+            job.state, job.run_id = "proposed", run_id
+        plan_id = data.get("plan_id")
+        if plan_id:
+            self.plans.pop(plan_id, None)
+
+    def _on_AllocationGranted(self, data: dict[str, Any], at: float) -> None:
+        run_id = data["run_id"]
+        allocation = self.allocations.get(run_id)
+        if allocation is None:
+            allocation = Allocation(run_id, data["job_id"], _slots(data["placement"]), 0)
+            self.allocations[run_id] = allocation
+        allocation.granted = True
+        allocation.borrowed_gpus = int(data.get("borrowed_gpus", 0))
+        job = self._job(data)
+        if job is not None and job.run_id == run_id and job.state == "proposed":
+            job.state = "admitted"
+            job.attempt += 1
+            self.granted_unstarted.add(run_id)
+
+    def _on_AllocationRejected(self, data: dict[str, Any], at: float) -> None:
+        self.allocations.pop(data["run_id"], None)
+        job = self._job(data)
+        if job is not None and job.run_id == data["run_id"] and job.state == "proposed":
+            job.state, job.run_id = ("done" if job.cancelled else "pending"), None
+
+    def _on_AllocationReleased(self, data: dict[str, Any], at: float) -> None:
+        self.allocations.pop(data["run_id"], None)
+        self.granted_unstarted.discard(data["run_id"])
+
+    def _on_RunStarted(self, data: dict[str, Any], at: float) -> None:
+        job = self._job(data)
+        self.granted_unstarted.discard(data["run_id"])
+        if job is not None and job.run_id == data["run_id"] and job.state in ("admitted", "proposed"):
+            job.state, job.started_at = "running", at
+            job.last_checkpoint_at = None
+
+    def _on_RunCheckpointed(self, data: dict[str, Any], at: float) -> None:
+        job = self._job(data)
+        if job is not None and job.run_id == data["run_id"]:
+            job.last_checkpoint_at, job.last_checkpoint_uri = at, data.get("checkpoint_uri")
+
+    def _run_ended(self, data: dict[str, Any]) -> JobRecord | None:
+        self.granted_unstarted.discard(data["run_id"])
+        job = self._job(data)
+        if job is None or job.run_id != data["run_id"]:
+            return None
+        job.run_id, job.started_at, job.stop_requested = None, None, False
+        return job
+
+    def _on_RunFinished(self, data: dict[str, Any], at: float) -> None:
+        if (job := self._run_ended(data)) is not None:
+            job.state = "done"
+
+    def _on_RunFailed(self, data: dict[str, Any], at: float) -> None:
+        if (job := self._run_ended(data)) is not None:
+            job.state = "done"
+
+    def _on_RunStopped(self, data: dict[str, Any], at: float) -> None:
+        job = self._run_ended(data)
+        if job is None:
+            return
+        if data.get("reason") == "preempted" and not job.cancelled:
+            # Back to its queue: the original submit time, and its checkpoint to resume from.
+            job.state = "pending"
+            job.preemptions += 1
+            if data.get("checkpoint_uri"):
+                job.resume_from = data["checkpoint_uri"]
+        else:
+            job.state = "done"
+
+    def _on_PreemptionRequested(self, data: dict[str, Any], at: float) -> None:
+        target = _slots(data.get("target") or [])
+        victims = tuple(v["run_id"] for v in data["victims"])
+        self.plans[data["plan_id"]] = PlanRecord(
+            data["plan_id"], data["preemptor_job_id"], victims, target
+        )
+
+    def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
+        if data.get("aborted"):
+            self.plans.pop(data["plan_id"], None)
+
+    def _on_JobPending(self, data: dict[str, Any], at: float) -> None:
+        job = self._job(data)
+        if job is not None:
+            eta = _epoch(data.get("eta"))
+            job.pending_fingerprint = (
+                tuple(r["code"] for r in data.get("reasons", [])),
+                None if eta is None else int(eta // ETA_BUCKET_S),
+            )
+
+    def _on_UsageRecorded(self, data: dict[str, Any], at: float) -> None:
+        self.usage = {team: float(v) for team, v in data.get("teams", {}).items()}
+        self.usage_as_of = _epoch(data.get("as_of")) or at
+
+    # ------------------------------------------------------------ the policy's input
+
+    def pending_jobs(self) -> Iterator[JobRecord]:
+        return (j for j in self.jobs.values() if j.state == "pending" and not j.cancelled)
+
+    def snapshot(self, now: float, explain: frozenset[str] | None = None) -> Snapshot:
+        held: dict[str, set[int]] = {}
+        for allocation in self.allocations.values():
+            for slot in allocation.placement:
+                held.setdefault(slot.node, set()).update(slot.gpus)
+        nodes = tuple(
+            NodeState(n.name, n.flavor, n.rack, n.gpus,
+                      tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())))
+            for n in self.config.expanded_nodes()
+        )
+        running = tuple(self._running(a, now) for a in self.allocations.values()
+                        if a.job_id in self.jobs)
+        pending = group_pending([self._pending(j) for j in self.pending_jobs()])
+        half_life = self.config.policy.fairshare_half_life_s
+        decay = 0.5 ** (max(0.0, now - self.usage_as_of) / half_life) if self.usage_as_of else 1.0
+        plans = tuple(
+            PlanInFlight(p.preemptor_job_id, p.victim_run_ids, p.target)
+            for p in self.plans.values()
+            if p.target and p.preemptor_job_id in self.jobs
+            and self.jobs[p.preemptor_job_id].state == "pending"
+        )
+        return Snapshot(nodes=nodes, running=running, pending=pending,
+                        usage={t: v * decay for t, v in self.usage.items()}, plans=plans,
+                        explain=explain)
+
+    def _running(self, allocation: Allocation, now: float) -> RunningRun:
+        job = self.jobs[allocation.job_id]
+        spec = job.spec
+        started = job.started_at if job.run_id == allocation.run_id else None
+        # A run proposed or granted but not yet started counts as starting now: it is inside
+        # its minimum runtime, so no plan picks it as a victim before it has even begun.
+        start = started if started is not None else now
+        runtime = spec.declared_runtime_s
+        return RunningRun(
+            run_id=allocation.run_id, job_id=job.job_id, team=spec.team, tier=Tier(spec.queue),
+            flavor=spec.flavor, placement=allocation.placement, gpus=spec.total_gpus,
+            started_at=start,
+            last_checkpoint_at=job.last_checkpoint_at if started is not None else None,
+            resumable=spec.resumable, preemptions=job.preemptions,
+            borrowed_gpus=allocation.borrowed_gpus,
+            expected_end=(start + runtime) if runtime else None,
+            checkpoint_interval_s=spec.sim.checkpoint_interval_s if spec.sim else None,
+        )
+
+    def _pending(self, job: JobRecord) -> PendingJob:
+        spec = job.spec
+        return PendingJob(
+            job_id=job.job_id, team=spec.team, tier=Tier(spec.queue), flavor=spec.flavor,
+            workers=spec.workers, gpus_per_worker=spec.gpus_per_worker,
+            submitted_at=job.submitted_at,
+            runtime_estimate_s=float(spec.declared_runtime_s) if spec.declared_runtime_s else None,
+            rack=spec.rack, resumable=spec.resumable, preemptions=job.preemptions,
+        )
+
+    def stops_needed(self) -> list[JobRecord]:
+        """Cancelled jobs whose run still holds GPUs and has not been told to stop."""
+        return [j for j in self.jobs.values()
+                if j.cancelled and j.run_id and j.state in ACTIVE_STATES and not j.stop_requested]
+
+
+def _slots(placement: list[dict[str, Any]]) -> tuple[Slot, ...]:
+    return tuple(Slot(int(p["worker"]), str(p["node"]), tuple(int(g) for g in p["gpus"]))
+                 for p in placement)
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    from datetime import datetime
+
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
