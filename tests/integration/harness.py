@@ -119,15 +119,17 @@ async def publish_command(nc: Client, subject: str, body: bytes, msg_id: str) ->
                                  headers={"Nats-Msg-Id": msg_id})
 
 
-async def events(nc: Client, subject: str, *, since_seq: int = 0) -> list[dict[str, Any]]:
-    """Every event on `subject` in ROTA_EVT after stream sequence `since_seq`."""
+async def events(
+    nc: Client, subject: str, *, since_seq: int = 0, stream: str = STREAM_EVT
+) -> list[dict[str, Any]]:
+    """Every message on `subject` in `stream` (ROTA_EVT) after stream sequence `since_seq`."""
     js = nc.jetstream()
     config = ConsumerConfig(
         filter_subject=subject,
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=since_seq + 1,
     )
-    sub = await js.pull_subscribe(subject, stream=STREAM_EVT, config=config)
+    sub = await js.pull_subscribe(subject, stream=stream, config=config)
     found: list[dict[str, Any]] = []
     try:
         while True:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -67,6 +68,25 @@ class Settings(BaseSettings):
     notifier_poll_interval_s: float = Field(1.0, gt=0)
     notifier_send_timeout_s: float = Field(
         60.0, gt=0, description="A send not marked done by then (a crash) is tried again."
+    )
+
+    # The executor (issue 4). Runs on the `sim` backend by default, so `rota up` needs no GPUs.
+    executor: Literal["sim", "local"] = Field(
+        "sim", description="The executor's backend: simulated runs, or local subprocesses."
+    )
+    sim_speed: float = Field(
+        1.0, gt=0, le=1_000_000, description="Simulated seconds per wall second (60: a minute/s)."
+    )
+    sim_tick_s: float = Field(0.1, gt=0, le=60, description="How often simulated runs advance.")
+    kill_grace_s: float = Field(
+        30.0, ge=0, le=3600, description="SIGTERM, then SIGKILL after this long (local runs)."
+    )
+    executor_poll_interval_s: float = Field(
+        0.2, gt=0, le=60, description="How often the local backend looks for exited processes."
+    )
+    executor_ack_settle_s: float = Field(
+        5.0, ge=0, le=300,
+        description="Longest wait, when a local run ends, for its checkpoint acks to be read.",
     )
 
     @property

@@ -264,6 +264,11 @@ async def clear_holds(conn: AsyncConnection, plan_id: str) -> int:
     return int(result.rowcount)
 
 
+async def plan_granted(conn: AsyncConnection, plan_id: str) -> bool:
+    query = sa.select(sa.literal(1)).where(allocations.c.plan_id == plan_id).limit(1)
+    return (await conn.execute(query)).first() is not None
+
+
 async def prune_holds(conn: AsyncConnection, now: datetime) -> int:
     """Expired holds already count for nothing; this only keeps the table small."""
     result = await conn.execute(sa.delete(holds).where(holds.c.expires_at <= now))

@@ -28,7 +28,7 @@ def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
 def run_usage(gpus: int, duration_s: float, half_life_s: float) -> float:
     """Decayed GPU-seconds, as of the run's end, of `gpus` busy for `duration_s`.
 
-    ∫₀ᵈ g·2^(-(d-t)/h) dt = g·h/ln2·(1 − 2^(-d/h)); never more than g·d, never negative.
+    ∫₀ᵈ g·2^(-(d-t)/h) dt = g·h/ln2·(1 - 2^(-d/h)); never more than g·d, never negative.
     """
     if duration_s <= 0 or gpus <= 0:
         return 0.0

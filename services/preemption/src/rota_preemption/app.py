@@ -1,12 +1,90 @@
-"""The preemption service. Its handlers arrive with their issue; today it migrates, connects and
-answers `rota.sys.ping.preemption`."""
+"""The preemption coordinator: thin wiring from subjects and the clock to `Coordinator`.
+
+- `rota.evt.preemption.requested` (durable `preemption-plans`): open one saga per plan.
+- `rota.evt.run.>` (durable `preemption-runs`): token hashes, acknowledgements, run ends.
+- `rota.evt.job.cancelled` (durable `preemption-cancels`): a cancelled preemptor aborts.
+- A timer task forces the stop of victims past their deadline, read from the database.
+- `rota.sys.preemption.plans`: the read API over sagas and victims.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
-from rota.service import RotaService, empty_service
+from faststream.nats.annotations import NatsMessage
+from rota.config import RotaConfig, load_config
+from rota.contracts import subjects as s
+from rota.service import RotaService
+
+from rota_preemption.api import PLANS_SUBJECT, answer
+from rota_preemption.coordinator import (
+    CONSUMER_CANCELS,
+    CONSUMER_PLANS,
+    CONSUMER_RUNS,
+    Coordinator,
+)
+from rota_preemption.settings import PreemptionSettings
+
+NAME = "preemption"
+MIGRATIONS = Path(__file__).parent / "migrations"
+RUN_EVENTS = "rota.evt.run.>"
 
 
-def build() -> RotaService:
-    return empty_service("preemption", Path(__file__).parent)
+def build(
+    service: RotaService | None = None,
+    config: RotaConfig | None = None,
+    settings: PreemptionSettings | None = None,
+) -> RotaService:
+    service = service or RotaService(NAME, migrations=MIGRATIONS)
+    config = config or load_config(service.settings.config)
+    settings = settings or PreemptionSettings()
+    max_bytes = service.settings.max_message_bytes
+
+    def wake_relay() -> None:
+        if service.relay is not None:
+            service.relay.wake()
+
+    coordinator = Coordinator(lambda: service.engine, service.outbox, config, service.clock,
+                              max_bytes=max_bytes, on_commit=wake_relay)
+    timers: list[asyncio.Task[None]] = []
+
+    @service.js_subscriber(s.EVENT_SUBJECTS["PreemptionRequested"], stream=s.STREAM_EVT,
+                           durable=CONSUMER_PLANS)
+    async def preemption_requested(msg: NatsMessage) -> None:
+        """Open the saga: notices to the victims, in one transaction with its rows."""
+        await coordinator.preemption_requested(msg.body)
+
+    # One consumer for every run event keeps a run's RunStarted (its token hash) ahead of
+    # its acknowledgements, in stream order.
+    @service.js_subscriber(RUN_EVENTS, stream=s.STREAM_EVT, durable=CONSUMER_RUNS,
+                           batch_size=128)
+    async def run_event(msg: NatsMessage) -> None:
+        """RunStarted, RunCheckpointed (the ack), RunStopped, RunFinished, RunFailed."""
+        await coordinator.run_event(msg.body)
+
+    @service.js_subscriber(s.EVENT_SUBJECTS["JobCancelled"], stream=s.STREAM_EVT,
+                           durable=CONSUMER_CANCELS)
+    async def job_cancelled(msg: NatsMessage) -> None:
+        """A cancelled preemptor aborts its plan; the victims' notices are withdrawn."""
+        await coordinator.job_cancelled(msg.body)
+
+    @service.broker.subscriber(PLANS_SUBJECT, queue="preemption-api")
+    async def list_plans(msg: NatsMessage) -> bytes:
+        """Request/reply: sagas and their victims, newest first."""
+        return await answer(service.engine, msg.body, max_bytes=max_bytes)
+
+    @service.app.after_startup
+    async def start_timers() -> None:
+        timers.append(asyncio.create_task(
+            coordinator.run_timers(settings.timer_interval_s), name="preemption-deadlines"))
+
+    @service.app.on_shutdown
+    async def stop_timers() -> None:
+        for task in timers:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return service

@@ -201,3 +201,15 @@ def start_run(job: JobRecord, run_id: str, token: str, view: ClusterView) -> Out
         RUN_START, STREAM_CMD, job.job_id, run_id,
         id=stable_id(f"start:{run_id}"),
     )
+
+
+def record_sent(view: ClusterView, actions: Actions, epoch: float) -> None:
+    """Fold what was just committed into the view, before its echo arrives from the stream."""
+    for item in actions.outgoing:
+        name = type(item.message).__name__
+        if name in ("AllocationProposed", "PreemptionRequested"):
+            view.apply(name, item.message.model_dump(mode="json"), epoch)
+    for job_id, print_ in actions.fingerprints.items():
+        view.jobs[job_id].pending_fingerprint = print_
+    for job_id in actions.stops:
+        view.jobs[job_id].stop_requested = True

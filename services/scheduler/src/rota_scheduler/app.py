@@ -28,7 +28,7 @@ from rota.service import RotaService
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_scheduler import store
-from rota_scheduler.actions import Actions, Outgoing, plan_actions, start_run
+from rota_scheduler.actions import Outgoing, plan_actions, record_sent, start_run
 from rota_scheduler.lease import Lease
 from rota_scheduler.policy import PolicyConfig, policy_config_from, schedule
 from rota_scheduler.view import ClusterView
@@ -134,7 +134,7 @@ class Scheduler:
             await store.add_decisions(conn, cycle_id, now, actions.records)
             for item in actions.outgoing:
                 await self._outbox(conn, item, now)
-        self._record(actions, epoch)
+        record_sent(self.view, actions, epoch)
         self.cycles += 1
         if self.service.relay is not None:
             self.service.relay.wake()
@@ -156,17 +156,6 @@ class Scheduler:
         env = envelope(item.message, source=SOURCE, job_id=item.job_id, run_id=item.run_id,
                        id=item.id, occurred_at=now)
         await self.service.outbox.add(conn, env, item.subject, stream=item.stream)
-
-    def _record(self, actions: Actions, epoch: float) -> None:
-        """Fold what was just committed into the view, before its echo arrives."""
-        for item in actions.outgoing:
-            name = type(item.message).__name__
-            if name in ("AllocationProposed", "PreemptionRequested"):
-                self.view.apply(name, item.message.model_dump(mode="json"), epoch)
-        for job_id, fingerprint in actions.fingerprints.items():
-            self.view.jobs[job_id].pending_fingerprint = fingerprint
-        for job_id in actions.stops:
-            self.view.jobs[job_id].stop_requested = True
 
 
 def build() -> RotaService:

@@ -47,6 +47,7 @@ QUERY_TYPES: dict[str, type[BaseModel]] = {
     "ListJobs": m.ListJobs,
     "SummarizeQueues": m.SummarizeQueues,
     "ListNotifications": m.ListNotifications,
+    "ListPreemptions": m.ListPreemptions,
     "ListAllocations": m.ListAllocations,
     "ApiReply": m.ApiReply,
 }

@@ -381,6 +381,15 @@ class ListNotifications(StrictModel):
     job_id: Uuid | None = None
 
 
+class ListPreemptions(StrictModel):
+    """`rota.sys.preemption.plans`: preemption sagas with their victims, newest first."""
+
+    plan_id: Uuid | None = None
+    job_id: Uuid | None = Field(None, description="Plans with this job as preemptor or victim.")
+    open: bool = Field(False, description="Only plans still in progress.")
+    limit: int = Field(50, ge=1, le=1000)
+
+
 class SummarizeQueues(StrictModel):
     """`rota.api.queues.summary`: jobs and GPUs per queue, team and state."""
 

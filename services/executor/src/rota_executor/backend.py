@@ -1,0 +1,119 @@
+"""What a backend is: the seam between the executor's bookkeeping and the thing that runs jobs.
+
+The executor owns the `runs` table, the outbox and every event. A backend only starts and
+stops runs and reports what happened to them through a `Reporter`. `sim` and `local` live
+here today; a Kubernetes backend (kubernetes-asyncio) implements the same protocol later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from rota.contracts.job import JobSpec, WorkerPlacement
+
+
+@dataclass(frozen=True)
+class WorkerProcess:
+    """One local process of a run (one per gang worker). `start` guards against pid reuse."""
+
+    worker: int
+    pid: int
+    start: str | None = None
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"worker": self.worker, "pid": self.pid, "start": self.start}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> WorkerProcess:
+        return cls(int(doc["worker"]), int(doc["pid"]), doc.get("start"))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of `executor.runs`, as the backends see it."""
+
+    run_id: str
+    job_id: str
+    attempt: int
+    backend: str
+    spec: JobSpec
+    placement: list[WorkerPlacement]
+    run_token: str
+    state: str
+    started_at: datetime
+    resume_from: str | None = None
+    processes: list[WorkerProcess] = field(default_factory=list)
+    last_checkpoint_uri: str | None = None
+    last_checkpoint_at: datetime | None = None
+    last_checkpoint_progress_s: float | None = None
+    notice_id: str | None = None
+    notice_at: datetime | None = None
+    notice_acked_at: datetime | None = None
+    stop_requested_at: datetime | None = None
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(w.gpus) for w in self.placement)
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("running", "stopping")
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a run's process (or simulation) ended. `code` is None when nobody knows it: the
+    process vanished while the executor was away, or the backend ended a simulation."""
+
+    code: int | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint a backend made itself (the simulator), acknowledged like a job's own."""
+
+    uri: str
+    at: datetime
+    progress_s: float | None = None
+    notice_id: str | None = None
+
+
+class Reporter(Protocol):
+    """What backends tell the executor. Each call commits its own transaction."""
+
+    async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None: ...
+
+    async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None: ...
+
+    async def ended(self, run_id: str, exit: Exit) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+    time_scale: float
+    """Run seconds per wall second: the sim speed, else 1. Lost work is counted in run time."""
+    settles_acks: bool
+    """True when jobs acknowledge by themselves, so the end of a run waits for its acks."""
+
+    def unsupported(self, spec: JobSpec) -> str | None:
+        """Why this backend cannot run `spec`, or None."""
+
+    async def start(self, run: RunRecord) -> None:
+        """Launch a recorded run. Failures are reported through `Reporter.ended`."""
+
+    async def adopt(self, run: RunRecord) -> None:
+        """Take over a live run recorded before a restart of the executor."""
+
+    async def stop(self, run: RunRecord) -> None:
+        """Stop a run whose stop is recorded; its end comes through `Reporter.ended`."""
+
+    def noticed(self, run: RunRecord) -> None:
+        """The run's notice state changed (a notice, or its withdrawal)."""
+
+    async def run(self) -> None:
+        """The backend's loop: advance simulations, or watch processes. Runs until cancelled."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,101 @@
+"""The `sim` backend: runs that only exist on a clock, for demos, benchmarks and tests.
+
+Every tick it asks each run's `SimPlan` what is due and reports it: periodic checkpoints,
+the acknowledgement of a notice `checkpoint_save_s` after it arrived, the end. The ack goes
+out as the `RunCheckpointed` a real job would publish (run token, notice_id, on
+`rota.evt.run.checkpointed`), so the coordinator cannot tell a simulated job from a real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rota.clock import Clock
+from rota.contracts.job import JobSpec
+
+from rota_executor.backend import Checkpoint, Exit, Reporter, RunRecord
+from rota_executor.domain import sim_uri
+from rota_executor.simulation import Acknowledged, Checkpointed, Ended, SimPlan
+
+log = logging.getLogger("rota.executor.sim")
+
+
+class SimBackend:
+    name = "sim"
+    settles_acks = False  # the simulator's acks are recorded in the same transaction they go out
+
+    def __init__(self, reporter: Reporter, clock: Clock, *, speed: float, tick_s: float) -> None:
+        self.reporter = reporter
+        self.clock = clock
+        self.time_scale = speed
+        self.tick_s = tick_s
+        self.plans: dict[str, SimPlan] = {}
+        self._lock = asyncio.Lock()
+
+    def unsupported(self, spec: JobSpec) -> str | None:
+        return None  # a spec without a `sim` section plays for its declared runtime
+
+    async def start(self, run: RunRecord) -> None:
+        self.plans[run.run_id] = SimPlan.of(run, self.time_scale)
+        log.info("sim run %s of job %s started at progress %.0f s", run.run_id, run.job_id,
+                 self.plans[run.run_id].p0)
+
+    async def adopt(self, run: RunRecord) -> None:
+        if run.state == "stopping":
+            await self.reporter.ended(run.run_id, Exit(None, "simulation stopped"))
+            return
+        await self.start(run)
+
+    async def stop(self, run: RunRecord) -> None:
+        async with self._lock:  # never in the middle of reporting this run's tick
+            plan = self.plans.pop(run.run_id, None)
+        progress = f" at progress {plan.progress(self.clock.now()):.0f} s" if plan else ""
+        await self.reporter.ended(run.run_id, Exit(None, f"simulation stopped{progress}"))
+
+    def noticed(self, run: RunRecord) -> None:
+        plan = self.plans.get(run.run_id)
+        if plan is not None:
+            self.plans[run.run_id] = plan.with_notice(run)
+
+    async def tick(self) -> None:
+        """Report everything due by now. A failed report is retried at the next tick."""
+        now = self.clock.now()
+        async with self._lock:
+            for run_id in list(self.plans):
+                plan = self.plans.get(run_id)
+                if plan is None:
+                    continue
+                try:
+                    for action in plan.due(now):
+                        await self._report(plan, action)
+                        plan = plan.after(action)
+                        if isinstance(action, Ended):
+                            self.plans.pop(run_id, None)
+                        else:
+                            self.plans[run_id] = plan
+                except Exception:
+                    log.exception("sim run %s: reporting failed; retrying", run_id)
+
+    async def _report(self, plan: SimPlan, action: Checkpointed | Acknowledged | Ended) -> None:
+        run = plan.run
+        if isinstance(action, Ended):
+            if action.finished:
+                exit = Exit(0, f"simulated run finished at {action.progress_s:.0f} s")
+            else:
+                exit = Exit(1, f"simulated failure at {action.progress_s:.0f} s of progress")
+            await self.reporter.ended(run.run_id, exit)
+            return
+        notice_id = action.notice_id if isinstance(action, Acknowledged) else None
+        await self.reporter.checkpointed(run, Checkpoint(
+            uri=sim_uri(run.job_id, action.progress_s), at=action.at,
+            progress_s=action.progress_s, notice_id=notice_id,
+        ))
+
+    async def run(self) -> None:
+        while True:
+            await self.tick()
+            await asyncio.sleep(self.tick_s)
+
+    async def close(self) -> None:
+        self.plans.clear()

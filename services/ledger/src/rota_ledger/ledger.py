@@ -1,0 +1,237 @@
+"""The ledger's transactions: grant or reject a proposal, release a run, hold GPUs for a plan.
+
+Each handler is one database transaction that starts with its idempotency guard (or a natural
+state check), changes the ledger's rows, and queues its events in the outbox. A redelivered
+message therefore changes nothing and publishes nothing twice. No NATS here: the service
+wires these to its consumers, and tests call them directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+from rota.clock import Clock
+from rota.config import RotaConfig
+from rota.contracts import ContractError, envelope, parse, parse_any
+from rota.contracts import messages as m
+from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
+from rota.db.outbox import Outbox
+from rota.faults import crash_point
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from rota_ledger import store
+from rota_ledger.domain import HOLD_TTL_S, Cluster, Code, Decision, Grant, Rejection, Request, decide
+from rota_ledger.usage import run_usage
+
+log = logging.getLogger("rota.ledger")
+
+SOURCE = "ledger"
+PROPOSALS = "ledger-proposals"
+RUNS = "ledger-runs"
+PREEMPTIONS = "ledger-preemptions"
+HOLDS_GUARD = "ledger-holds"
+"""The idempotency guard's consumer name for plans: a plan's holds are made once, ever, so a
+redelivered request cannot bring back holds that a grant already cleared."""
+
+RUN_ENDS: dict[str, str] = {"RunFinished": "finished", "RunFailed": "failed", "RunStopped": "stopped"}
+RUN_END_SUBJECTS = frozenset(EVENT_SUBJECTS[name] for name in RUN_ENDS)
+
+
+class Ledger:
+    def __init__(
+        self, engine: Callable[[], AsyncEngine], outbox: Outbox, config: RotaConfig, clock: Clock,
+        *, max_bytes: int, on_commit: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._engine = engine
+        self._outbox = outbox
+        self._cluster = Cluster.from_config(config)
+        self._half_life_s = config.policy.fairshare_half_life_s
+        self._clock = clock
+        self._max_bytes = max_bytes
+        self._on_commit = on_commit
+
+    async def _emit(self, conn: AsyncConnection, event: BaseModel, at: datetime, *,
+                    job_id: str | None = None, run_id: str | None = None) -> None:
+        env = envelope(event, source=SOURCE, job_id=job_id, run_id=run_id, occurred_at=at)
+        await self._outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+
+    def _committed(self) -> None:
+        crash_point("after_commit:ledger")
+        self._on_commit()
+
+    # ------------------------------------------------------------------ grant
+
+    async def propose(self, raw: bytes) -> Decision | None:
+        """AllocationProposed → AllocationGranted or AllocationRejected, once per proposal_id.
+        None: a proposal already decided, or one too broken to answer."""
+        try:
+            p = parse(raw, m.AllocationProposed, max_bytes=self._max_bytes).data
+        except ContractError as exc:
+            log.warning("skipping an unreadable proposal: %s", exc)
+            return None
+        request = Request(
+            team=p.team, flavor=p.flavor, gpus=p.gpus, plan_id=p.plan_id,
+            workers=[(w.worker, w.node, w.gpus) for w in p.placement],
+        )
+        run = store.RunInfo(p.run_id, p.job_id, p.proposal_id, p.plan_id, p.team, p.user,
+                            p.queue.value, p.flavor)
+        async with self._engine().begin() as conn:
+            if not await self._outbox.first_time(conn, PROPOSALS, p.proposal_id):
+                log.info("proposal %s decided already; ignoring the copy", p.proposal_id)
+                return None
+            now = self._clock.now()
+            await store.lock_flavor(conn, p.flavor)
+            snapshot = await store.snapshot(conn, run_id=p.run_id, flavor=p.flavor,
+                                            wanted=request.wanted, plan_id=p.plan_id, now=now)
+            decision = decide(request, snapshot, self._cluster)
+            if isinstance(decision, Grant):
+                decision = await self._insert(conn, run, decision, now)
+            if isinstance(decision, Grant):
+                await store.add_entry(conn, kind="grant", run=run, gpus=p.gpus,
+                                      borrowed_gpus=decision.borrowed_gpus, gpu_seconds=0.0,
+                                      at=now, cause_id=p.proposal_id)
+                if p.plan_id is not None:
+                    await store.clear_holds(conn, p.plan_id)
+                await self._emit(conn, m.AllocationGranted(
+                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id, team=p.team,
+                    flavor=p.flavor, placement=p.placement, gpus=p.gpus,
+                    borrowed_gpus=decision.borrowed_gpus,
+                ), now, job_id=p.job_id, run_id=p.run_id)
+            else:
+                await self._emit(conn, m.AllocationRejected(
+                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
+                    code=decision.code.value, message=decision.message[:1024],
+                ), now, job_id=p.job_id, run_id=p.run_id)
+        self._committed()
+        if isinstance(decision, Grant):
+            log.info("granted %s %s GPUs (%s borrowed) to run %s of %s/%s", p.gpus, p.flavor,
+                     decision.borrowed_gpus, p.run_id, p.team, p.user)
+        else:
+            log.info("rejected proposal %s (run %s): %s %s", p.proposal_id, p.run_id,
+                     decision.code, decision.message)
+        return decision
+
+    async def _insert(self, conn: AsyncConnection, run: store.RunInfo, grant: Grant,
+                      now: datetime) -> Decision:
+        """Insert the rows in a savepoint: if the unique index finds a GPU taken after all (a
+        writer that skipped the flavor lock), only the savepoint is lost, and the proposal is
+        rejected inside the same transaction instead of crashing the handler."""
+        try:
+            async with conn.begin_nested():
+                await store.insert_seats(conn, run, grant.seats, now)
+        except IntegrityError as exc:
+            if store.ONE_ACTIVE_PER_GPU not in str(exc):
+                raise
+            return Rejection(Code.GPU_TAKEN, "a GPU of the placement was allocated concurrently"
+                                             " (the database refused a double booking)")
+        return grant
+
+    # ------------------------------------------------------------------ release
+
+    async def run_ended(self, raw: bytes) -> store.Released | None:
+        """RunFinished / RunFailed / RunStopped → release the run's GPUs, append the entry,
+        add its decayed usage, and publish AllocationReleased + UsageRecorded.
+
+        Idempotent by state: a run with no active rows (unknown, or released before) is left
+        alone, so duplicates and the second of Stopped-then-Finished change nothing."""
+        try:
+            env = parse_any(raw, max_bytes=self._max_bytes)
+        except ContractError as exc:
+            log.warning("skipping an unreadable run event: %s", exc)
+            return None
+        if env.type not in RUN_ENDS:
+            return None
+        data: Any = env.data
+        reason = RUN_ENDS[env.type]
+        if isinstance(data, m.RunStopped):
+            reason = f"stopped:{data.reason.value}"
+        # The run ended when its executor says, but never later than now: a skewed clock
+        # must not book GPU-seconds that have not happened.
+        at = min(env.occurred_at, self._clock.now())
+        async with self._engine().begin() as conn:
+            released = await store.release_run(conn, data.run_id, at, reason)
+            if released is None:
+                log.info("%s for run %s: nothing to release", env.type, data.run_id)
+                return None
+            await self._book_release(conn, released, env.id)
+        self._committed()
+        log.info("released %s %s GPUs of run %s (%s)", released.gpus, released.run.flavor,
+                 released.run.run_id, reason)
+        return released
+
+    async def _book_release(self, conn: AsyncConnection, released: store.Released,
+                            cause_id: str) -> None:
+        run, at = released.run, released.released_at
+        duration_s = max(0.0, (at - released.granted_at).total_seconds())
+        gpu_seconds = released.gpus * duration_s
+        await store.add_entry(conn, kind="release", run=run, gpus=-released.gpus,
+                              borrowed_gpus=-released.borrowed_gpus, gpu_seconds=gpu_seconds,
+                              at=at, cause_id=cause_id)
+        decayed = run_usage(released.gpus, duration_s, self._half_life_s)
+        await store.add_usage(conn, run.team, store.TEAM_TOTAL, decayed, at, self._half_life_s)
+        await store.add_usage(conn, run.team, run.user, decayed, at, self._half_life_s)
+        await self._emit(conn, m.AllocationReleased(
+            job_id=run.job_id, run_id=run.run_id, team=run.team, flavor=run.flavor,
+            gpus=released.gpus, gpu_seconds=gpu_seconds,
+        ), at, job_id=run.job_id, run_id=run.run_id)
+        teams: dict[str, float] = {}
+        users: dict[str, float] = {}
+        for team, user, value in await store.usage_rows(conn, team=run.team):
+            decayed_now = value.decayed_to(at, self._half_life_s)
+            if user == store.TEAM_TOTAL:
+                teams[team] = decayed_now
+            else:
+                users[f"{team}/{user}"] = decayed_now
+        # Every team (a full snapshot for fair share); users of the released run's team only,
+        # so the message stays small however many users the cluster has.
+        await self._emit(conn, m.UsageRecorded(
+            as_of=at, half_life_s=self._half_life_s, teams=teams, users=users,
+        ), at)
+
+    # ------------------------------------------------------------------ holds
+
+    async def preemption(self, raw: bytes) -> int:
+        """PreemptionRequested → hold the victims' GPUs (and the plan's target, when given) for
+        the plan; PreemptionCompleted(aborted) → drop them. Returns the holds added or removed."""
+        try:
+            env = parse_any(raw, max_bytes=self._max_bytes)
+        except ContractError as exc:
+            log.warning("skipping an unreadable preemption event: %s", exc)
+            return 0
+        data: Any = env.data
+        now = self._clock.now()
+        if isinstance(data, m.PreemptionCompleted):
+            if not data.aborted:
+                return 0  # the holds wait for the preemptor's grant (or their expiry)
+            async with self._engine().begin() as conn:
+                cleared = await store.clear_holds(conn, data.plan_id)
+            log.info("plan %s aborted: %s held GPUs freed", data.plan_id, cleared)
+            return cleared
+        if not isinstance(data, m.PreemptionRequested):
+            return 0
+        async with self._engine().begin() as conn:
+            if not await self._outbox.first_time(conn, HOLDS_GUARD, data.plan_id):
+                return 0
+            await store.prune_holds(conn, now)
+            if await store.plan_granted(conn, data.plan_id):
+                return 0  # the preemptor got its GPUs before this request was read
+            victims = [v.run_id for v in data.victims]
+            held: dict[tuple[str, int], str | None] = {
+                gpu: run_id for run_id, gpu in await store.active_gpus_of_runs(conn, victims)
+            }
+            # `target` (where the preemptor will go) is newer than some producers: optional.
+            for worker in getattr(data, "target", None) or []:
+                for gpu in worker.gpus:
+                    held.setdefault((worker.node, gpu), None)
+            added = await store.add_holds(
+                conn, plan_id=data.plan_id, preemptor_job_id=data.preemptor_job_id,
+                gpus=held.items(), created_at=min(env.occurred_at, now), ttl_s=HOLD_TTL_S,
+            )
+        log.info("plan %s: %s GPUs held for preemptor %s", data.plan_id, added,
+                 data.preemptor_job_id)
+        return added

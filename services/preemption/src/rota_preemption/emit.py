@@ -1,0 +1,82 @@
+"""Effects of the saga → outgoing messages, queued in the outbox of the caller's transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rota.contracts import envelope
+from rota.contracts import messages as m
+from rota.contracts import subjects as s
+from rota.db.outbox import Outbox
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota_preemption.domain import (
+    Effect,
+    PublishCompleted,
+    Saga,
+    SendNotice,
+    SendStop,
+    Victim,
+    WithdrawNotice,
+    completed_message,
+)
+
+SOURCE = "preemption"
+ACK_SUBJECT = s.EVENT_SUBJECTS["RunCheckpointed"]
+
+
+def notice(saga: Saga, victim: Victim, *, withdrawn: bool = False) -> m.PreemptionNotice:
+    return m.PreemptionNotice(
+        notice_id=victim.notice_id, plan_id=saga.plan.plan_id, run_id=victim.run_id,
+        job_id=victim.job_id, action="withdrawn" if withdrawn else "checkpoint_and_stop",
+        deadline=victim.deadline, grace_s=victim.grace_s, ack_subject=ACK_SUBJECT,
+        reason=saga.plan.message,
+    )
+
+
+def noticed(saga: Saga, victim: Victim) -> m.PreemptionNoticed:
+    return m.PreemptionNoticed(
+        plan_id=saga.plan.plan_id, notice_id=victim.notice_id, run_id=victim.run_id,
+        job_id=victim.job_id, job_name=victim.job_name, team=victim.team, user=victim.user,
+        queue=victim.queue, deadline=victim.deadline, grace_s=victim.grace_s,
+        preemptor_job_id=saga.plan.preemptor_job_id, preemptor_queue=saga.plan.preemptor_queue,
+        reason=saga.plan.reason, resumable=victim.resumable,
+        resume_from=victim.last_checkpoint_uri,
+    )
+
+
+def stop(saga: Saga, victim: Victim, *, forced: bool) -> m.StopRun:
+    return m.StopRun(run_id=victim.run_id, job_id=victim.job_id,
+                     reason=m.StopReason.preempted, forced=forced, plan_id=saga.plan.plan_id)
+
+
+async def emit(
+    outbox: Outbox, conn: AsyncConnection, saga: Saga, effects: list[Effect], now: datetime
+) -> None:
+    for effect in effects:
+        match effect:
+            case SendNotice(victim):
+                await _run_message(outbox, conn, notice(saga, victim), victim, now,
+                                   s.control(victim.run_id), s.STREAM_CTL)
+                await _run_message(outbox, conn, noticed(saga, victim), victim, now,
+                                   s.EVENT_SUBJECTS["PreemptionNoticed"], s.STREAM_EVT)
+            case WithdrawNotice(victim):
+                await _run_message(outbox, conn, notice(saga, victim, withdrawn=True), victim,
+                                   now, s.control(victim.run_id), s.STREAM_CTL)
+            case SendStop(victim, forced):
+                await _run_message(outbox, conn, stop(saga, victim, forced=forced), victim, now,
+                                   s.RUN_STOP, s.STREAM_CMD)
+            case PublishCompleted(done):
+                env = envelope(completed_message(done), source=SOURCE,
+                               job_id=done.plan.preemptor_job_id, occurred_at=now)
+                await outbox.add(conn, env, s.EVENT_SUBJECTS["PreemptionCompleted"],
+                                 stream=s.STREAM_EVT)
+
+
+async def _run_message(
+    outbox: Outbox, conn: AsyncConnection, data: m.PreemptionNotice | m.PreemptionNoticed
+    | m.StopRun, victim: Victim, now: datetime, subject: str, stream: str,
+) -> None:
+    env = envelope(data, source=SOURCE, job_id=victim.job_id, run_id=victim.run_id,
+                   occurred_at=now)
+    await outbox.add(conn, env, subject, stream=stream)

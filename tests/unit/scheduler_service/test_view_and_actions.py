@@ -1,0 +1,154 @@
+"""The scheduler service's pure half: events folded into a view, decisions into messages."""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+from rota.config import load_config
+from rota.contracts import messages as m
+from rota.ids import new_id
+from rota_scheduler.actions import plan_actions, record_sent
+from rota_scheduler.policy import policy_config_from, schedule
+from rota_scheduler.view import ClusterView
+from tests.builders import spec_doc
+
+CONFIG = load_config()
+POLICY = policy_config_from(CONFIG)
+T0 = 1_800_000_000.0
+
+
+class Story:
+    """Feeds events to a view the way the stream would, and runs cycles on it."""
+
+    def __init__(self) -> None:
+        self.view = ClusterView(CONFIG)
+        self.now = T0
+        ids = count()
+        self.uuid = lambda: f"00000000-0000-7000-8000-{next(ids):012d}"
+
+    def event(self, type_: str, **data: Any) -> None:
+        self.view.apply(type_, data, self.now)
+
+    def submit(self, **spec: Any) -> str:
+        job_id = new_id()
+        self.event("JobSubmitted", job_id=job_id, spec=spec_doc(**spec), submitted_at=None)
+        return job_id
+
+    def cycle(self) -> list[Any]:
+        decisions = schedule(self.view.snapshot(self.now), self.now, POLICY)
+        actions = plan_actions(self.view, decisions, new_uuid=self.uuid, new_token=lambda: "t" * 32)
+        record_sent(self.view, actions, self.now)
+        for item in actions.outgoing:  # the echo, as the stream delivers it later
+            self.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+        return [item.message for item in actions.outgoing]
+
+    def grant_and_start(self, proposal: m.AllocationProposed) -> None:
+        data = proposal.model_dump(mode="json")
+        self.event("AllocationGranted", **{k: data[k] for k in (
+            "proposal_id", "job_id", "run_id", "team", "flavor", "placement", "gpus",
+            "borrowed_gpus")})
+        self.event("RunStarted", run_id=proposal.run_id, job_id=proposal.job_id, attempt=1,
+                   placement=data["placement"])
+
+
+def of(messages: list[Any], kind: type) -> list[Any]:
+    return [msg for msg in messages if isinstance(msg, kind)]
+
+
+def test_jobs_that_fit_are_proposed_and_the_rest_explained() -> None:
+    story = Story()
+    fits = [story.submit(workers=2, team="nlp", user="alice") for _ in range(2)]
+    waits = story.submit(workers=4, team="vision", user="carol", queue="experiment")
+    out = story.cycle()
+    proposed = of(out, m.AllocationProposed)
+    assert {p.job_id for p in proposed} == set(fits)
+    nodes = [(s.node, g) for p in proposed for s in p.placement for g in s.gpus]
+    assert len(nodes) == len(set(nodes)) == 32
+    [pending] = of(out, m.JobPending)
+    assert pending.job_id == waits and pending.reasons
+    assert story.view.jobs[waits].pending_fingerprint is not None
+
+
+def test_an_unchanged_wait_is_not_published_again() -> None:
+    story = Story()
+    story.submit(workers=4, team="nlp", user="alice")
+    first = story.cycle()
+    blocked = story.submit(workers=4, team="nlp", user="alice")
+    second = story.cycle()
+    assert of(first, m.AllocationProposed)
+    assert [p.job_id for p in of(second, m.JobPending)] == [blocked]
+    assert of(story.cycle(), m.JobPending) == []
+
+
+def test_replaying_the_same_events_changes_nothing() -> None:
+    story = Story()
+    job = story.submit()
+    [proposal] = of(story.cycle(), m.AllocationProposed)
+    story.grant_and_start(proposal)
+    before = (story.view.jobs[job].state, dict(story.view.allocations))
+    story.grant_and_start(proposal)
+    story.event("AllocationProposed", **proposal.model_dump(mode="json"))
+    assert (story.view.jobs[job].state, dict(story.view.allocations)) == before
+    assert story.view.jobs[job].attempt == 1
+
+
+def test_production_preempts_experiment_and_takes_the_held_gpus() -> None:
+    story = Story()
+    victims = [story.submit(workers=1, team="research", user="dave", queue="experiment",
+                            resumable=True) for _ in range(4)]
+    for proposal in of(story.cycle(), m.AllocationProposed):
+        story.grant_and_start(proposal)
+    story.now += 3600
+    preemptor = story.submit(workers=2, team="nlp", user="alice", queue="production")
+    [plan] = of(story.cycle(), m.PreemptionRequested)
+    assert plan.preemptor_job_id == preemptor and plan.target
+    assert {v.job_id for v in plan.victims} <= set(victims)
+    for victim in plan.victims:
+        assert victim.resumable and victim.job_name == "train-llm"
+        story.event("RunStopped", run_id=victim.run_id, job_id=victim.job_id,
+                    reason="preempted", checkpoint_uri=f"s3://ckpt/{victim.job_id}")
+        story.event("AllocationReleased", run_id=victim.run_id, job_id=victim.job_id,
+                    team="research", flavor="h100", gpus=8, gpu_seconds=1.0)
+    out = story.cycle()
+    [admitted] = [p for p in of(out, m.AllocationProposed) if p.job_id == preemptor]
+    assert admitted.plan_id == plan.plan_id
+    assert {(s.node, tuple(s.gpus)) for s in admitted.placement} == {
+        (s.node, tuple(s.gpus)) for s in plan.target}
+    for victim in plan.victims:
+        job = story.view.jobs[victim.job_id]
+        assert job.state == "pending" and job.resume_from == f"s3://ckpt/{victim.job_id}"
+        assert job.preemptions == 1
+
+
+def test_cancelling_a_running_job_stops_its_run_once() -> None:
+    story = Story()
+    job = story.submit()
+    [proposal] = of(story.cycle(), m.AllocationProposed)
+    story.grant_and_start(proposal)
+    story.event("JobCancelled", job_id=job, team="nlp", reason="x", was_running=True)
+    [stop] = of(story.cycle(), m.StopRun)
+    assert (stop.run_id, stop.reason) == (proposal.run_id, m.StopReason.cancelled)
+    assert of(story.cycle(), m.StopRun) == []
+
+
+def test_cancelling_a_granted_but_unstarted_job_releases_without_a_process() -> None:
+    story = Story()
+    job = story.submit()
+    [proposal] = of(story.cycle(), m.AllocationProposed)
+    data = proposal.model_dump(mode="json")
+    story.event("AllocationGranted", **{k: data[k] for k in (
+        "proposal_id", "job_id", "run_id", "team", "flavor", "placement", "gpus")})
+    story.event("JobCancelled", job_id=job, team="nlp", reason="x", was_running=True)
+    [stopped] = of(story.cycle(), m.RunStopped)
+    assert stopped.run_id == proposal.run_id
+
+
+def test_a_rejected_proposal_goes_back_to_pending_and_is_retried() -> None:
+    story = Story()
+    job = story.submit()
+    [proposal] = of(story.cycle(), m.AllocationProposed)
+    story.event("AllocationRejected", proposal_id=proposal.proposal_id, job_id=job,
+                run_id=proposal.run_id, code="GPU_TAKEN", message="taken")
+    assert story.view.jobs[job].state == "pending"
+    assert [p.job_id for p in of(story.cycle(), m.AllocationProposed)] == [job]
