@@ -193,8 +193,9 @@ async def test_list_filters_summary_and_unknown_subjects(
     assert mine.result["job_id"] in {row["job_id"] for row in listed.result}
     assert {row["team"] for row in listed.result} == {"research"}
     summary = await api(nc, s.API_QUEUES_SUMMARY, m.SummarizeQueues(team="research"))
-    row = next(r for r in summary.result if r["queue"] == "experiment" and r["state"] == "pending")
-    assert row["jobs"] >= 1 and row["gpus"] >= 8
+    row = next(r for r in summary.result if r["queue"] == "experiment")
+    assert row["pending_jobs"] >= 1 and row["pending_gpus"] >= 8
+    assert (row["team"], row["flavor"], row["quota"]) == ("research", "h100", 8)
     unknown = await api(nc, "rota.api.jobs.delete", m.SummarizeQueues())
     assert unknown.error is not None and unknown.error.code == "UNKNOWN_SUBJECT"
     bad_filter = await api(nc, s.API_JOBS_LIST, None,

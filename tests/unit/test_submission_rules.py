@@ -85,3 +85,38 @@ def test_a_preempted_job_carries_its_checkpoint_back_to_the_queue() -> None:
     _, changes = apply_event("preempting", "RunStopped",
                              {"reason": "preempted", "checkpoint_uri": "s3://ckpt/7"})
     assert changes["resume_from"] == "s3://ckpt/7"
+
+
+def test_preemption_events_belong_to_the_victims_too() -> None:
+    from rota_submission.domain import related_jobs
+
+    data = {"preemptor_job_id": "p", "victims": [{"job_id": "v1"}, {"job_id": "v2"}]}
+    assert related_jobs("PreemptionRequested", data, "p") == ["p", "v1", "v2"]
+    assert related_jobs("RunStarted", data, "p") == ["p"]
+    assert related_jobs("UsageRecorded", {}, None) == []
+
+
+def test_an_aborted_preemption_puts_its_victims_back_to_running() -> None:
+    data = {"preemptor_job_id": "p", "aborted": True, "victims": [{"job_id": "v"}]}
+    assert apply_event("preempting", "PreemptionCompleted", data, "v")[0] == "running"
+    assert apply_event("pending", "PreemptionCompleted", data, "p")[0] == "pending"
+    done = {**data, "aborted": False}
+    assert apply_event("preempting", "PreemptionCompleted", done, "v")[0] == "preempting"
+
+
+def test_why_and_trace_words() -> None:
+    from rota_submission.explain import describe, why
+
+    job = {"job_id": "j", "name": "n", "state": "pending", "queue": "training", "team": "nlp",
+           "wait": {"reasons": [{"code": "QUOTA_EXCEEDED", "message": "16 of 16 used"}],
+                    "eta": "2026-01-01T00:00:00Z", "position": 3, "factors": {"total": 1.0}}}
+    answer = why(job)
+    assert answer["reasons"][0]["code"] == "QUOTA_EXCEEDED" and answer["position"] == 3
+    assert why({**job, "wait": None})["reasons"][0]["code"] == "NOT_YET_SCHEDULED"
+    assert "running since" in why({**job, "state": "running", "started_at": "t", "attempts": 2})["summary"]
+    line = describe("RunStopped", {"reason": "preempted", "forced": True, "checkpoint_uri": "s3://c",
+                                   "lost_gpu_seconds": 7200}, "j")
+    assert line == "run stopped (preempted, forced), checkpoint s3://c, lost 2.00 GPU-h"
+    victim = describe("PreemptionRequested", {"preemptor_job_id": "p" * 36, "preemptor_queue":
+                                              "production", "reason": "reclaim", "victims": []}, "j")
+    assert victim.startswith("chosen as a victim for production job")

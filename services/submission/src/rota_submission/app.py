@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -60,8 +61,11 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
 
     routes: dict[str, Query] = {
         s.API_JOB_GET: query(m.GetJob, queries.get_job),
+        s.API_JOB_WHY: query(m.GetJob, queries.why_job),
+        s.API_JOB_TRACE: query(m.GetJob, queries.trace_job),
         s.API_JOBS_LIST: query(m.ListJobs, queries.list_jobs),
-        s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, queries.summarize_queues),
+        s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, functools.partial(
+            queries.summarize_queues, config=config)),
     }
 
     async def dispatch(subject: str, raw: bytes) -> m.ApiReply:

@@ -100,19 +100,39 @@ _TRANSITIONS: dict[str, str] = {
 }
 
 
-def apply_event(state: str, event_type: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def related_jobs(event_type: str, data: dict[str, Any], job_id: str | None) -> list[str]:
+    """Every job an event belongs to: its own, and a preemption's victims too, so that a
+    victim's history shows the plan that preempted it."""
+    jobs = [job_id] if job_id else []
+    if event_type in ("PreemptionRequested", "PreemptionCompleted"):
+        jobs += [v["job_id"] for v in data.get("victims", []) if v.get("job_id") not in jobs]
+    return jobs
+
+
+def apply_event(
+    state: str, event_type: str, data: dict[str, Any], job_id: str | None = None
+) -> tuple[str, dict[str, Any]]:
     """The job's next state and the columns to update, for one event of that job."""
     if state in TERMINAL_STATES:
         return state, {}
     if event_type == "JobPending":
         return state, {"wait": {k: data.get(k) for k in ("reasons", "eta", "position", "factors")}}
     if event_type == "AllocationGranted":
-        return "admitted", {"run_id": data.get("run_id"), "wait": None}
+        return "admitted", {"run_id": data.get("run_id"), "wait": None,
+                            "borrowed_gpus": int(data.get("borrowed_gpus") or 0)}
+    if event_type == "AllocationReleased":
+        return state, {"borrowed_gpus": 0}
     if event_type == "RunStarted":
         return "running", {"run_id": data.get("run_id"), "started": True}
+    if event_type == "PreemptionCompleted":
+        aborted = data.get("aborted") and job_id != data.get("preemptor_job_id")
+        return ("running", {}) if aborted and state == "preempting" else (state, {})
     if event_type == "RunStopped":
         if data.get("reason") == "preempted":
-            return "pending", {"resume_from": data.get("checkpoint_uri"), "run_id": None}
+            changes: dict[str, Any] = {"run_id": None}
+            if data.get("checkpoint_uri"):
+                changes["resume_from"] = data["checkpoint_uri"]
+            return "pending", changes
         return "cancelled", {"ended": True}
     if event_type == "AllocationRejected":
         return "pending", {"detail": data.get("message")}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rota.contracts import ContractError, parse_any
-from sqlalchemy.ext.asyncio import AsyncEngine
+from rota.contracts import ContractError, Envelope, parse_any
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota_submission import store
-from rota_submission.domain import apply_event
+from rota_submission.domain import apply_event, related_jobs
 
 log = logging.getLogger("rota.submission.projection")
 
@@ -24,28 +24,37 @@ async def project(engine: AsyncEngine, raw: bytes, *, max_bytes: int) -> bool:
     except ContractError as exc:
         log.warning("projection: skipping an unreadable event: %s", exc)
         return False
-    if env.job_id is None:
-        return False
     data: dict[str, Any] = env.data.model_dump(mode="json")
+    jobs = related_jobs(env.type, data, env.job_id)
+    if not jobs:
+        return False
     async with engine.begin() as conn:
-        first = await store.record_event(
-            conn, event_id=env.id, job_id=env.job_id, type_=env.type,
-            occurred_at=env.occurred_at, source=env.source, data=data,
-        )
-        if not first:
-            return False
-        row = await store.lock_job(conn, env.job_id)
-        if row is None:
-            return True  # an event of a job submitted elsewhere; its history is still kept
-        state, changes = apply_event(row.state, env.type, data)
-        values: dict[str, Any] = {}
-        if changes.pop("started", False):
-            values["started_at"] = env.occurred_at
-            values["attempts"] = row.attempts + 1
-        if changes.pop("ended", False):
-            values["ended_at"] = env.occurred_at
-        values.update(changes)
-        if state != row.state or values:
-            values.update(state=state, updated_at=env.occurred_at)
-            await store.update_job(conn, env.job_id, values)
+        applied = False
+        for job_id in jobs:
+            applied |= await _fold(conn, env, data, job_id)
+    return applied
+
+
+async def _fold(conn: AsyncConnection, env: Envelope[Any], data: dict[str, Any], job_id: str) -> bool:
+    """One event into one job's history and state; False if that job already had it."""
+    first = await store.record_event(
+        conn, event_id=env.id, job_id=job_id, type_=env.type,
+        occurred_at=env.occurred_at, source=env.source, data=data,
+    )
+    if not first:
+        return False
+    row = await store.lock_job(conn, job_id)
+    if row is None:
+        return True  # an event of a job submitted elsewhere; its history is still kept
+    state, changes = apply_event(row.state, env.type, data, job_id)
+    values: dict[str, Any] = {}
+    if changes.pop("started", False):
+        values["started_at"] = env.occurred_at
+        values["attempts"] = row.attempts + 1
+    if changes.pop("ended", False):
+        values["ended_at"] = env.occurred_at
+    values.update(changes)
+    if state != row.state or values:
+        values.update(state=state, updated_at=env.occurred_at)
+        await store.update_job(conn, job_id, values)
     return True

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from rota.config import RotaConfig
+from rota.contracts import Tier
 from rota.contracts import messages as m
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from rota_submission import store
+from rota_submission import explain, store
 
 
 def error(code: str, message: str, field: str | None = None) -> m.ApiReply:
@@ -13,13 +17,35 @@ def error(code: str, message: str, field: str | None = None) -> m.ApiReply:
 
 
 async def get_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
+    job = await _one(engine, query.job_id)
+    return job if isinstance(job, m.ApiReply) else m.ApiReply(ok=True, result=job)
+
+
+async def _one(engine: AsyncEngine, job_id: str) -> dict[str, Any] | m.ApiReply:
     async with engine.connect() as conn:
-        rows = await store.find_job(conn, query.job_id)
+        rows = await store.find_job(conn, job_id)
     if not rows:
-        return error("JOB_NOT_FOUND", f"no job {query.job_id}", "job_id")
+        return error("JOB_NOT_FOUND", f"no job {job_id}", "job_id")
     if len(rows) > 1:
-        return error("AMBIGUOUS_ID", f"{query.job_id!r} matches several jobs", "job_id")
-    return m.ApiReply(ok=True, result=rows[0])
+        return error("AMBIGUOUS_ID", f"{job_id!r} matches several jobs", "job_id")
+    return rows[0]
+
+
+async def why_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
+    job = await _one(engine, query.job_id)
+    if isinstance(job, m.ApiReply):
+        return job
+    return m.ApiReply(ok=True, result=explain.why(job))
+
+
+async def trace_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
+    job = await _one(engine, query.job_id)
+    if isinstance(job, m.ApiReply):
+        return job
+    async with engine.connect() as conn:
+        history = await store.job_history(conn, job["job_id"])
+    return m.ApiReply(ok=True, result={"job": job,
+                                       "timeline": explain.timeline(history, job["job_id"])})
 
 
 async def list_jobs(engine: AsyncEngine, query: m.ListJobs) -> m.ApiReply:
@@ -31,7 +57,14 @@ async def list_jobs(engine: AsyncEngine, query: m.ListJobs) -> m.ApiReply:
     return m.ApiReply(ok=True, result=rows)
 
 
-async def summarize_queues(engine: AsyncEngine, query: m.SummarizeQueues) -> m.ApiReply:
+async def summarize_queues(
+    engine: AsyncEngine, query: m.SummarizeQueues, config: RotaConfig
+) -> m.ApiReply:
+    """Per queue, team and flavor, with the team's quota on that flavor beside its use."""
     async with engine.connect() as conn:
         rows = await store.queue_summary(conn, query.team)
+    for row in rows:
+        team = config.teams.get(row["team"])
+        row["quota"] = team.quota.get(row["flavor"], 0) if team else 0
+    rows.sort(key=lambda r: (Tier(r["queue"]).rank, r["team"], r["flavor"]))
     return m.ApiReply(ok=True, result=rows)

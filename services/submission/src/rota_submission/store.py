@@ -39,13 +39,14 @@ jobs = sa.Table(
     sa.Column("resume_from", sa.Text),
     sa.Column("wait", postgresql.JSONB),
     sa.Column("detail", sa.Text),
+    sa.Column("borrowed_gpus", sa.Integer, nullable=False, server_default="0"),
 )
 
 job_events = sa.Table(
     "job_events",
     metadata,
     sa.Column("event_id", sa.Text, primary_key=True),
-    sa.Column("job_id", sa.Text, nullable=False),
+    sa.Column("job_id", sa.Text, primary_key=True),
     sa.Column("type", sa.Text, nullable=False),
     sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("source", sa.Text, nullable=False),
@@ -55,7 +56,7 @@ job_events = sa.Table(
 PUBLIC_COLUMNS = (
     "job_id", "name", "team", "user_name", "queue", "flavor", "workers", "gpus_per_worker",
     "gpus", "state", "submission_id", "submitted_at", "updated_at", "started_at", "ended_at",
-    "run_id", "attempts", "resume_from", "wait", "detail",
+    "run_id", "attempts", "resume_from", "wait", "detail", "borrowed_gpus",
 )
 
 
@@ -119,18 +120,36 @@ async def list_jobs(
     return [dict(row._mapping) for row in await conn.execute(query)]
 
 
+ACTIVE = ("admitted", "running", "preempting")
+
+
 async def queue_summary(conn: AsyncConnection, team: str | None) -> list[dict[str, Any]]:
+    """Per (queue, team, flavor): pending and running jobs and GPUs, and borrowed GPUs."""
+    pending = jobs.c.state == "pending"
+    active = jobs.c.state.in_(ACTIVE)
     query = sa.select(
-        jobs.c.queue, jobs.c.team, jobs.c.state,
-        sa.func.count().label("jobs"), sa.func.sum(jobs.c.gpus).label("gpus"),
-        sa.func.min(jobs.c.submitted_at).label("oldest_submitted_at"),
-    ).group_by(jobs.c.queue, jobs.c.team, jobs.c.state)
+        jobs.c.queue, jobs.c.team, jobs.c.flavor,
+        sa.func.count().filter(pending).label("pending_jobs"),
+        sa.func.coalesce(sa.func.sum(jobs.c.gpus).filter(pending), 0).label("pending_gpus"),
+        sa.func.count().filter(active).label("running_jobs"),
+        sa.func.coalesce(sa.func.sum(jobs.c.gpus).filter(active), 0).label("gpus_in_use"),
+        sa.func.coalesce(sa.func.sum(jobs.c.borrowed_gpus).filter(active), 0).label("borrowed_gpus"),
+        sa.func.min(jobs.c.submitted_at).filter(pending).label("oldest_pending_at"),
+    ).where(jobs.c.state.in_(("pending", *ACTIVE))).group_by(jobs.c.queue, jobs.c.team, jobs.c.flavor)
     if team:
         query = query.where(jobs.c.team == team)
-    return [
-        {**dict(row._mapping), "gpus": int(row.gpus or 0)}
-        for row in await conn.execute(query.order_by(jobs.c.queue, jobs.c.team, jobs.c.state))
-    ]
+    result = await conn.execute(query.order_by(jobs.c.queue, jobs.c.team, jobs.c.flavor))
+    return [dict(row._mapping) for row in result]
+
+
+async def job_history(conn: AsyncConnection, job_id: str) -> list[dict[str, Any]]:
+    result = await conn.execute(
+        sa.select(job_events.c.event_id, job_events.c.type, job_events.c.occurred_at,
+                  job_events.c.source, job_events.c.data)
+        .where(job_events.c.job_id == job_id)
+        .order_by(job_events.c.occurred_at, job_events.c.event_id)
+    )
+    return [dict(row._mapping) for row in result]
 
 
 async def record_event(

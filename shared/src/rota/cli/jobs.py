@@ -199,7 +199,7 @@ def queues(
     team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Jobs and GPUs per queue, team and state."""
+    """Per queue and team: pending and running jobs, GPUs in use against quota, borrowed."""
     rows: list[dict[str, Any]] = call(
         get_settings(), s.API_QUEUES_SUMMARY, m.SummarizeQueues(team=team)
     )
@@ -207,9 +207,58 @@ def queues(
         emit_json(rows)
         return
     table = Table(box=None, header_style="bold")
-    for column in ("QUEUE", "TEAM", "STATE", "JOBS", "GPUS", "OLDEST"):
+    for column in ("QUEUE", "TEAM", "FLAVOR", "PENDING", "RUNNING", "GPUS/QUOTA", "BORROWED",
+                   "OLDEST PENDING"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["queue"], row["team"], row["state"], str(row["jobs"]),
-                      str(row["gpus"]), str(row["oldest_submitted_at"])[:19])
-    console.print(table if rows else "no jobs")
+        table.add_row(row["queue"], row["team"], row["flavor"],
+                      f"{row['pending_jobs']} ({row['pending_gpus']} GPUs)",
+                      str(row["running_jobs"]), f"{row['gpus_in_use']}/{row['quota']}",
+                      str(row["borrowed_gpus"]), str(row["oldest_pending_at"] or "-")[:19])
+    console.print(table if rows else "no pending or running jobs")
+
+
+@handled
+def why(
+    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Why a job waits: every reason (primary first), its ETA and its score factors."""
+    answer: dict[str, Any] = call(get_settings(), s.API_JOB_WHY, m.GetJob(job_id=job_id))
+    if json_out:
+        emit_json(answer)
+        return
+    console.print(f"[bold]{answer['name']}[/bold] {answer['job_id']} — {answer['state']}"
+                  f" in {answer['queue']} ({answer['team']})", highlight=False)
+    if answer["state"] != "pending":
+        console.print(f"  {answer['summary']}", highlight=False)
+        return
+    for i, reason in enumerate(answer["reasons"]):
+        label = "because" if i == 0 else "also"
+        console.print(f"  {label:>7}  [bold]{reason['code']}[/bold]: {reason['message']}",
+                      highlight=False)
+    console.print(f"      eta  {answer.get('eta') or 'unknown'}"
+                  f"   (position {answer.get('position')})", highlight=False)
+    factors = answer.get("factors") or {}
+    if factors:
+        console.print("    score  " + "  ".join(f"{k}={v:.1f}" for k, v in factors.items()),
+                      highlight=False)
+    if answer.get("resume_from"):
+        console.print(f"   resume  {answer['resume_from']}", highlight=False)
+
+
+@handled
+def trace(
+    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """A job's timeline: every decision and event, with times, reasons and preemptions."""
+    result: dict[str, Any] = call(get_settings(), s.API_JOB_TRACE, m.GetJob(job_id=job_id))
+    if json_out:
+        emit_json(result)
+        return
+    job = result["job"]
+    console.print(f"[bold]{job['name']}[/bold] {job['job_id']} — {job['state']}", highlight=False)
+    for entry in result["timeline"]:
+        console.print(f"  {str(entry['at'])[:23].replace('T', ' ')}  {entry['source']:<10}"
+                      f"  {entry['summary']}", highlight=False)

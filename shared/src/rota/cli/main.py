@@ -32,6 +32,8 @@ app.command()(job_commands.jobs)
 app.command()(job_commands.job)
 app.command()(job_commands.cancel)
 app.command()(job_commands.queues)
+app.command()(job_commands.why)
+app.command()(job_commands.trace)
 app.command()(notifications)
 
 

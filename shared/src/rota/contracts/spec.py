@@ -36,6 +36,8 @@ RECEIVED: list[tuple[str, type[BaseModel], str]] = [
     (s.API_SUBMIT, m.SubmitJob, "Request/reply for trusted producers; no subject team check."),
     ("rota.api.cancel.{team}", m.CancelJob, "Request/reply: the synchronous twin of cancel."),
     (s.API_JOB_GET, m.GetJob, "Request/reply; answers an ApiReply envelope."),
+    (s.API_JOB_WHY, m.GetJob, "Request/reply: every wait reason, the ETA and the score factors."),
+    (s.API_JOB_TRACE, m.GetJob, "Request/reply: the job's timeline of decisions and events."),
     (s.API_JOBS_LIST, m.ListJobs, "Request/reply; answers an ApiReply envelope."),
     (s.API_QUEUES_SUMMARY, m.SummarizeQueues, "Request/reply; answers an ApiReply envelope."),
     (s.NOTIFICATIONS_LIST, m.ListNotifications, "Request/reply, answered by the notifier."),

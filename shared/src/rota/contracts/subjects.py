@@ -22,6 +22,8 @@ API_ALL = "rota.api.>"
 API_SUBMIT = "rota.api.submit"
 API_JOB_GET = "rota.api.job.get"
 API_CANCEL = "rota.api.cancel"
+API_JOB_WHY = "rota.api.job.why"
+API_JOB_TRACE = "rota.api.job.trace"
 API_JOBS_LIST = "rota.api.jobs.list"
 API_QUEUES_SUMMARY = "rota.api.queues.summary"
 

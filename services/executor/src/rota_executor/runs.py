@@ -1,0 +1,287 @@
+"""The executor's bookkeeping: every change to a run and the event reporting it, in one transaction.
+
+Handlers (`app.py`) call `start`, `stop`, `checkpoint_seen` and `notice_seen`; backends call
+back through the `Reporter` methods `launched`, `checkpointed` and `ended`. Idempotency comes
+from natural state checks on the locked row: a run is inserted once (duplicate `StartRun`),
+ends once (`ended` on a run already over does nothing), and is stopped once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+from rota.config.model import Node
+from rota.contracts import ContractError, envelope, parse
+from rota.contracts import messages as m
+from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
+from rota.faults import crash_point
+from rota.ids import derived_id
+from rota.service import RotaService
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota_executor import store
+from rota_executor.backend import Backend, Checkpoint, Exit, RunRecord, WorkerProcess
+from rota_executor.domain import outcome, placement_problem, token_sha256
+
+log = logging.getLogger("rota.executor")
+
+SOURCE = "executor"
+
+
+class Executor:
+    def __init__(
+        self, service: RotaService, nodes: list[Node],
+        settle: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.service = service
+        self.nodes = nodes
+        self.settle = settle
+        self.backend: Backend | None = None
+        self.consuming = False
+        """Set once the subscribers run: only then can the end of a run wait for its acks."""
+
+    @property
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            raise RuntimeError("executor: no backend yet")
+        return self.backend
+
+    def _parse(self, raw: bytes, model: type[Any]) -> Any:
+        try:
+            return parse(raw, model, max_bytes=self.service.settings.max_message_bytes)
+        except ContractError as exc:
+            log.error("dropped a malformed %s: %s", model.__name__, exc)
+            return None
+
+    async def _emit(self, conn: AsyncConnection, event: BaseModel, run: RunRecord | m.StartRun,
+                    *, at: datetime, id: str | None = None, source: str = SOURCE) -> None:
+        env = envelope(event, source=source, job_id=run.job_id, run_id=run.run_id,
+                       occurred_at=at, id=id)
+        await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+
+    def _wake(self) -> None:
+        if self.service.relay is not None:
+            self.service.relay.wake()
+
+    # ------------------------------------------------------------------ handlers
+
+    async def start(self, raw: bytes) -> None:
+        """StartRun: record the run and `RunStarted` (or `RunFailed` if it cannot run here)
+        once, then launch it. A duplicate finds the row and does nothing."""
+        env = self._parse(raw, m.StartRun)
+        if env is None:
+            return
+        start: m.StartRun = env.data
+        backend, now = self._backend, self.service.clock.now()
+        problem = placement_problem(list(start.placement), self.nodes) or backend.unsupported(
+            start.spec)
+        async with self.service.engine.begin() as conn:
+            inserted = await store.insert_run(
+                conn, start, backend=backend.name, state="failed" if problem else "running",
+                now=now, detail=problem,
+            )
+            if not inserted:
+                log.info("duplicate StartRun for run %s: it starts once", start.run_id)
+                return
+            if problem:
+                await self._emit(conn, m.RunFailed(run_id=start.run_id, job_id=start.job_id,
+                                                   error=problem), start, at=now)
+            else:
+                await self._emit(conn, m.RunStarted(
+                    run_id=start.run_id, job_id=start.job_id, attempt=start.attempt,
+                    placement=start.placement, resumed_from=start.resume_from,
+                    token_sha256=token_sha256(start.run_token),
+                ), start, at=now)
+            run = await store.get(conn, start.run_id)
+        self._wake()
+        if problem or run is None:
+            log.warning("run %s of job %s cannot start: %s", start.run_id, start.job_id, problem)
+            return
+        crash_point("after_commit:executor")
+        log.info("run %s of job %s (attempt %d) starting on %s%s", run.run_id, run.job_id,
+                 run.attempt, backend.name,
+                 f", resuming from {run.resume_from}" if run.resume_from else "")
+        try:
+            await backend.start(run)
+        except Exception as exc:  # a redelivery would find the row and never start it
+            log.exception("run %s: the %s backend could not start it", run.run_id, backend.name)
+            await self.ended(run.run_id, Exit(None, f"cannot start: {exc}"))
+
+    async def stop(self, raw: bytes) -> None:
+        """StopRun: record the stop once, then have the backend stop the run. Stopping an
+        unknown run, or one already over or already stopping, only logs."""
+        env = self._parse(raw, m.StopRun)
+        if env is None:
+            return
+        stop: m.StopRun = env.data
+        now = self.service.clock.now()
+        async with self.service.engine.begin() as conn:
+            row = await store.lock(conn, stop.run_id)
+            if row is None:
+                log.info("StopRun for unknown run %s: nothing to stop", stop.run_id)
+                return
+            if row.state != "running":
+                log.info("StopRun for run %s: it is %s already; nothing to do", stop.run_id,
+                         row.state)
+                return
+            await store.update(conn, stop.run_id, {
+                "state": "stopping", "stop_reason": stop.reason.value, "stop_forced": stop.forced,
+                "stop_requested_at": now, "updated_at": now,
+            })
+            run = await store.get(conn, stop.run_id)
+        assert run is not None
+        log.info("stopping run %s (%s%s)", run.run_id, stop.reason.value,
+                 ", forced" if stop.forced else "")
+        await self._backend.stop(run)
+
+    async def checkpoint_seen(self, raw: bytes) -> None:
+        """RunCheckpointed (from a job, or the simulator): track each run's last acknowledged
+        checkpoint. Only a checkpoint with the run's own token counts."""
+        env = self._parse(raw, m.RunCheckpointed)
+        if env is None:
+            return
+        data: m.RunCheckpointed = env.data
+        now = self.service.clock.now()
+        async with self.service.engine.begin() as conn:
+            row = await store.lock(conn, data.run_id)
+            if row is None or row.state not in store.LIVE_STATES:
+                return  # not ours, or over: a late checkpoint changes nothing
+            if token_sha256(data.run_token) != row.token_sha256:
+                log.warning("checkpoint %s for run %s rejected: wrong run token",
+                            data.checkpoint_uri, data.run_id)
+                return
+            # The job's clock may be off: keep its time within what we have seen.
+            at = min(max(env.occurred_at, row.started_at), now)
+            values = self._checkpoint_values(row, data.checkpoint_uri, at, data.progress_s,
+                                             data.notice_id)
+            if not values:
+                return
+            await store.update(conn, data.run_id, values)
+            run = await store.get(conn, data.run_id)
+        assert run is not None
+        if data.notice_id is not None:
+            log.info("run %s acknowledged notice %s with %s", run.run_id, data.notice_id,
+                     data.checkpoint_uri)
+            self._backend.noticed(run)
+
+    @staticmethod
+    def _checkpoint_values(row: Any, uri: str, at: datetime, progress_s: float | None,
+                           notice_id: str | None) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        if row.last_checkpoint_at is None or at >= row.last_checkpoint_at:
+            values.update(last_checkpoint_uri=uri, last_checkpoint_at=at,
+                          last_checkpoint_progress_s=progress_s)
+        if notice_id is not None and row.notice_acked_at is None:
+            values.update(notice_acked_at=at)
+        if values:
+            values["updated_at"] = at
+        return values
+
+    async def notice_seen(self, raw: bytes) -> None:
+        """PreemptionNotice on `rota.ctl.run.<run_id>`: record it for our runs (the simulator
+        acts on it; a local job reads it itself). `withdrawn` cancels one not yet acknowledged."""
+        env = self._parse(raw, m.PreemptionNotice)
+        if env is None:
+            return
+        notice: m.PreemptionNotice = env.data
+        now = self.service.clock.now()
+        async with self.service.engine.begin() as conn:
+            row = await store.lock(conn, notice.run_id)
+            if row is None or row.state != "running":
+                return
+            if notice.action == "withdrawn":
+                if row.notice_id != notice.notice_id or row.notice_acked_at is not None:
+                    return  # not the pending notice, or saved already: the stop follows
+                values: dict[str, Any] = {"notice_id": None, "notice_at": None}
+            elif row.notice_id == notice.notice_id:
+                return  # a redelivery
+            else:
+                values = {"notice_id": notice.notice_id, "notice_at": now}
+            await store.update(conn, notice.run_id, {**values, "updated_at": now})
+            run = await store.get(conn, notice.run_id)
+        assert run is not None
+        log.info("run %s: notice %s %s", run.run_id, notice.notice_id,
+                 "withdrawn" if notice.action == "withdrawn" else "received")
+        self._backend.noticed(run)
+
+    # ------------------------------------------------------------------ the Reporter
+
+    async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
+        async with self.service.engine.begin() as conn:
+            await store.update(conn, run_id, {"pids": [p.to_doc() for p in processes],
+                                              "updated_at": self.service.clock.now()})
+
+    async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None:
+        """A checkpoint the backend made itself. Published as the job would publish it (its
+        token, `source: run/<id>`), and recorded in the same transaction."""
+        async with self.service.engine.begin() as conn:
+            row = await store.lock(conn, run.run_id)
+            if row is None or row.state not in store.LIVE_STATES:
+                return
+            values = self._checkpoint_values(row, checkpoint.uri, checkpoint.at,
+                                             checkpoint.progress_s, checkpoint.notice_id)
+            if values:
+                await store.update(conn, run.run_id, values)
+            event = m.RunCheckpointed(
+                run_id=run.run_id, job_id=run.job_id, checkpoint_uri=checkpoint.uri,
+                run_token=run.run_token, notice_id=checkpoint.notice_id,
+                progress_s=checkpoint.progress_s,
+            )
+            # Derived from what it reports, so a repeat after a restart is dropped by JetStream.
+            seed = f"checkpointed:{run.run_id}:{checkpoint.uri}:{checkpoint.notice_id}"
+            await self._emit(conn, event, run, at=checkpoint.at, source=f"run/{run.run_id}",
+                             id=derived_id(seed, checkpoint.at))
+        self._wake()
+        if checkpoint.notice_id:
+            log.info("sim run %s saved %s and acknowledged notice %s", run.run_id,
+                     checkpoint.uri, checkpoint.notice_id)
+
+    async def ended(self, run_id: str, exit: Exit) -> None:
+        """The run is over: finished, failed or stopped (see `domain.outcome`), reported once."""
+        backend = self._backend
+        if backend.settles_acks and self.consuming and self.settle is not None:
+            # A job acks, then exits: its ack is in the stream before the exit, but our
+            # consumer may not have read it yet, and it decides stopped versus finished.
+            await self.settle()
+        now = self.service.clock.now()
+        async with self.service.engine.begin() as conn:
+            row = await store.lock(conn, run_id)
+            if row is None or row.state not in store.LIVE_STATES:
+                return
+            run = store.record(row)
+            result = outcome(run, exit, stop_reason=row.stop_reason,
+                             stop_forced=bool(row.stop_forced), ended_at=now,
+                             time_scale=backend.time_scale)
+            await store.update(conn, run_id, {
+                "state": result.state, "ended_at": now, "exit_code": exit.code,
+                "outcome": type(result.event).__name__, "detail": result.detail[:2000],
+                "updated_at": now,
+            })
+            await self._emit(conn, result.event, run, at=now)
+        self._wake()
+        log.info("run %s %s: %s", run_id, result.state, result.detail)
+
+    # ------------------------------------------------------------------ restart
+
+    async def recover(self) -> None:
+        """Take over the runs that were live when the executor last stopped."""
+        backend = self._backend
+        async with self.service.engine.connect() as conn:
+            live = await store.live_runs(conn)
+        for run in live:
+            if run.backend != backend.name:
+                await self.ended(run.run_id, Exit(None, (
+                    f"the executor restarted with the {backend.name} backend; this"
+                    f" {run.backend} run cannot continue")))
+                continue
+            try:
+                await backend.adopt(run)
+            except Exception as exc:
+                log.exception("run %s: could not be adopted after a restart", run.run_id)
+                await self.ended(run.run_id, Exit(None, f"lost in a restart: {exc}"))
+        if live:
+            log.info("recovered %d live run(s)", len(live))

@@ -1,0 +1,113 @@
+"""Words for people: one line per event in a job's timeline, and the answer to "why?".
+
+Pure functions of the read model's rows, so `rota why` and `rota trace` say exactly what
+the events say, no more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Describe = Callable[[dict[str, Any], str], str]
+
+
+def _gpus(data: dict[str, Any]) -> str:
+    return ", ".join(f"{p['node']}[{','.join(str(g) for g in p['gpus'])}]"
+                     for p in data.get("placement") or [])
+
+
+def _victims(data: dict[str, Any]) -> str:
+    return ", ".join(f"{v.get('job_name') or v['job_id'][:13]} ({v['queue']}, {v['gpus']} GPUs)"
+                     for v in data.get("victims", []))
+
+
+def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
+    if data.get("preemptor_job_id") == job_id:
+        return (f"preempt: {data['reason']}: {data['message']} — victims {_victims(data)},"
+                f" expected loss {data['expected_lost_gpu_seconds'] / 3600:.2f} GPU-h")
+    return (f"chosen as a victim for {data['preemptor_queue']} job"
+            f" {data['preemptor_job_id'][:13]}: {data['reason']}")
+
+
+def _preemption_completed(data: dict[str, Any], job_id: str) -> str:
+    if data.get("aborted"):
+        return "preemption aborted: the preemptor went away; victims keep running"
+    outcomes = ", ".join(f"{v['job_id'][:13]} {v['outcome']}"
+                         + (f" (lost {v['lost_gpu_seconds'] / 3600:.2f} GPU-h)"
+                            if v.get("lost_gpu_seconds") else "")
+                         for v in data.get("victims", []))
+    return f"preemption completed: {outcomes}"
+
+
+def _pending(data: dict[str, Any], job_id: str) -> str:
+    reasons = data.get("reasons") or []
+    primary = f"{reasons[0]['code']}: {reasons[0]['message']}" if reasons else "waiting"
+    eta = f", ETA {data['eta']}" if data.get("eta") else ""
+    return f"hold: {primary} (position {data.get('position')}{eta})"
+
+
+DESCRIBE: dict[str, Describe] = {
+    "JobSubmitted": lambda d, _: (f"submitted: {d['spec']['workers']}x{d['spec']['gpus_per_worker']}"
+                                  f" {d['spec']['flavor']} to {d['spec']['queue']} by"
+                                  f" {d['spec']['team']}/{d['spec']['user']}"),
+    "JobCancelled": lambda d, _: f"cancelled: {d['reason']}",
+    "JobPending": _pending,
+    "AllocationProposed": lambda d, _: (
+        f"admit: proposed {d['gpus']} GPUs on {_gpus(d)}"
+        + (f" ({d['borrowed_gpus']} borrowed)" if d.get("borrowed_gpus") else "")
+        + (" onto GPUs its preemption freed" if d.get("plan_id") else "")),
+    "AllocationGranted": lambda d, _: f"granted by the ledger: {d['gpus']} GPUs",
+    "AllocationRejected": lambda d, _: f"rejected by the ledger: {d['code']}: {d['message']}",
+    "AllocationReleased": lambda d, _: f"released {d['gpus']} GPUs after {d['gpu_seconds'] / 3600:.2f} GPU-h",
+    "RunStarted": lambda d, _: (f"run {d['run_id'][:13]} started (attempt {d['attempt']})"
+                                + (f", resuming from {d['resumed_from']}" if d.get("resumed_from") else "")),
+    "RunCheckpointed": lambda d, _: ("acknowledged the notice with checkpoint " if d.get("notice_id")
+                                     else "checkpoint saved: ") + d["checkpoint_uri"],
+    "RunFinished": lambda d, _: f"run finished (exit {d.get('exit_code', 0)})",
+    "RunFailed": lambda d, _: f"run failed: {d['error']}",
+    "RunStopped": lambda d, _: (f"run stopped ({d['reason']}{', forced' if d.get('forced') else ''})"
+                                + (f", checkpoint {d['checkpoint_uri']}" if d.get("checkpoint_uri") else "")
+                                + (f", lost {d['lost_gpu_seconds'] / 3600:.2f} GPU-h"
+                                   if d.get("lost_gpu_seconds") else "")),
+    "PreemptionRequested": _preemption_requested,
+    "PreemptionNoticed": lambda d, _: (f"notice sent: checkpoint and stop by {d['deadline']}"
+                                       f" (grace {d['grace_s']:.0f} s) for a {d['preemptor_queue']} job"),
+    "PreemptionCompleted": _preemption_completed,
+}
+
+
+def describe(event_type: str, data: dict[str, Any], job_id: str) -> str:
+    line = DESCRIBE.get(event_type)
+    return line(data, job_id) if line else event_type
+
+
+def timeline(rows: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
+    return [{"at": row["occurred_at"], "type": row["type"], "source": row["source"],
+             "summary": describe(row["type"], row["data"], job_id), "data": row["data"]}
+            for row in rows]
+
+
+def why(job: dict[str, Any]) -> dict[str, Any]:
+    """Every reason (primary first), the ETA and the score factors, or what the job is doing."""
+    wait = job.get("wait") or {}
+    state = job["state"]
+    answer: dict[str, Any] = {"job_id": job["job_id"], "name": job["name"], "state": state,
+                              "queue": job["queue"], "team": job["team"]}
+    if state == "pending":
+        answer.update(reasons=wait.get("reasons") or [], eta=wait.get("eta"),
+                      position=wait.get("position"), factors=wait.get("factors"))
+        if not answer["reasons"]:
+            answer["reasons"] = [{"code": "NOT_YET_SCHEDULED", "message":
+                                  "the scheduler has not considered this job yet", "details": {}}]
+    else:
+        answer["summary"] = {
+            "admitted": "admitted: GPUs granted, the run is starting",
+            "running": f"running since {job.get('started_at')} (attempt {job.get('attempts')})",
+            "preempting": "being preempted: told to checkpoint and stop",
+            "finished": f"finished at {job.get('ended_at')}",
+            "failed": f"failed at {job.get('ended_at')}: {job.get('detail') or ''}".rstrip(": "),
+            "cancelled": f"cancelled: {job.get('detail') or ''}".rstrip(": "),
+        }.get(state, state)
+    answer["resume_from"] = job.get("resume_from")
+    return answer
