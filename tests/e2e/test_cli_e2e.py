@@ -70,8 +70,8 @@ def test_submit_list_cancel_through_the_cli(
     assert len(job_id) == 36
     again = rota(env, *submit, "--json")
     assert again.returncode == 0
-    assert json.loads(again.stdout) == {"job_id": job_id, "duplicate": True, "state": "pending",
-                                        "submission_id": "e2e-1"}
+    duplicate = json.loads(again.stdout)
+    assert (duplicate["job_id"], duplicate["duplicate"]) == (job_id, True)
 
     bad = rota(env, *submit[:-2], "--submission-id", "e2e-2", "--flavor", "tpu")
     assert bad.returncode == 2
@@ -80,7 +80,8 @@ def test_submit_list_cancel_through_the_cli(
     listed = rota(env, "jobs", "--team", "nlp", "--json")
     assert listed.returncode == 0
     [row] = [r for r in json.loads(listed.stdout) if r["job_id"] == job_id]
-    assert (row["state"], row["gpus"], row["workers"]) == ("pending", 16, 2)
+    assert (row["gpus"], row["workers"]) == (16, 2)
+    assert row["state"] in ("pending", "admitted", "running")
 
     cancelled = rota(env, "cancel", job_id[:13], "--json")
     assert cancelled.returncode == 0, cancelled.stderr
@@ -88,7 +89,8 @@ def test_submit_list_cancel_through_the_cli(
     shown = rota(env, "job", job_id, "--json")
     assert json.loads(shown.stdout)["state"] == "cancelled"
     queues = rota(env, "queues", "--json")
-    assert queues.returncode == 0 and json.loads(queues.stdout) == []  # nothing pending or running
+    assert queues.returncode == 0
+    assert all(r["running_jobs"] == 0 for r in json.loads(queues.stdout) if r["team"] == "nlp")
 
 
 def test_sigterm_stops_everything_within_10_seconds(

@@ -12,15 +12,27 @@
 
 The listener runs on its own thread with its own event loop, so a synchronous (PyTorch-style)
 loop only reads a flag. The wire protocol is in contracts/README.md for other languages.
+
+Also:
+
+    with sdk.attach() as run:               # closes the NATS connection on the way out
+        run.on_preemption(lambda notice: stop_soon.set())   # called on the SDK's thread
+        ...
+        run.report_checkpoint(uri)          # a periodic checkpoint: less work lost if preempted
+
+    sdk.resume_from()                       # ROTA_RESUME_FROM without attaching, or None
+    sdk.checkpoint_dir()                    # ROTA_CHECKPOINT_DIR, or None
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 
 import nats
 from nats.aio.client import Client
@@ -37,6 +49,10 @@ ENV_VARS = (
     "ROTA_WORKER_INDEX", "ROTA_WORKERS",
 )
 MAX_NOTICE_BYTES = 64 * 1024
+
+log = logging.getLogger("rota.sdk")
+
+NoticeCallback = Callable[[m.PreemptionNotice], None]
 
 
 class SdkError(RuntimeError):
@@ -85,6 +101,7 @@ class Run:
     _nc: Client | None = None
     _ready: threading.Event = field(default_factory=threading.Event)
     _error: BaseException | None = None
+    _callbacks: list[NoticeCallback] = field(default_factory=list)
 
     @property
     def resume_from(self) -> str | None:
@@ -97,19 +114,50 @@ class Run:
     def wait_for_preemption(self, timeout: float | None = None) -> bool:
         return self._requested.wait(timeout)
 
-    def acknowledge(self, checkpoint_uri: str, timeout: float = 10.0) -> None:
+    def on_preemption(self, callback: NoticeCallback) -> NoticeCallback:
+        """Call `callback(notice)` when a notice arrives (at once if one is pending already).
+
+        It runs on the SDK's listener thread: keep it short, e.g. set a flag or an event that
+        the training loop checks. Usable as a decorator.
+        """
+        self._callbacks.append(callback)
+        notice = self.notice
+        if notice is not None and self._requested.is_set():
+            self._call(callback, notice)
+        return callback
+
+    def _call(self, callback: NoticeCallback, notice: m.PreemptionNotice) -> None:
+        try:
+            callback(notice)
+        except Exception:  # the listener must keep listening, whatever the callback does
+            log.exception("rota.sdk: a preemption callback failed")
+
+    def acknowledge(self, checkpoint_uri: str, timeout: float = 10.0, *,
+                    progress_s: float | None = None) -> None:
         """Tell Rota the checkpoint is saved. Only the worker with index 0 needs to call this."""
+        notice_id = self.notice.notice_id if self.notice else None
+        self._publish(checkpoint_uri, notice_id, progress_s, timeout)
+
+    def report_checkpoint(self, checkpoint_uri: str, timeout: float = 10.0, *,
+                          progress_s: float | None = None) -> None:
+        """Report a periodic checkpoint (no notice): a later preemption then loses only the
+        work done since. Only the worker with index 0 needs to call this."""
+        self._publish(checkpoint_uri, None, progress_s, timeout)
+
+    def _publish(self, checkpoint_uri: str, notice_id: str | None, progress_s: float | None,
+                 timeout: float) -> None:
         if self._loop is None:
             raise SdkError("the run is not attached")
-        future = asyncio.run_coroutine_threadsafe(self._publish_ack(checkpoint_uri), self._loop)
+        future = asyncio.run_coroutine_threadsafe(
+            self._publish_ack(checkpoint_uri, notice_id, progress_s), self._loop)
         future.result(timeout)
 
-    async def _publish_ack(self, checkpoint_uri: str) -> None:
+    async def _publish_ack(self, checkpoint_uri: str, notice_id: str | None = None,
+                           progress_s: float | None = None) -> None:
         assert self._nc is not None
         ack = m.RunCheckpointed(
             run_id=self.info.run_id, job_id=self.info.job_id, checkpoint_uri=checkpoint_uri,
-            run_token=self.info.run_token,
-            notice_id=self.notice.notice_id if self.notice else None,
+            run_token=self.info.run_token, notice_id=notice_id, progress_s=progress_s,
         )
         env = envelope(ack, source=f"run/{self.info.run_id}", job_id=self.info.job_id,
                        run_id=self.info.run_id)
@@ -134,8 +182,12 @@ class Run:
                     self.notice = None
                     self._requested.clear()
                 return
+            if self.notice is not None and self.notice.notice_id == notice.notice_id:
+                return  # a redelivery: the callbacks were called already
             self.notice = notice
             self._requested.set()
+            for callback in list(self._callbacks):
+                self._call(callback, notice)
 
         # An ordered consumer from the start of the subject: a notice sent before this
         # process subscribed is still seen.
@@ -167,8 +219,28 @@ class Run:
         if self._loop is not None and self._nc is not None:
             asyncio.run_coroutine_threadsafe(self._nc.close(), self._loop).result(5)
             self._loop.call_soon_threadsafe(self._loop.stop)
+            self._nc = None
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 def attach(env: Mapping[str, str] | None = None) -> Run:
     """Start listening for this run's notices; raises `SdkError` outside a Rota run."""
     return Run(RunInfo.from_env(env)).start()
+
+
+def resume_from(env: Mapping[str, str] | None = None) -> str | None:
+    """The checkpoint URI this run resumes from (`ROTA_RESUME_FROM`), or None on a fresh start."""
+    env = os.environ if env is None else env
+    return env.get("ROTA_RESUME_FROM") or None
+
+
+def checkpoint_dir(env: Mapping[str, str] | None = None) -> str | None:
+    """Where the executor suggests saving checkpoints (`ROTA_CHECKPOINT_DIR`), or None."""
+    env = os.environ if env is None else env
+    return env.get("ROTA_CHECKPOINT_DIR") or None

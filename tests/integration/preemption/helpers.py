@@ -100,9 +100,13 @@ class Saga:
     def victim(self) -> Victim:
         return self.victims[0]
 
-    async def start_runs(self) -> None:
+    async def mark(self) -> None:
+        """Where this test's commands and events begin in the shared streams."""
         self.cmd_since = await last_seq(self.nc, s.STREAM_CMD)
         self.evt_since = await last_seq(self.nc, s.STREAM_EVT)
+
+    async def start_runs(self) -> None:
+        await self.mark()
         for v in self.victims:
             await self.run_started(v)
 

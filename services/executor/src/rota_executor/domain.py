@@ -56,7 +56,7 @@ def sim_progress(uri: str | None, job_id: str) -> float:
 
 
 def lost_gpu_seconds(run: RunRecord, stopped_at: datetime, time_scale: float) -> float:
-    """GPUs × run time since the last acknowledged checkpoint, or since the start when the job
+    """GPUs x run time since the last acknowledged checkpoint, or since the start when the job
     is not resumable or has none. Run time is simulated time on the sim backend."""
     since = run.started_at
     if run.spec.resumable and run.last_checkpoint_at is not None:

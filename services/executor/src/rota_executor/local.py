@@ -148,14 +148,8 @@ class LocalBackend:
                 env = run_env(run, placement, nats_url=self.nats_url,
                               checkpoint_dir=checkpoint_dir, base=os.environ)
                 exit_file = self._exit_file(run.run_id, placement.worker)
-                exit_file.unlink(missing_ok=True)
-                with self.log_path(run.run_id, placement.worker).open("ab") as out:
-                    child = subprocess.Popen(
-                        [self.python, launcher.__file__, str(exit_file), "--",
-                         *run.spec.local.command],
-                        env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
+                child = self._launch(run.spec.local.command, env, exit_file,
+                                     self.log_path(run.run_id, placement.worker))
                 process = WorkerProcess(placement.worker, child.pid, procs.start_time(child.pid))
                 workers.append(Worker(process, exit_file, child))
         except OSError as exc:
@@ -167,6 +161,17 @@ class LocalBackend:
         log.info("local run %s started: pids %s, log %s", run.run_id,
                  [w.process.pid for w in workers], self.log_path(run.run_id))
         await self.reporter.launched(run.run_id, [w.process for w in workers])
+
+    def _launch(self, command: list[str], env: dict[str, str], exit_file: Path,
+                log_file: Path) -> subprocess.Popen[bytes]:
+        # fork+exec returns at once; the job's own start-up happens in the child.
+        exit_file.unlink(missing_ok=True)
+        with log_file.open("ab") as out:
+            return subprocess.Popen(
+                [self.python, launcher.__file__, str(exit_file), "--", *command],
+                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     async def adopt(self, run: RunRecord) -> None:
         if not run.processes:

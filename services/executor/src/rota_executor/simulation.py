@@ -105,7 +105,8 @@ class SimPlan:
             return []
         end_s, finished = self.end()
         end_at = self.at_progress(end_s)
-        until, last_action = now, None
+        until: datetime = now
+        last_action: Action | None = None
         if self.notice_id is not None and self.notice_at is not None:
             saved_at = self.notice_at + timedelta(seconds=self.sim.checkpoint_save_s / self.speed)
             if saved_at <= now and saved_at < end_at:
@@ -126,9 +127,11 @@ class SimPlan:
             return None
         reached = min(self.progress(until), end_s)
         k = math.floor((reached - self.p0) / every + 1e-9)
+        if self.p0 + k * every >= end_s:
+            k -= 1  # a checkpoint at the very end is worth nothing: the run is over
         progress = round(self.p0 + k * every, 3)
-        if k < 1 or progress >= end_s:
-            return None  # a checkpoint at the very end is worth nothing: the run is over
+        if k < 1:
+            return None
         if self.last_checkpoint_s is not None and progress <= self.last_checkpoint_s:
             return None
         return Checkpointed(progress, self.at_progress(progress))

@@ -288,8 +288,9 @@ async def list_allocations(
         runs = runs.where(_active())
     if job_id is not None:
         runs = runs.where(a.job_id == job_id)
-    order = sa.func.min(a.granted_at)
-    runs = runs.order_by(order if active_only else order.desc(), a.run_id).limit(limit)
+    # Grant time, then insertion order (`id`) among runs granted in the same instant.
+    order = (sa.func.min(a.granted_at), sa.func.min(a.id))
+    runs = runs.order_by(*(order if active_only else (o.desc() for o in order))).limit(limit)
     run_ids = [row.run_id for row in await conn.execute(runs)]
     if not run_ids:
         return []

@@ -47,7 +47,8 @@ def build(
             service.relay.wake()
 
     coordinator = Coordinator(lambda: service.engine, service.outbox, config, service.clock,
-                              max_bytes=max_bytes, on_commit=wake_relay)
+                              max_bytes=max_bytes, on_commit=wake_relay,
+                              unverified_attempts=settings.unverified_ack_attempts)
     timers: list[asyncio.Task[None]] = []
 
     @service.js_subscriber(s.EVENT_SUBJECTS["PreemptionRequested"], stream=s.STREAM_EVT,
@@ -56,13 +57,16 @@ def build(
         """Open the saga: notices to the victims, in one transaction with its rows."""
         await coordinator.preemption_requested(msg.body)
 
-    # One consumer for every run event keeps a run's RunStarted (its token hash) ahead of
-    # its acknowledgements, in stream order.
+    # One consumer for every run event: a run's RunStarted (its token hash) is fetched in an
+    # earlier batch than its acks, or in the same one, where an ack retries until it is seen.
     @service.js_subscriber(RUN_EVENTS, stream=s.STREAM_EVT, durable=CONSUMER_RUNS,
                            batch_size=128)
     async def run_event(msg: NatsMessage) -> None:
         """RunStarted, RunCheckpointed (the ack), RunStopped, RunFinished, RunFailed."""
-        await coordinator.run_event(msg.body)
+        attempt = msg.raw_message.metadata.num_delivered
+        if not await coordinator.run_event(msg.body, attempt=attempt):
+            # Nacked here, so the subscriber's own ack afterwards is a no-op.
+            await msg.nack(delay=service.settings.retry_delay_s)
 
     @service.js_subscriber(s.EVENT_SUBJECTS["JobCancelled"], stream=s.STREAM_EVT,
                            durable=CONSUMER_CANCELS)

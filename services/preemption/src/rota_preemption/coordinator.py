@@ -36,20 +36,20 @@ DUE_BATCH = 100
 M = TypeVar("M", bound=BaseModel)
 
 _VERDICT_LOG: dict[AckVerdict, tuple[int, str]] = {
-    AckVerdict.accepted: (logging.INFO, "acknowledged with %s; stopping the run"),
-    AckVerdict.duplicate: (logging.INFO, "duplicate acknowledgement ignored (%s)"),
-    AckVerdict.late: (logging.WARNING,
-                      "acknowledgement after the deadline ignored (%s): the forced stop stands"),
-    AckVerdict.withdrawn: (logging.INFO, "acknowledgement of a withdrawn notice ignored (%s)"),
-    AckVerdict.after_end: (logging.INFO, "acknowledgement after the run ended ignored (%s)"),
-    AckVerdict.stale_run: (logging.WARNING,
-                           "acknowledgement from a stale run ignored (%s): not the victim run"),
-    AckVerdict.wrong_token: (logging.WARNING,
-                             "acknowledgement rejected (%s): wrong run token"),
-    AckVerdict.unverifiable: (logging.WARNING,
-                              "acknowledgement rejected (%s): no RunStarted token hash for"
-                              " this run, so it cannot be verified"),
+    AckVerdict.accepted: (logging.INFO, "accepted; stopping the run"),
+    AckVerdict.duplicate: (logging.INFO, "ignored: a duplicate, the run was told to stop once"),
+    AckVerdict.late: (logging.WARNING, "ignored: after the deadline, the forced stop stands"),
+    AckVerdict.withdrawn: (logging.INFO, "ignored: the notice was withdrawn"),
+    AckVerdict.after_end: (logging.INFO, "ignored: the run had already ended"),
+    AckVerdict.stale_run: (logging.WARNING, "ignored: from a stale run, not the victim run"),
+    AckVerdict.wrong_token: (logging.WARNING, "rejected: wrong run token"),
+    AckVerdict.unverifiable: (logging.WARNING, "rejected: cannot be verified, no RunStarted"
+                              " token hash for this run"),
 }
+
+
+class RetryLater(Exception):
+    """Raised inside a transaction to roll it back; the message is delivered again later."""
 
 
 class Coordinator:
@@ -62,12 +62,16 @@ class Coordinator:
         *,
         max_bytes: int,
         on_commit: Callable[[], None] | None = None,
+        unverified_attempts: int = 3,
     ) -> None:
         self._engine = engine
         self._outbox = outbox
         self._clock = clock
         self._max_bytes = max_bytes
         self._on_commit = on_commit
+        # An ack whose run has no token hash yet is retried this many deliveries before it is
+        # rejected: the run's RunStarted may still be in flight (same batch, or retrying).
+        self._unverified_attempts = unverified_attempts
         self._grace = {tier: queue.preemption_grace_s for tier, queue in config.queues.items()}
         self._default_grace_s = config.preemption.default_grace_s
 
@@ -102,22 +106,29 @@ class Coordinator:
 
     # ------------------------------------------------------------ run events
 
-    async def run_event(self, raw: bytes) -> None:
+    async def run_event(self, raw: bytes, *, attempt: int = 1) -> bool:
+        """Apply one run event. False: not yet, deliver it again later (see `RetryLater`)."""
         env = self._parse_any(raw)
         if env is None:
-            return
+            return True
         data = env.data
         if isinstance(data, m.RunCheckpointed):
             if data.notice_id is not None:  # without one it is a periodic checkpoint, no ack
-                await self._acknowledged(env.id, data)
+                try:
+                    await self._acknowledged(env.id, data, attempt)
+                except RetryLater:
+                    log.info("ack from run %s waits for the run's RunStarted (delivery %d)",
+                             data.run_id, attempt)
+                    return False
         elif isinstance(data, m.RunStarted):
             async with self._engine().begin() as conn:
                 await store.record_run_started(conn, data.run_id, data.job_id,
                                                data.token_sha256, env.occurred_at)
         elif isinstance(data, m.RunStopped | m.RunFinished | m.RunFailed):
             await self._run_ended(data)
+        return True
 
-    async def _acknowledged(self, event_id: str, ack: m.RunCheckpointed) -> None:
+    async def _acknowledged(self, event_id: str, ack: m.RunCheckpointed, attempt: int) -> None:
         assert ack.notice_id is not None
         now = self._clock.now()
         async with self._engine().begin() as conn:
@@ -133,15 +144,16 @@ class Coordinator:
                 saga, notice_id=ack.notice_id, run_id=ack.run_id, token=token,
                 checkpoint_uri=ack.checkpoint_uri, now=now,
             )
+            if verdict is AckVerdict.unverifiable and attempt < self._unverified_attempts:
+                raise RetryLater  # rolls back the guard row too, so the redelivery counts
             if effects:
                 await store.save_saga(conn, saga, now)
                 await self._emit(conn, saga, effects)
         level, text = _VERDICT_LOG[verdict]
-        detail = (f"run {ack.run_id} of job {ack.job_id}, notice {ack.notice_id},"
-                  f" plan {saga.plan.plan_id}")
-        if verdict is AckVerdict.accepted:
-            detail = f"{detail}: {ack.checkpoint_uri}"
-        log.log(level, text, detail)  # never the token itself, right or wrong
+        checkpoint = f", checkpoint {ack.checkpoint_uri}" if verdict is AckVerdict.accepted else ""
+        # Never the token itself, right or wrong.
+        log.log(level, "ack from run %s of job %s (notice %s, plan %s%s) %s", ack.run_id,
+                ack.job_id, ack.notice_id, saga.plan.plan_id, checkpoint, text)
         if effects:
             self._committed()
 

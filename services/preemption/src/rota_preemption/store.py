@@ -119,7 +119,8 @@ async def record_run_ended(
 
 async def lock_runs(conn: AsyncConnection, pairs: Iterable[tuple[str, str]]) -> dict[str, RunEnd]:
     """Upsert and lock the rows of these (run_id, job_id); returns the runs already ended."""
-    values = [{"run_id": run_id, "job_id": job_id} for run_id, job_id in pairs]
+    # In run id order, so two plans naming the same runs never wait on each other in a cycle.
+    values = [{"run_id": run_id, "job_id": job_id} for run_id, job_id in sorted(set(pairs))]
     if not values:
         return {}
     stmt = insert(runs).values(values)

@@ -91,29 +91,57 @@ def plan_actions(
         run = NewRun(new_uuid(), job.job_id, new_uuid(), new_token())
         actions.new_runs.append(run)
         spec = job.spec
-        actions.outgoing.append(Outgoing(
-            m.AllocationProposed(
-                proposal_id=run.proposal_id, job_id=job.job_id, run_id=run.run_id,
-                team=spec.team, user=spec.user, queue=spec.queue, flavor=spec.flavor,
-                placement=placement_doc(admission.placement),
-                gpus=spec.total_gpus, borrowed_gpus=admission.borrowed_gpus,
-                plan_id=plan_of.get(job.job_id) if admission.via_plan else None,
-            ),
-            EVENT_SUBJECTS["AllocationProposed"], STREAM_EVT, job.job_id, run.run_id,
-        ))
-        actions.records.append(DecisionRecord(
-            job.job_id, "admit", None, {},
-            {"run_id": run.run_id, "gpus": spec.total_gpus,
-             "borrowed_gpus": admission.borrowed_gpus, "via_plan": admission.via_plan,
-             "placement": placement_doc(admission.placement)},
-        ))
+        actions.outgoing.append(
+            Outgoing(
+                m.AllocationProposed(
+                    proposal_id=run.proposal_id,
+                    job_id=job.job_id,
+                    run_id=run.run_id,
+                    team=spec.team,
+                    user=spec.user,
+                    queue=spec.queue,
+                    flavor=spec.flavor,
+                    placement=placement_doc(admission.placement),
+                    gpus=spec.total_gpus,
+                    borrowed_gpus=admission.borrowed_gpus,
+                    plan_id=plan_of.get(job.job_id) if admission.via_plan else None,
+                ),
+                EVENT_SUBJECTS["AllocationProposed"],
+                STREAM_EVT,
+                job.job_id,
+                run.run_id,
+            )
+        )
+        actions.records.append(
+            DecisionRecord(
+                job.job_id,
+                "admit",
+                None,
+                {},
+                {
+                    "run_id": run.run_id,
+                    "gpus": spec.total_gpus,
+                    "borrowed_gpus": admission.borrowed_gpus,
+                    "via_plan": admission.via_plan,
+                    "placement": placement_doc(admission.placement),
+                },
+            )
+        )
     for plan in decisions.plans:
         actions.outgoing.append(_preemption(view, plan, new_uuid()))
-        actions.records.append(DecisionRecord(
-            plan.preemptor_job_id, "preempt", plan.reason, {},
-            {"victims": [v.run_id for v in plan.victims], "message": plan.message,
-             "expected_lost_gpu_s": plan.expected_lost_gpu_s},
-        ))
+        actions.records.append(
+            DecisionRecord(
+                plan.preemptor_job_id,
+                "preempt",
+                plan.reason,
+                {},
+                {
+                    "victims": [v.run_id for v in plan.victims],
+                    "message": plan.message,
+                    "expected_lost_gpu_s": plan.expected_lost_gpu_s,
+                },
+            )
+        )
     for explanation in decisions.pending:
         waiting = view.jobs.get(explanation.job_id)
         if waiting is None:
@@ -125,27 +153,47 @@ def plan_actions(
         job = waiting
         factors = explanation.factors
         event = m.JobPending(
-            job_id=job.job_id, team=job.spec.team, queue=job.spec.queue,
-            reasons=[m.WaitReason(code=r.code, message=r.message, details=dict(r.details))
-                     for r in explanation.reasons],
-            eta=_iso(explanation.eta), position=explanation.position,
-            factors=m.ScoreFactors(queue=factors.queue, age=factors.age,
-                                   fairshare=factors.fairshare,
-                                   quota_headroom=factors.quota_headroom, total=factors.total),
+            job_id=job.job_id,
+            team=job.spec.team,
+            queue=job.spec.queue,
+            reasons=[
+                m.WaitReason(code=r.code, message=r.message, details=dict(r.details))
+                for r in explanation.reasons
+            ],
+            eta=_iso(explanation.eta),
+            position=explanation.position,
+            factors=m.ScoreFactors(
+                queue=factors.queue,
+                age=factors.age,
+                fairshare=factors.fairshare,
+                quota_headroom=factors.quota_headroom,
+                total=factors.total,
+            ),
         )
         actions.outgoing.append(Outgoing(event, EVENT_SUBJECTS["JobPending"], STREAM_EVT, job.job_id))
-        actions.records.append(DecisionRecord(
-            job.job_id, "hold", explanation.primary.value,
-            {"queue": factors.queue, "age": factors.age, "fairshare": factors.fairshare,
-             "quota_headroom": factors.quota_headroom, "total": factors.total},
-            {"reasons": [r.code.value for r in explanation.reasons], "eta": explanation.eta,
-             "position": explanation.position},
-        ))
+        actions.records.append(
+            DecisionRecord(
+                job.job_id,
+                "hold",
+                explanation.primary.value,
+                {
+                    "queue": factors.queue,
+                    "age": factors.age,
+                    "fairshare": factors.fairshare,
+                    "quota_headroom": factors.quota_headroom,
+                    "total": factors.total,
+                },
+                {
+                    "reasons": [r.code.value for r in explanation.reasons],
+                    "eta": explanation.eta,
+                    "position": explanation.position,
+                },
+            )
+        )
     for job in view.stops_needed():
         actions.stops.append(job.job_id)
         actions.outgoing.append(_stop_cancelled(view, job))
-        actions.records.append(DecisionRecord(job.job_id, "stop", "cancelled", {},
-                                              {"run_id": job.run_id}))
+        actions.records.append(DecisionRecord(job.job_id, "stop", "cancelled", {}, {"run_id": job.run_id}))
     return actions
 
 
@@ -154,23 +202,36 @@ def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoi
     victims = []
     for choice in plan.victims:
         job = view.jobs.get(choice.job_id)
-        victims.append(m.Victim(
-            run_id=choice.run_id, job_id=choice.job_id, team=choice.team, queue=choice.tier,
-            gpus=choice.gpus, expected_lost_gpu_seconds=choice.expected_lost_gpu_s,
-            borrowed=choice.borrowed,
-            job_name=job.spec.name if job else None, user=job.spec.user if job else None,
-            resumable=job.spec.resumable if job else False,
-            last_checkpoint_uri=job.last_checkpoint_uri if job else None,
-        ))
+        victims.append(
+            m.Victim(
+                run_id=choice.run_id,
+                job_id=choice.job_id,
+                team=choice.team,
+                queue=choice.tier,
+                gpus=choice.gpus,
+                expected_lost_gpu_seconds=choice.expected_lost_gpu_s,
+                borrowed=choice.borrowed,
+                job_name=job.spec.name if job else None,
+                user=job.spec.user if job else None,
+                resumable=job.spec.resumable if job else False,
+                last_checkpoint_uri=job.last_checkpoint_uri if job else None,
+            )
+        )
     return Outgoing(
         m.PreemptionRequested(
-            plan_id=plan_id, preemptor_job_id=plan.preemptor_job_id,
-            preemptor_queue=plan.preemptor_tier, preemptor_team=preemptor.spec.team,
-            victims=victims, reason=plan.reason, message=plan.message,
+            plan_id=plan_id,
+            preemptor_job_id=plan.preemptor_job_id,
+            preemptor_queue=plan.preemptor_tier,
+            preemptor_team=preemptor.spec.team,
+            victims=victims,
+            reason=plan.reason,
+            message=plan.message,
             expected_lost_gpu_seconds=plan.expected_lost_gpu_s,
             target=placement_doc(plan.target),
         ),
-        EVENT_SUBJECTS["PreemptionRequested"], STREAM_EVT, plan.preemptor_job_id,
+        EVENT_SUBJECTS["PreemptionRequested"],
+        STREAM_EVT,
+        plan.preemptor_job_id,
     )
 
 
@@ -181,12 +242,18 @@ def _stop_cancelled(view: ClusterView, job: JobRecord) -> Outgoing:
         # the ledger release the GPUs.
         return Outgoing(
             m.RunStopped(run_id=job.run_id, job_id=job.job_id, reason=m.StopReason.cancelled),
-            EVENT_SUBJECTS["RunStopped"], STREAM_EVT, job.job_id, job.run_id,
+            EVENT_SUBJECTS["RunStopped"],
+            STREAM_EVT,
+            job.job_id,
+            job.run_id,
             id=stable_id(f"stopped:{job.run_id}"),
         )
     return Outgoing(
         m.StopRun(run_id=job.run_id, job_id=job.job_id, reason=m.StopReason.cancelled),
-        RUN_STOP, STREAM_CMD, job.job_id, job.run_id,
+        RUN_STOP,
+        STREAM_CMD,
+        job.job_id,
+        job.run_id,
         id=stable_id(f"stop:{job.run_id}"),
     )
 
@@ -195,10 +262,19 @@ def start_run(job: JobRecord, run_id: str, token: str, view: ClusterView) -> Out
     """The StartRun for a granted run; its id derives from the run, so a repeat is dropped."""
     allocation = view.allocations[run_id]
     return Outgoing(
-        m.StartRun(run_id=run_id, job_id=job.job_id, attempt=max(1, job.attempt),
-                   spec=job.spec, placement=placement_doc(allocation.placement),
-                   run_token=token, resume_from=job.resume_from),
-        RUN_START, STREAM_CMD, job.job_id, run_id,
+        m.StartRun(
+            run_id=run_id,
+            job_id=job.job_id,
+            attempt=max(1, job.attempt),
+            spec=job.spec,
+            placement=placement_doc(allocation.placement),
+            run_token=token,
+            resume_from=job.resume_from,
+        ),
+        RUN_START,
+        STREAM_CMD,
+        job.job_id,
+        run_id,
         id=stable_id(f"start:{run_id}"),
     )
 

@@ -93,8 +93,9 @@ class Scheduler:
         self.replay_target = (await jetstream.stream_info(STREAM_EVT)).state.last_seq
         if self.replay_target == 0:
             self.caught_up.set()
-        await jetstream.subscribe("rota.evt.>", cb=self.on_event, ordered_consumer=True,
-                                  deliver_policy=DeliverPolicy.ALL)
+        await jetstream.subscribe(
+            "rota.evt.>", cb=self.on_event, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+        )
         await self.caught_up.wait()
         log.info("view rebuilt from %d events: %d jobs", self.replay_target, len(self.view.jobs))
 
@@ -153,8 +154,9 @@ class Scheduler:
             self.start_sent.add(run_id)
 
     async def _outbox(self, conn: AsyncConnection, item: Outgoing, now: datetime) -> None:
-        env = envelope(item.message, source=SOURCE, job_id=item.job_id, run_id=item.run_id,
-                       id=item.id, occurred_at=now)
+        env = envelope(
+            item.message, source=SOURCE, job_id=item.job_id, run_id=item.run_id, id=item.id, occurred_at=now
+        )
         await self.service.outbox.add(conn, env, item.subject, stream=item.stream)
 
 

@@ -14,7 +14,8 @@ SCHEMA = "scheduler"
 metadata = sa.MetaData(schema=SCHEMA)
 
 runs = sa.Table(
-    "runs", metadata,
+    "runs",
+    metadata,
     sa.Column("run_id", sa.Text, primary_key=True),
     sa.Column("job_id", sa.Text, nullable=False),
     sa.Column("proposal_id", sa.Text, nullable=False),
@@ -24,7 +25,8 @@ runs = sa.Table(
 )
 
 decisions = sa.Table(
-    "decisions", metadata,
+    "decisions",
+    metadata,
     sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
     sa.Column("cycle_id", sa.Text, nullable=False),
     sa.Column("at", sa.DateTime(timezone=True), nullable=False),
@@ -38,28 +40,52 @@ decisions = sa.Table(
 
 async def add_runs(conn: AsyncConnection, new_runs: list[NewRun], at: datetime) -> None:
     if new_runs:
-        await conn.execute(sa.insert(runs), [
-            {"run_id": r.run_id, "job_id": r.job_id, "proposal_id": r.proposal_id,
-             "token": r.token, "proposed_at": at} for r in new_runs
-        ])
+        await conn.execute(
+            sa.insert(runs),
+            [
+                {
+                    "run_id": r.run_id,
+                    "job_id": r.job_id,
+                    "proposal_id": r.proposal_id,
+                    "token": r.token,
+                    "proposed_at": at,
+                }
+                for r in new_runs
+            ],
+        )
 
 
 async def add_decisions(
     conn: AsyncConnection, cycle_id: str, at: datetime, records: list[DecisionRecord]
 ) -> None:
     if records:
-        await conn.execute(sa.insert(decisions), [
-            {"cycle_id": cycle_id, "at": at, "job_id": r.job_id, "decision": r.decision,
-             "reason": r.reason, "factors": r.factors, "details": r.details} for r in records
-        ])
+        await conn.execute(
+            sa.insert(decisions),
+            [
+                {
+                    "cycle_id": cycle_id,
+                    "at": at,
+                    "job_id": r.job_id,
+                    "decision": r.decision,
+                    "reason": r.reason,
+                    "factors": r.factors,
+                    "details": r.details,
+                }
+                for r in records
+            ],
+        )
 
 
 async def claim_start(conn: AsyncConnection, run_id: str, at: datetime) -> str | None:
     """The run's token if its StartRun has not been sent yet; marks it sent."""
-    row = (await conn.execute(
-        sa.update(runs).where(runs.c.run_id == run_id, runs.c.start_sent_at.is_(None))
-        .values(start_sent_at=at).returning(runs.c.token)
-    )).first()
+    row = (
+        await conn.execute(
+            sa.update(runs)
+            .where(runs.c.run_id == run_id, runs.c.start_sent_at.is_(None))
+            .values(start_sent_at=at)
+            .returning(runs.c.token)
+        )
+    ).first()
     return None if row is None else str(row.token)
 
 

@@ -105,9 +105,10 @@ class ClusterView:
     def _on_AllocationProposed(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)
         run_id = data["run_id"]
-        self.allocations.setdefault(run_id, Allocation(
-            run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0))
-        ))
+        self.allocations.setdefault(
+            run_id,
+            Allocation(run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0))),
+        )
         if job is not None and job.state == "pending":
             job.state, job.run_id = "proposed", run_id
         plan_id = data.get("plan_id")
@@ -182,9 +183,7 @@ class ClusterView:
     def _on_PreemptionRequested(self, data: dict[str, Any], at: float) -> None:
         target = _slots(data.get("target") or [])
         victims = tuple(v["run_id"] for v in data["victims"])
-        self.plans[data["plan_id"]] = PlanRecord(
-            data["plan_id"], data["preemptor_job_id"], victims, target
-        )
+        self.plans[data["plan_id"]] = PlanRecord(data["plan_id"], data["preemptor_job_id"], victims, target)
 
     def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
         if data.get("aborted"):
@@ -214,24 +213,34 @@ class ClusterView:
             for slot in allocation.placement:
                 held.setdefault(slot.node, set()).update(slot.gpus)
         nodes = tuple(
-            NodeState(n.name, n.flavor, n.rack, n.gpus,
-                      tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())))
+            NodeState(
+                n.name,
+                n.flavor,
+                n.rack,
+                n.gpus,
+                tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())),
+            )
             for n in self.config.expanded_nodes()
         )
-        running = tuple(self._running(a, now) for a in self.allocations.values()
-                        if a.job_id in self.jobs)
+        running = tuple(self._running(a, now) for a in self.allocations.values() if a.job_id in self.jobs)
         pending = group_pending([self._pending(j) for j in self.pending_jobs()])
         half_life = self.config.policy.fairshare_half_life_s
         decay = 0.5 ** (max(0.0, now - self.usage_as_of) / half_life) if self.usage_as_of else 1.0
         plans = tuple(
             PlanInFlight(p.preemptor_job_id, p.victim_run_ids, p.target)
             for p in self.plans.values()
-            if p.target and p.preemptor_job_id in self.jobs
+            if p.target
+            and p.preemptor_job_id in self.jobs
             and self.jobs[p.preemptor_job_id].state == "pending"
         )
-        return Snapshot(nodes=nodes, running=running, pending=pending,
-                        usage={t: v * decay for t, v in self.usage.items()}, plans=plans,
-                        explain=explain)
+        return Snapshot(
+            nodes=nodes,
+            running=running,
+            pending=pending,
+            usage={t: v * decay for t, v in self.usage.items()},
+            plans=plans,
+            explain=explain,
+        )
 
     def _running(self, allocation: Allocation, now: float) -> RunningRun:
         job = self.jobs[allocation.job_id]
@@ -242,11 +251,17 @@ class ClusterView:
         start = started if started is not None else now
         runtime = spec.declared_runtime_s
         return RunningRun(
-            run_id=allocation.run_id, job_id=job.job_id, team=spec.team, tier=Tier(spec.queue),
-            flavor=spec.flavor, placement=allocation.placement, gpus=spec.total_gpus,
+            run_id=allocation.run_id,
+            job_id=job.job_id,
+            team=spec.team,
+            tier=Tier(spec.queue),
+            flavor=spec.flavor,
+            placement=allocation.placement,
+            gpus=spec.total_gpus,
             started_at=start,
             last_checkpoint_at=job.last_checkpoint_at if started is not None else None,
-            resumable=spec.resumable, preemptions=job.preemptions,
+            resumable=spec.resumable,
+            preemptions=job.preemptions,
             borrowed_gpus=allocation.borrowed_gpus,
             expected_end=(start + runtime) if runtime else None,
             checkpoint_interval_s=spec.sim.checkpoint_interval_s if spec.sim else None,
@@ -255,22 +270,30 @@ class ClusterView:
     def _pending(self, job: JobRecord) -> PendingJob:
         spec = job.spec
         return PendingJob(
-            job_id=job.job_id, team=spec.team, tier=Tier(spec.queue), flavor=spec.flavor,
-            workers=spec.workers, gpus_per_worker=spec.gpus_per_worker,
+            job_id=job.job_id,
+            team=spec.team,
+            tier=Tier(spec.queue),
+            flavor=spec.flavor,
+            workers=spec.workers,
+            gpus_per_worker=spec.gpus_per_worker,
             submitted_at=job.submitted_at,
             runtime_estimate_s=float(spec.declared_runtime_s) if spec.declared_runtime_s else None,
-            rack=spec.rack, resumable=spec.resumable, preemptions=job.preemptions,
+            rack=spec.rack,
+            resumable=spec.resumable,
+            preemptions=job.preemptions,
         )
 
     def stops_needed(self) -> list[JobRecord]:
         """Cancelled jobs whose run still holds GPUs and has not been told to stop."""
-        return [j for j in self.jobs.values()
-                if j.cancelled and j.run_id and j.state in ACTIVE_STATES and not j.stop_requested]
+        return [
+            j
+            for j in self.jobs.values()
+            if j.cancelled and j.run_id and j.state in ACTIVE_STATES and not j.stop_requested
+        ]
 
 
 def _slots(placement: list[dict[str, Any]]) -> tuple[Slot, ...]:
-    return tuple(Slot(int(p["worker"]), str(p["node"]), tuple(int(g) for g in p["gpus"]))
-                 for p in placement)
+    return tuple(Slot(int(p["worker"]), str(p["node"]), tuple(int(g) for g in p["gpus"])) for p in placement)
 
 
 def _epoch(value: Any) -> float | None:

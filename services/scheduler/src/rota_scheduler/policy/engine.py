@@ -243,9 +243,20 @@ def _walk(cy: Cycle) -> None:
     misses: dict[tuple[str, str, str], int] = {}
     free_total = state.free_total
 
+    def reservations_full(flavor: str) -> bool:
+        book = cy.books.get(flavor)
+        return book is not None and len(book.reservations) >= limit
+
     def hopeless(q: PendingQueue) -> bool:
-        # Nothing in this queue can start now, and it cannot preempt either: skip it whole.
-        return attempts <= 0 and not ready and q.min_gpus > free_total.get(q.flavor, 0)
+        # Nothing in this queue can start now and it cannot preempt: skip it whole, unless it
+        # may still hold the line (no backfill) or earn a reservation (backfill with reserve).
+        if attempts > 0 or ready or q.min_gpus <= free_total.get(q.flavor, 0):
+            return False
+        if rules.backfill == "none":
+            return all_blocked or q.flavor in blocked_flavors
+        if rules.backfill == "reserve":
+            return reservations_full(q.flavor)
+        return True
 
     groups = (
         [list(cy.snapshot.pending)]
@@ -318,7 +329,12 @@ def _walk(cy: Cycle) -> None:
             misses[qkey] = misses.get(qkey, 0) + 1
             if misses[qkey] >= rules.per_queue_depth:
                 walk.drop_current()
-            if attempts <= 0 and not ready and not any(free_total.values()):
+            if (
+                attempts <= 0
+                and not ready
+                and not any(free_total.values())
+                and (rules.backfill != "reserve" or all(reservations_full(fl) for fl in state.flavors))
+            ):
                 break
         if all_blocked and attempts <= 0 and not ready:
             break

@@ -1,0 +1,111 @@
+"""A whole Rota on this machine: infrastructure, migrations, six supervised service processes.
+
+`rota up` and `rota demo` both run one `Stack`; it stops in reverse order within a budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from rota.cli.stack import (
+    SERVICES,
+    Infrastructure,
+    ServiceProcess,
+    migrate_all,
+    ping_all,
+    prepare_streams,
+    service_env,
+)
+from rota.endpoints import Endpoints, write_runtime_file
+from rota.settings import Settings
+
+STOP_BUDGET_S = 8.0
+READY_TIMEOUT_S = 60.0
+
+
+class Executor(StrEnum):
+    sim = "sim"
+    local = "local"
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    config: Path | None
+    executor: Executor = Executor.sim
+    extra_env: dict[str, str] = field(default_factory=dict)
+    say: Any = print
+    infra: Infrastructure | None = None
+    endpoints: Endpoints | None = None
+    processes: list[ServiceProcess] = field(default_factory=list)
+
+    def start(self) -> dict[str, Any]:
+        self.infra = Infrastructure(self.settings)
+        self.say("starting infrastructure")
+        self.endpoints = self.infra.start()
+        asyncio.run(prepare_streams(self.settings, self.endpoints.nats_url))
+        self.say("applying migrations")
+        migrate_all(self.endpoints.database_url)
+        env = service_env(self.settings, self.endpoints, self.config)
+        env["ROTA_EXECUTOR"] = self.executor.value
+        env.update(self.extra_env)
+        logs = self.settings.home / "logs"
+        self.processes = [ServiceProcess(n, env, logs / f"{n}.log") for n in SERVICES]
+        for process in self.processes:
+            process.start()
+        ready = self._wait_ready()
+        write_runtime_file(self.settings.runtime_file, self.endpoints, os.getpid())
+        return {**self.infra.describe(self.endpoints), "home": str(self.settings.home.resolve()),
+                "executor": self.executor.value,
+                "services": {p.name: {"state": "ready" if ready[p.name] else "starting",
+                                      "pid": p.process.pid if p.process else None,
+                                      "log": str(p.log_path)} for p in self.processes}}
+
+    def _wait_ready(self) -> dict[str, bool]:
+        assert self.endpoints is not None
+        names = [p.name for p in self.processes]
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        ready = dict.fromkeys(names, False)
+        while time.monotonic() < deadline and not all(ready.values()):
+            for process in self.processes:
+                if not process.alive:
+                    raise RuntimeError(
+                        f"service {process.name} exited during start; see {process.log_path}"
+                    )
+            pending = [n for n in names if not ready[n]]
+            answered = asyncio.run(ping_all(self.settings, self.endpoints.nats_url, pending))
+            ready.update({k: v for k, v in answered.items() if v})
+            if not all(ready.values()):
+                time.sleep(0.3)
+        return ready
+
+    def restart_dead(self, next_start: dict[str, float]) -> list[str]:
+        """Restart services that died, backing off so a crash loop doesn't spin."""
+        restarted = []
+        now = time.monotonic()
+        for process in self.processes:
+            if process.alive:
+                continue
+            due = next_start.setdefault(process.name, now + min(30.0, 2.0 ** process.restarts))
+            if now >= due:
+                process.restarts += 1
+                next_start.pop(process.name)
+                process.start()
+                restarted.append(process.name)
+        return restarted
+
+    def stop(self) -> None:
+        deadline = time.monotonic() + STOP_BUDGET_S
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            process.wait_or_kill(deadline)
+        if self.infra is not None:
+            self.infra.stop()
+        self.settings.runtime_file.unlink(missing_ok=True)

@@ -1,0 +1,126 @@
+"""The executor's sim backend against real NATS JetStream and PostgreSQL, at 100x speed."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+from rota.endpoints import Endpoints
+from rota.ids import new_id
+
+from tests.integration.executor.conftest import started
+from tests.integration.executor.helpers import (
+    run_events,
+    seconds_between,
+    send_notice,
+    start_run,
+    stop_run,
+    wait_event,
+)
+from tests.integration.harness import ServiceProcess, eventually, stream_last_seq
+
+SPEED = 100.0
+
+
+@pytest.fixture(scope="module")
+async def executor(endpoints: Endpoints, nc: Client, executor_home: Path
+                   ) -> AsyncIterator[ServiceProcess]:
+    async for service in started(endpoints, nc, executor_home, ROTA_EXECUTOR="sim",
+                                 ROTA_SIM_SPEED=str(SPEED), ROTA_SIM_TICK_S="0.05"):
+        yield service
+
+
+def checkpoints(evts: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [e["data"] for e in evts if e["type"] == "RunCheckpointed"]  # type: ignore[misc]
+
+
+async def test_a_run_checkpoints_periodically_then_finishes(nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec={"sim": {"duration_s": 300, "checkpoint_interval_s": 100}})
+    started_ = await wait_event(nc, run.run_id, since, "RunStarted")
+    assert started_["data"]["token_sha256"] == hashlib.sha256(run.run_token.encode()).hexdigest()
+    assert started_["data"]["attempt"] == 1 and started_["source"] == "executor"
+    await wait_event(nc, run.run_id, since, "RunFinished")
+    evts = await run_events(nc, run.run_id, since)
+    assert [e["type"] for e in evts] == ["RunStarted", "RunCheckpointed", "RunCheckpointed",
+                                         "RunFinished"]
+    assert [c["checkpoint_uri"] for c in checkpoints(evts)] == [
+        f"sim://{run.job_id}/100", f"sim://{run.job_id}/200"]
+    for event in evts[1:3]:  # sent as the job itself would send them
+        assert event["source"] == f"run/{run.run_id}"
+        assert event["data"]["run_token"] == run.run_token and event["data"]["notice_id"] is None
+
+
+async def test_a_notice_is_saved_acknowledged_with_the_token_then_stopped(
+        nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec={"sim": {"duration_s": 100_000, "checkpoint_interval_s": 100,
+                                            "checkpoint_save_s": 50}})
+    await wait_event(nc, run.run_id, since, "RunCheckpointed")  # it has made progress
+    notice_id = await send_notice(nc, run)
+    ack = await wait_event(nc, run.run_id, since, "RunCheckpointed",
+                           where=lambda e: e["data"]["notice_id"] == notice_id)
+    assert ack["data"]["run_token"] == run.run_token
+    assert ack["data"]["checkpoint_uri"] == f"sim://{run.job_id}/{ack['data']['progress_s']:g}"
+    await stop_run(nc, run, "preempted")
+    stopped = await wait_event(nc, run.run_id, since, "RunStopped")
+    assert stopped["data"]["reason"] == "preempted" and stopped["data"]["forced"] is False
+    assert stopped["data"]["checkpoint_uri"] == ack["data"]["checkpoint_uri"]
+    # Only the simulated work since the acknowledged save is lost: 2 GPUs x speed x wall time.
+    lost = stopped["data"]["lost_gpu_seconds"]
+    assert lost == pytest.approx(2 * SPEED * seconds_between(ack, stopped), abs=0.01)
+    # A second stop of the same run does nothing.
+    await stop_run(nc, run, "preempted")
+    await eventually(lambda: _logged(executor, f"StopRun for run {run.run_id}: it is stopped"))
+    assert [e["type"] for e in await run_events(nc, run.run_id, since)].count("RunStopped") == 1
+
+
+async def test_a_resumed_run_continues_from_its_checkpoint(nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    job_id = new_id()
+    resume = f"sim://{job_id}/500"
+    run = await start_run(nc, job_id=job_id, attempt=2, resume_from=resume,
+                          spec={"sim": {"duration_s": 800, "checkpoint_interval_s": 100}})
+    started_ = await wait_event(nc, run.run_id, since, "RunStarted")
+    assert started_["data"]["resumed_from"] == resume and started_["data"]["attempt"] == 2
+    await wait_event(nc, run.run_id, since, "RunFinished")
+    evts = await run_events(nc, run.run_id, since)
+    assert [c["checkpoint_uri"] for c in checkpoints(evts)] == [
+        f"sim://{job_id}/600", f"sim://{job_id}/700"]
+
+
+async def test_a_run_fails_at_fail_after(nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec={"resumable": False,
+                                    "sim": {"duration_s": 1000, "fail_after_s": 50}})
+    failed = await wait_event(nc, run.run_id, since, "RunFailed")
+    assert failed["data"]["exit_code"] == 1
+    assert "simulated failure at 50 s" in failed["data"]["error"]
+
+
+async def test_a_duplicate_start_runs_once_and_an_unknown_stop_only_logs(
+        nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, copies=3, spec={"sim": {"duration_s": 100}})
+    await wait_event(nc, run.run_id, since, "RunFinished")
+    await eventually(lambda: _logged(executor, f"duplicate StartRun for run {run.run_id}"))
+    types = [e["type"] for e in await run_events(nc, run.run_id, since)]
+    assert types == ["RunStarted", "RunFinished"]
+    unknown = run.model_copy(update={"run_id": new_id()})
+    await stop_run(nc, unknown, "cancelled")
+    await eventually(lambda: _logged(executor, f"StopRun for unknown run {unknown.run_id}"))
+
+
+async def test_a_placement_outside_the_cluster_fails_the_run(nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, node="h100-99", spec={"sim": {"duration_s": 100}})
+    failed = await wait_event(nc, run.run_id, since, "RunFailed")
+    assert "no node 'h100-99'" in failed["data"]["error"]
+    assert [e["type"] for e in await run_events(nc, run.run_id, since)] == ["RunFailed"]
+
+
+async def _logged(service: ServiceProcess, text: str) -> bool:
+    return text in service.log()

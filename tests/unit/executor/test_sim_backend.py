@@ -1,0 +1,60 @@
+"""The sim backend on a fake clock: what it reports as the clock moves, without NATS or a DB."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rota.clock import FakeClock
+from rota_executor.backend import Checkpoint, Exit, RunRecord, WorkerProcess
+from rota_executor.sim import SimBackend
+
+from tests.unit.executor.runs import T0, record
+
+
+@dataclass
+class Recorder:
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    ends: list[tuple[str, Exit]] = field(default_factory=list)
+
+    async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
+        pass
+
+    async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None:
+        self.checkpoints.append(checkpoint)
+
+    async def ended(self, run_id: str, exit: Exit) -> None:
+        self.ends.append((run_id, exit))
+
+
+async def test_checkpoints_then_finish_as_the_clock_moves() -> None:
+    clock, reporter = FakeClock(T0), Recorder()
+    backend = SimBackend(reporter, clock, speed=60, tick_s=0.1)
+    run = record(sim={"duration_s": 600, "checkpoint_interval_s": 120})
+    await backend.start(run)
+    clock.advance(2.5)  # 150 simulated seconds
+    await backend.tick()
+    assert [c.uri for c in reporter.checkpoints] == [f"sim://{run.job_id}/120"]
+    assert reporter.checkpoints[0].notice_id is None
+    clock.advance(60)
+    await backend.tick()
+    assert [c.uri for c in reporter.checkpoints][-1] == f"sim://{run.job_id}/480"
+    assert reporter.ends == [(run.run_id, Exit(0, "simulated run finished at 600 s"))]
+    assert backend.plans == {}
+
+
+async def test_a_notice_is_saved_and_acknowledged_then_the_stop_ends_the_run() -> None:
+    clock, reporter = FakeClock(T0), Recorder()
+    backend = SimBackend(reporter, clock, speed=60, tick_s=0.1)
+    run = record(sim={"duration_s": 6000, "checkpoint_save_s": 30})
+    await backend.start(run)
+    clock.advance(1)
+    notice = "0190aaaa-0000-7000-8000-0000000000aa"
+    backend.noticed(replace(run, notice_id=notice, notice_at=clock.now()))
+    await backend.tick()
+    assert reporter.checkpoints == []  # still saving: 30 s / 60 = 0.5 s of wall time
+    clock.advance(0.5)
+    await backend.tick()
+    [ack] = reporter.checkpoints
+    assert (ack.uri, ack.notice_id) == (f"sim://{run.job_id}/90", notice)
+    await backend.stop(replace(run, state="stopping"))
+    assert reporter.ends == [(run.run_id, Exit(None, "simulation stopped at progress 90 s"))]
