@@ -67,6 +67,7 @@ def main() -> int:
     if run is not None:
         run.on_preemption(lambda notice: stop.set())
 
+    loss = torch.tensor(float("nan"))  # a run resumed at its last step trains no more
     try:
         while step < STEPS:
             x = torch.randn(256, 16, device=device)

@@ -7,14 +7,13 @@ import json
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
-from typer.testing import CliRunner
-
 from rota.cli.main import app
 from rota.cli.stack import SERVICES
 from rota.db.engine import async_url
 from rota.endpoints import Endpoints
 from rota.settings import get_settings
+from sqlalchemy.ext.asyncio import create_async_engine
+from typer.testing import CliRunner
 
 
 async def versions(url: str) -> dict[str, str]:

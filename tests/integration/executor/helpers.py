@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from nats.aio.client import Client
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
-from rota.contracts.job import WorkerPlacement
+from rota.contracts.job import JobSpec, WorkerPlacement
 from rota.ids import new_id
 
 from tests.builders import spec_doc
 from tests.integration.harness import events, eventually
 
 Event = dict[str, Any]
+
+
+class RunRef(Protocol):
+    """A StartRun, or anything else naming a run of a job."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def job_id(self) -> str: ...
 
 
 async def start_run(
@@ -28,7 +38,7 @@ async def start_run(
     JetStream cannot drop)."""
     command = m.StartRun(
         run_id=run_id or new_id(), job_id=job_id or new_id(), attempt=attempt,
-        spec=m.JobSpec.model_validate(spec_doc(gpus_per_worker=len(gpus), **spec)),
+        spec=JobSpec.model_validate(spec_doc(gpus_per_worker=len(gpus), **spec)),
         placement=[WorkerPlacement(worker=0, node=node, gpus=list(gpus))],
         run_token=token or secrets.token_urlsafe(24), resume_from=resume_from,
     )
@@ -48,12 +58,12 @@ async def stop_run(nc: Client, run: m.StartRun, reason: str = "preempted",
                                  headers={"Nats-Msg-Id": env.id})
 
 
-async def send_notice(nc: Client, run: m.StartRun, *, action: str = "checkpoint_and_stop",
+async def send_notice(nc: Client, run: RunRef, *, action: str = "checkpoint_and_stop",
                       notice_id: str | None = None) -> str:
     notice_id = notice_id or new_id()
     notice = m.PreemptionNotice(
         notice_id=notice_id, plan_id=new_id(), run_id=run.run_id, job_id=run.job_id,
-        action=action,  # type: ignore[arg-type]
+        action=action,  # type: ignore[arg-type,unused-ignore]
         deadline=datetime.now(UTC) + timedelta(seconds=300), grace_s=300,
         ack_subject=s.EVENT_SUBJECTS["RunCheckpointed"], reason="reclaimed by production",
     )

@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from rota.endpoints import Endpoints
 from rota.ids import new_id
 
-from tests.integration.executor.conftest import started
+from tests.integration.executor.conftest import executor_process, started
 from tests.integration.executor.helpers import (
     run_events,
     seconds_between,
@@ -124,3 +124,26 @@ async def test_a_placement_outside_the_cluster_fails_the_run(nc: Client, executo
 
 async def _logged(service: ServiceProcess, text: str) -> bool:
     return text in service.log()
+
+
+async def test_a_sim_run_survives_a_kill_9_of_the_executor(
+        nc: Client, endpoints: Endpoints, executor: ServiceProcess, executor_home: Path) -> None:
+    """Last in this module: it replaces the module's executor with a restarted one."""
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec={"sim": {"duration_s": 500, "checkpoint_interval_s": 100}})
+    await wait_event(nc, run.run_id, since, "RunCheckpointed")
+    assert executor.process is not None
+    executor.process.kill()
+    await executor.wait_exit()
+    restarted = executor_process(endpoints, executor_home, ROTA_EXECUTOR="sim",
+                                 ROTA_SIM_SPEED=str(SPEED), ROTA_SIM_TICK_S="0.05")
+    restarted.start()
+    try:
+        await restarted.wait_ready(nc)
+        await wait_event(nc, run.run_id, since, "RunFinished")
+        evts = await run_events(nc, run.run_id, since)
+        uris = [c["checkpoint_uri"] for c in checkpoints(evts)]
+        assert uris == sorted(set(uris), key=uris.index)  # none twice, in order
+        assert [e["type"] for e in evts].count("RunStarted") == 1
+    finally:
+        restarted.stop()

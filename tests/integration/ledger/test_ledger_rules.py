@@ -17,7 +17,7 @@ from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.db.outbox import Outbox
 from rota.ids import new_id
-from rota_ledger import ledger as ledger_module
+from rota_ledger import store
 from rota_ledger.api import answer
 from rota_ledger.domain import Code, Grant, Rejection, Snapshot
 from rota_ledger.ledger import Ledger
@@ -109,7 +109,7 @@ async def test_a_stale_check_meets_the_unique_index_and_is_rejected_not_crashed(
     async def blind(*args: Any, **kwargs: Any) -> Snapshot:
         return Snapshot()  # as if the check had run before the other grant committed
 
-    monkeypatch.setattr(ledger_module.store, "snapshot", blind)
+    monkeypatch.setattr(store, "snapshot", blind)
     late = proposal([("h-3", [2, 3])], clock.now())
     rejection = await reject(ledger, late)
     assert rejection.code is Code.GPU_TAKEN and "double booking" in rejection.message

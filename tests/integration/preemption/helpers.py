@@ -172,13 +172,18 @@ class Saga:
         found: dict[str, Any] = await eventually(mine)
         return found
 
-    async def plan(self) -> dict[str, Any]:
-        """The saga as the read API reports it."""
-        query = envelope(m.ListPreemptions(plan_id=self.plan_id), source="test")
-        reply = await self.nc.request(PLANS_SUBJECT, query.to_bytes(), timeout=10)
+    async def plans(self, **query: Any) -> list[dict[str, Any]]:
+        """Sagas as the read API reports them (`ListPreemptions` fields as keywords)."""
+        request = envelope(m.ListPreemptions(**query), source="test")
+        reply = await self.nc.request(PLANS_SUBJECT, request.to_bytes(), timeout=10)
         api = m.ApiReply.model_validate(json.loads(reply.data)["data"])
         assert api.ok, api.error
-        [plan] = api.result
+        assert isinstance(api.result, list)
+        return api.result
+
+    async def plan(self) -> dict[str, Any]:
+        """This saga as the read API reports it."""
+        [plan] = await self.plans(plan_id=self.plan_id)
         assert isinstance(plan, dict)
         return plan
 

@@ -77,6 +77,10 @@ async def test_a_cancelled_preemptor_aborts_the_plan_and_withdraws_the_notice(
     assert withdrawn["data"]["notice_id"] == notice["data"]["notice_id"]
     assert await saga.stops() == []  # the victim keeps running
     assert (await saga.plan())["state"] == "aborted"
+    # The read API finds the plan by either job, and not among the open ones.
+    for job_id in (saga.preemptor_job_id, saga.victim.job_id):
+        assert [p["plan_id"] for p in await saga.plans(job_id=job_id)] == [saga.plan_id]
+    assert await saga.plans(job_id=saga.victim.job_id, open=True) == []
 
 
 async def test_duplicate_acks_send_one_stop(nc: Client, coordinator: ServiceProcess) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client
-
 from rota.bus.broker import ensure_streams, publish_headers
 from rota.contracts import JobSpec, envelope
 from rota.contracts import messages as m
@@ -20,6 +19,7 @@ from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, STREAM_CMD, STREA
 from rota.embedded import EmbeddedNats
 from rota.endpoints import Endpoints
 from rota.ids import new_id
+
 from tests.builders import spec_doc
 from tests.integration.harness import ServiceProcess, events, eventually
 

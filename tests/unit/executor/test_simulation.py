@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from rota_executor.domain import sim_progress, sim_uri
@@ -11,7 +11,7 @@ from rota_executor.simulation import Acknowledged, Checkpointed, Ended, SimPlan
 from tests.unit.executor.runs import T0, record
 
 
-def at(seconds: float) -> object:
+def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 

@@ -70,9 +70,10 @@ class Book:
             used, T0 + timedelta(seconds=at), HALF_LIFE_S)
 
 
-propose = st.tuples(st.just("propose"), st.sampled_from(TEAMS),
+Step = tuple[str, object, list[Gpu]]
+propose: st.SearchStrategy[Step] = st.tuples(st.just("propose"), st.sampled_from(TEAMS),
                     st.lists(st.sampled_from(H100_GPUS), min_size=1, max_size=6, unique=True))
-release = st.tuples(st.just("release"), st.integers(0, 1000), st.just([]))
+release: st.SearchStrategy[Step] = st.tuples(st.just("release"), st.integers(0, 1000), st.just([]))
 steps = st.lists(st.tuples(st.one_of(propose, release), st.integers(0, 7200)), max_size=60)
 
 

@@ -38,12 +38,12 @@ def uid(n: int) -> str:
     return f"00000000-0000-7000-8000-{n:012d}"
 
 
-def request(victims: int = 1, *, tier: Tier = Tier.experiment, duplicate: bool = False,
-            **victim_fields: object) -> m.PreemptionRequested:
+def request(victims: int = 1, *, tier: Tier = Tier.experiment, duplicate: bool = False
+            ) -> m.PreemptionRequested:
     listed = [
         m.Victim(run_id=uid(100 + i), job_id=uid(200 + i), team="ml", queue=tier, gpus=8,
                  expected_lost_gpu_seconds=600.0, job_name=f"victim-{i}", user="alice",
-                 resumable=True, last_checkpoint_uri="s3://ckpt/old", **victim_fields)  # type: ignore[arg-type]
+                 resumable=True, last_checkpoint_uri="s3://ckpt/old")
         for i in range(victims)
     ]
     if duplicate:

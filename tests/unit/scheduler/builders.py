@@ -72,7 +72,11 @@ def team_config(
         for name, quota in (quotas or {}).items()
     }
     # Tier weights as in the example rota.yaml: production 3, training 2, experiment 1.
-    tiers = {Tier.production: TierPolicy(3.0), Tier.training: TierPolicy(2.0), Tier.experiment: TierPolicy(1.0)}
+    tiers = {
+        Tier.production: TierPolicy(3.0),
+        Tier.training: TierPolicy(2.0),
+        Tier.experiment: TierPolicy(1.0),
+    }
     return PolicyConfig(teams=teams, tiers=tiers).with_overrides(**overrides)
 
 
@@ -144,7 +148,9 @@ class World:
             NodeState(self.name(i), self.flavor, self.rack_of(i), self.gpus, tuple(sorted(f)))
             for i, f in enumerate(self.free)
         )
-        return Snapshot(nodes, tuple(self.runs), group_pending(pending), dict(self.usage), tuple(self.plans), explain)
+        return Snapshot(
+            nodes, tuple(self.runs), group_pending(pending), dict(self.usage), tuple(self.plans), explain
+        )
 
     def finish(self, run: RunningRun) -> None:
         """The run stops: its GPUs come back."""

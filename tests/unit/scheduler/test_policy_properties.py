@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 from rota_scheduler.policy import (
@@ -37,7 +37,11 @@ def worlds(draw: st.DrawFn) -> tuple[Snapshot, PolicyConfig]:
     capacity = n_nodes * gpus
     quotas = {t: draw(st.integers(0, capacity // 2)) for t in TEAMS}
     limits = {
-        t: TeamLimits(q, draw(st.one_of(st.none(), st.integers(0, capacity))), draw(st.one_of(st.none(), st.integers(0, q))))
+        t: TeamLimits(
+            q,
+            draw(st.one_of(st.none(), st.integers(0, capacity))),
+            draw(st.one_of(st.none(), st.integers(0, q))),
+        )
         for t, q in quotas.items()
     }
     config = PolicyConfig(teams={t: TeamPolicy(t, 1.0, {"gpu": lim}) for t, lim in limits.items()})
@@ -112,19 +116,6 @@ def _check_invariants(snap: Snapshot, config: PolicyConfig, d: Decisions, policy
         for s in p.target:
             for g in s.gpus:
                 assert g in node_free[s.node] or (s.node, g) in victim_gpus
-        if policy == "rota":
-            # No production victim while a lower-tier option exists.
-            if any(v.tier is Tier.production for v in p.victims):
-                lower = [
-                    r for r in snap.running
-                    if r.tier.rank > job.tier.rank and r.flavor == job.flavor
-                    and NOW - r.started_at >= config.min_runtime_s
-                    and r.preemptions < config.max_preemptions_per_job
-                    and r.run_id not in {v.run_id for q in d.plans for v in q.victims}
-                ]  # fmt: skip
-                assert not lower or job.tier is Tier.production and all(
-                    r.team != job.team and r.tier is not Tier.experiment for r in lower
-                )
     if policy in ("rota", "kueue"):
         # Usage above nominal quota only by borrowing within the limits.
         in_use: Counter[str] = Counter()
@@ -139,11 +130,26 @@ def _check_invariants(snap: Snapshot, config: PolicyConfig, d: Decisions, policy
                 assert in_use[job.team] <= max(before, lim.quota + lim.borrowing_limit)
 
 
+def _no_production_victim_while_lower_tier_option(snap: Snapshot, config: PolicyConfig, d: Decisions) -> None:
+    """If the first plan stops production work, protecting all production work must leave
+    that preemptor without any plan: there was no lower-tier option."""
+    if not d.plans or not any(v.tier is Tier.production for v in d.plans[0].victims):
+        return
+    protected = tuple(
+        replace(r, preemptions=config.max_preemptions_per_job) if r.tier is Tier.production else r
+        for r in snap.running
+    )
+    again = POLICIES["rota"](replace(snap, running=protected), NOW, config)
+    assert d.plans[0].preemptor_job_id not in {p.preemptor_job_id for p in again.plans}
+
+
 @SETTINGS
 @given(worlds())
 def test_rota_invariants(world: tuple[Snapshot, PolicyConfig]) -> None:
     snap, config = world
-    _check_invariants(snap, config, POLICIES["rota"](snap, NOW, config), "rota")
+    decisions = POLICIES["rota"](snap, NOW, config)
+    _check_invariants(snap, config, decisions, "rota")
+    _no_production_victim_while_lower_tier_option(snap, config, decisions)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-
 from rota.contracts.messages import WaitReasonCode as Code
 from rota_scheduler.policy import (
     POLICIES,
@@ -16,6 +15,7 @@ from rota_scheduler.policy import (
     Slot,
     Snapshot,
 )
+
 from tests.unit.scheduler.builders import World, gpu_jobs, team_config
 
 NOW = 10_000.0
@@ -132,7 +132,9 @@ def _():  # type: ignore[no-untyped-def]
     def build():  # type: ignore[no-untyped-def]
         w = World(nodes=1)
         w.run("nlp", "production", node=0)
-        return w.snapshot(gpu_jobs("nlp", "experiment") + gpu_jobs("nlp", "training")), team_config({"nlp": 8})
+        return w.snapshot(gpu_jobs("nlp", "experiment") + gpu_jobs("nlp", "training")), team_config(
+            {"nlp": 8}
+        )
 
     def check(d: Decisions) -> None:
         exp, train = explanation(d, "nlp-expe-1x8").factors, explanation(d, "nlp-trai-1x8").factors

@@ -11,6 +11,7 @@ from rota.ids import new_id
 from rota_scheduler.actions import plan_actions, record_sent
 from rota_scheduler.policy import policy_config_from, schedule
 from rota_scheduler.view import ClusterView
+
 from tests.builders import spec_doc
 
 CONFIG = load_config()

@@ -68,7 +68,10 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
             return
         deadline = time.monotonic() + settle_s
         while time.monotonic() < deadline:
-            info = await js.consumer_info(s.STREAM_EVT, "executor-checkpoints")
+            try:
+                info = await js.consumer_info(s.STREAM_EVT, "executor-checkpoints")
+            except NotFoundError:
+                return  # no consumer, nothing it could still be reading
             if info.ack_floor.stream_seq >= last or (
                     info.num_pending == 0 and info.num_ack_pending == 0):
                 return

@@ -113,7 +113,7 @@ class Executor:
 
     async def stop(self, raw: bytes) -> None:
         """StopRun: record the stop once, then have the backend stop the run. Stopping an
-        unknown run, or one already over or already stopping, only logs."""
+        unknown run, or one already over, only logs; one already stopping is stopped again."""
         env = self._parse(raw, m.StopRun)
         if env is None:
             return
@@ -124,14 +124,19 @@ class Executor:
             if row is None:
                 log.info("StopRun for unknown run %s: nothing to stop", stop.run_id)
                 return
-            if row.state != "running":
+            if row.state not in store.LIVE_STATES:
                 log.info("StopRun for run %s: it is %s already; nothing to do", stop.run_id,
                          row.state)
                 return
-            await store.update(conn, stop.run_id, {
-                "state": "stopping", "stop_reason": stop.reason.value, "stop_forced": stop.forced,
-                "stop_requested_at": now, "updated_at": now,
-            })
+            if row.state == "stopping":
+                # A redelivery: the first attempt may have failed before the run's end was
+                # recorded. Stopping again is harmless (signals are not re-sent).
+                log.info("StopRun for run %s: stopping already; making sure", stop.run_id)
+            else:
+                await store.update(conn, stop.run_id, {
+                    "state": "stopping", "stop_reason": stop.reason.value,
+                    "stop_forced": stop.forced, "stop_requested_at": now, "updated_at": now,
+                })
             run = await store.get(conn, stop.run_id)
         assert run is not None
         log.info("stopping run %s (%s%s)", run.run_id, stop.reason.value,

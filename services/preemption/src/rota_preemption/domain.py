@@ -188,8 +188,8 @@ def check_token(run_token: str, token_sha256: str | None) -> TokenCheck:
         return TokenCheck.unknown
     digest = hashlib.sha256(run_token.encode()).hexdigest()
     # Constant time: the comparison must not tell a guesser how much of the hash it matched.
-    return TokenCheck.match if hmac.compare_digest(digest, token_sha256.lower()) else (
-        TokenCheck.mismatch)
+    matched = hmac.compare_digest(digest, token_sha256.lower())
+    return TokenCheck.match if matched else TokenCheck.mismatch
 
 
 # ---------------------------------------------------------------- transitions
@@ -258,8 +258,8 @@ def acknowledge(
     if token is TokenCheck.mismatch:
         return AckVerdict.wrong_token, []
     if victim.state is VictimState.noticed:
-        victim.outcome, victim.checkpoint_uri, victim.acked_at = VictimOutcome.acked, (
-            checkpoint_uri), now
+        victim.outcome = VictimOutcome.acked
+        victim.checkpoint_uri, victim.acked_at = checkpoint_uri, now
         return AckVerdict.accepted, [*_stop(victim, forced=False, now=now), *settle(saga, now)]
     return {
         VictimOutcome.acked: AckVerdict.duplicate,

@@ -13,6 +13,7 @@ from rota.cli.output import console, emit_json, handled
 from rota.cli.stack import SERVICES, migrate_all
 from rota.cli.up import up
 from rota.config import load_config
+from rota.demo.runner import demo
 from rota.endpoints import resolve
 from rota.settings import get_settings
 
@@ -26,6 +27,7 @@ app = typer.Typer(
 config_app = typer.Typer(help="Check rota.yaml files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
+app.command()(demo)
 app.command()(up)
 app.command()(job_commands.submit)
 app.command()(job_commands.jobs)
