@@ -296,6 +296,16 @@ async def test_held_gpus_go_to_the_plans_preemptor_only(ledger: Ledger, ledger_e
     await grant(ledger, proposal([("h-1", [0, 1])], clock.now()))
 
 
+async def test_the_preemptor_gets_its_held_gpus_even_without_the_plan_id(ledger: Ledger, ledger_engine: AsyncEngine, clock: FakeClock) -> None:
+    """A scheduler that forgot the plan (say, after its first proposal was rejected) must not
+    be locked out of the GPUs held for that very job for an hour."""
+    _, requested = await _preempt(ledger, clock)
+    job = requested.data.preemptor_job_id
+    assert (await reject(ledger, proposal([("h-1", [0])], clock.now(), team="vision"))).code is Code.HELD_FOR_PREEMPTOR
+    await grant(ledger, proposal([("h-1", [0, 1])], clock.now(), team="vision", job_id=job))
+    assert await rows(ledger_engine, "holds") == []
+
+
 async def test_an_aborted_plan_frees_its_holds(ledger: Ledger, ledger_engine: AsyncEngine, clock: FakeClock) -> None:
     _, requested = await _preempt(ledger, clock)
     assert await ledger.preemption(preemption_completed(requested, clock.now(), aborted=False).to_bytes()) == 0

@@ -83,7 +83,7 @@ class Snapshot:
     taken: Mapping[Gpu, str] = field(default_factory=dict)
     """Requested GPUs already allocated → the run holding each."""
     held: Mapping[Gpu, str] = field(default_factory=dict)
-    """Requested GPUs held by an unexpired plan other than the request's own → that plan."""
+    """Requested GPUs held by an unexpired plan for another job → that plan."""
     in_use: Mapping[str, int] = field(default_factory=dict)
     """Active GPUs of the request's flavor, per team."""
     run_seen: bool = False

@@ -21,7 +21,6 @@ from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.db.outbox import Outbox
 from rota.faults import crash_point
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota_ledger import store
@@ -86,17 +85,23 @@ class Ledger:
                 return None
             now = self._clock.now()
             await store.lock_flavor(conn, p.flavor)
-            snapshot = await store.snapshot(conn, run_id=p.run_id, flavor=p.flavor,
-                                            wanted=request.wanted, plan_id=p.plan_id, now=now)
+            snapshot, own_holds = await store.snapshot(
+                conn, run_id=p.run_id, job_id=p.job_id, flavor=p.flavor, wanted=request.wanted,
+                plan_id=p.plan_id, now=now,
+            )
             decision = decide(request, snapshot, self._cluster)
-            if isinstance(decision, Grant):
-                decision = await self._insert(conn, run, decision, now)
+            if isinstance(decision, Grant) and not await store.insert_seats(
+                conn, run, decision.seats, now
+            ):
+                decision = Rejection(Code.GPU_TAKEN, "a GPU of the placement was allocated"
+                                                     " concurrently (the database refused a"
+                                                     " double booking)")
             if isinstance(decision, Grant):
                 await store.add_entry(conn, kind="grant", run=run, gpus=p.gpus,
                                       borrowed_gpus=decision.borrowed_gpus, gpu_seconds=0.0,
                                       at=now, cause_id=p.proposal_id)
-                if p.plan_id is not None:
-                    await store.clear_holds(conn, p.plan_id)
+                if own_holds:  # the preemptor has its GPUs: the rest of its holds are free
+                    await store.clear_holds(conn, p.plan_id, preemptor_job_id=p.job_id)
                 await self._emit(conn, m.AllocationGranted(
                     proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id, team=p.team,
                     flavor=p.flavor, placement=p.placement, gpus=p.gpus,
@@ -115,21 +120,6 @@ class Ledger:
             log.info("rejected proposal %s (run %s): %s %s", p.proposal_id, p.run_id,
                      decision.code, decision.message)
         return decision
-
-    async def _insert(self, conn: AsyncConnection, run: store.RunInfo, grant: Grant,
-                      now: datetime) -> Decision:
-        """Insert the rows in a savepoint: if the unique index finds a GPU taken after all (a
-        writer that skipped the flavor lock), only the savepoint is lost, and the proposal is
-        rejected inside the same transaction instead of crashing the handler."""
-        try:
-            async with conn.begin_nested():
-                await store.insert_seats(conn, run, grant.seats, now)
-        except IntegrityError as exc:
-            if store.ONE_ACTIVE_PER_GPU not in str(exc):
-                raise
-            return Rejection(Code.GPU_TAKEN, "a GPU of the placement was allocated concurrently"
-                                             " (the database refused a double booking)")
-        return grant
 
     # ------------------------------------------------------------------ release
 

@@ -80,9 +80,6 @@ holds = sa.Table(
     sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
 )
 
-ONE_ACTIVE_PER_GPU = "allocations_one_active_per_gpu"
-
-
 def _active() -> sa.ColumnElement[bool]:
     return allocations.c.released_at.is_(None)
 
@@ -96,35 +93,48 @@ async def lock_flavor(conn: AsyncConnection, flavor: str) -> None:
 
 
 async def snapshot(
-    conn: AsyncConnection, *, run_id: str, flavor: str, wanted: Sequence[Gpu],
+    conn: AsyncConnection, *, run_id: str, job_id: str, flavor: str, wanted: Sequence[Gpu],
     plan_id: str | None, now: datetime,
-) -> Snapshot:
-    gpus = sa.tuple_(allocations.c.node, allocations.c.gpu).in_(list(wanted))
-    taken = {
-        (row.node, row.gpu): row.run_id
-        for row in await conn.execute(
-            sa.select(allocations.c.node, allocations.c.gpu, allocations.c.run_id)
-            .where(_active(), gpus)
-        )
-    }
-    held_query = sa.select(holds.c.node, holds.c.gpu, holds.c.plan_id).where(
-        sa.tuple_(holds.c.node, holds.c.gpu).in_(list(wanted)), holds.c.expires_at > now
-    )
-    if plan_id is not None:
-        held_query = held_query.where(holds.c.plan_id != plan_id)
-    held = {(row.node, row.gpu): row.plan_id for row in await conn.execute(held_query)}
-    in_use = {
-        row.team: int(row.gpus)
-        for row in await conn.execute(
-            sa.select(allocations.c.team, sa.func.count().label("gpus"))
-            .where(_active(), allocations.c.flavor == flavor)
-            .group_by(allocations.c.team)
-        )
-    }
-    run_seen = (
-        await conn.execute(sa.select(sa.literal(1)).where(allocations.c.run_id == run_id).limit(1))
-    ).first() is not None
-    return Snapshot(taken=taken, held=held, in_use=in_use, run_seen=run_seen)
+) -> tuple[Snapshot, bool]:
+    """The rows one proposal is decided on, in one round trip (the flavor's lock is held
+    meanwhile, so every statement saved is throughput), and whether the request has unexpired
+    holds of its own, to be cleared when it is granted.
+
+    A hold is the request's own when it is its plan's, or any plan's whose preemptor is this
+    very job: a scheduler that lost the plan id must not be locked out of its GPUs.
+    """
+    a, h = allocations.c, holds.c
+    text, integer = sa.Text(), sa.Integer()
+    none = sa.cast(sa.null(), text)
+    parts = [
+        sa.select(sa.literal("taken"), a.node, a.gpu, a.run_id, none)
+        .where(_active(), sa.tuple_(a.node, a.gpu).in_(list(wanted))),
+        # Holds on the wanted GPUs, and the request's own anywhere (the table is small).
+        sa.select(sa.literal("held"), h.node, h.gpu, h.plan_id, h.preemptor_job_id)
+        .where(h.expires_at > now, sa.or_(sa.tuple_(h.node, h.gpu).in_(list(wanted)),
+                                          h.preemptor_job_id == job_id, h.plan_id == plan_id)),
+        sa.select(sa.literal("in_use"), a.team, sa.cast(sa.func.count(), integer), none, none)
+        .where(_active(), a.flavor == flavor).group_by(a.team),
+        sa.select(sa.literal("run_seen"), none, sa.cast(sa.null(), integer), none, none)
+        .where(sa.exists().where(a.run_id == run_id)),
+    ]
+    taken: dict[Gpu, str] = {}
+    held: dict[Gpu, str] = {}
+    in_use: dict[str, int] = {}
+    run_seen = own_holds = False
+    for kind, key, number, ref, preemptor in (await conn.execute(sa.union_all(*parts))).all():
+        if kind == "taken":
+            taken[(key, number)] = ref
+        elif kind == "held":
+            if ref == plan_id or preemptor == job_id:
+                own_holds = True
+            else:
+                held[(key, number)] = ref
+        elif kind == "in_use":
+            in_use[key] = int(number)
+        else:
+            run_seen = True
+    return Snapshot(taken=taken, held=held, in_use=in_use, run_seen=run_seen), own_holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,19 +152,34 @@ class RunInfo:
 
 
 async def insert_seats(
-    conn: AsyncConnection, run: RunInfo, seats: Iterable[Seat], granted_at: datetime
-) -> None:
-    """One row per GPU. Raises IntegrityError on `ONE_ACTIVE_PER_GPU` if any is taken."""
-    await conn.execute(
-        sa.insert(allocations),
-        [
-            dict(node=s.node, gpu=s.gpu, worker=s.worker, borrowed=s.borrowed, run_id=run.run_id,
-                 job_id=run.job_id, proposal_id=run.proposal_id, plan_id=run.plan_id,
-                 team=run.team, user_name=run.user, queue=run.queue, flavor=run.flavor,
-                 granted_at=granted_at)
-            for s in seats
-        ],
-    )
+    conn: AsyncConnection, run: RunInfo, seats: Sequence[Seat], granted_at: datetime
+) -> bool:
+    """One row per GPU, all or none. False if any GPU turned out to be taken after all (a
+    writer that skipped the flavor lock): the unique index answered, and nothing is left.
+
+    ON CONFLICT DO NOTHING rather than catching the violation: it waits for a concurrent
+    writer's commit like the plain insert would, but never aborts the transaction, so the
+    rejection can be written in the same one."""
+    inserted = (
+        await conn.execute(
+            insert(allocations)
+            .values([
+                dict(node=s.node, gpu=s.gpu, worker=s.worker, borrowed=s.borrowed,
+                     run_id=run.run_id, job_id=run.job_id, proposal_id=run.proposal_id,
+                     plan_id=run.plan_id, team=run.team, user_name=run.user, queue=run.queue,
+                     flavor=run.flavor, granted_at=granted_at)
+                for s in seats
+            ])
+            .on_conflict_do_nothing(index_elements=["node", "gpu"],
+                                    index_where=allocations.c.released_at.is_(None))
+            .returning(allocations.c.id)
+        )
+    ).scalars().all()
+    if len(inserted) == len(seats):
+        return True
+    if inserted:
+        await conn.execute(sa.delete(allocations).where(allocations.c.id.in_(inserted)))
+    return False
 
 
 async def add_entry(
@@ -259,8 +284,11 @@ async def add_holds(
     return int(result.rowcount)
 
 
-async def clear_holds(conn: AsyncConnection, plan_id: str) -> int:
-    result = await conn.execute(sa.delete(holds).where(holds.c.plan_id == plan_id))
+async def clear_holds(conn: AsyncConnection, plan_id: str | None, preemptor_job_id: str | None = None) -> int:
+    """Drop a plan's holds, and (with `preemptor_job_id`) those of any plan for that job."""
+    result = await conn.execute(sa.delete(holds).where(sa.or_(
+        holds.c.plan_id == plan_id, holds.c.preemptor_job_id == preemptor_job_id
+    )))
     return int(result.rowcount)
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rota.cli import jobs as job_commands
+from rota.cli.bench import bench_app
 from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
 from rota.cli.stack import SERVICES, migrate_all
@@ -24,6 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.add_typer(bench_app, name="bench")
 config_app = typer.Typer(help="Check rota.yaml files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

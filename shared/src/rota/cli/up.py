@@ -28,6 +28,9 @@ class Stopped(Exception):
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    # `uv run` forwards the signal it gets, so a stop often arrives twice; a second one
+    # must not interrupt the cleanup the first one started.
+    ignore_signals()
     raise Stopped()
 
 

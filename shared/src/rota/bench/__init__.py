@@ -1,0 +1,1 @@
+"""Benchmarks that need the whole stack (`rota bench e2e`)."""

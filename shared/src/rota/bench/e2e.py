@@ -1,0 +1,153 @@
+"""`rota bench e2e`: sustained submit -> AllocationGranted throughput and latency, on the live
+stack, beside the raw JetStream publish+consume rate of the same server as the ceiling.
+
+Jobs are submitted on `rota.cmd.submit.bench` (JetStream, the producers' path) at an offered
+rate; the clock for each job runs from its publish to the `AllocationGranted` that names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from rota.contracts import envelope
+from rota.contracts import messages as m
+from rota.contracts.subjects import STREAM_CMD, STREAM_EVT, submit
+
+CONFIG = Path(__file__).with_name("bench.rota.yaml")
+CEILING_STREAM = "ROTA_BENCH"
+
+
+@dataclass(frozen=True)
+class Result:
+    jobs: int
+    granted: int
+    offered_per_s: float | None
+    jobs_per_s: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    jetstream_ceiling_msgs_per_s: float
+    messages_per_job: float
+    wall_s: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs, "granted": self.granted, "offered_per_s": self.offered_per_s,
+            "jobs_per_s": round(self.jobs_per_s, 1), "p50_ms": round(self.p50_ms, 1),
+            "p99_ms": round(self.p99_ms, 1), "max_ms": round(self.max_ms, 1),
+            "jetstream_ceiling_msgs_per_s": round(self.jetstream_ceiling_msgs_per_s, 1),
+            "ratio_to_ceiling": round(self.jobs_per_s * self.messages_per_job
+                                      / self.jetstream_ceiling_msgs_per_s, 3),
+            "messages_per_job": round(self.messages_per_job, 2),
+            "wall_s": round(self.wall_s, 1),
+        }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def jetstream_ceiling(nc: Client, messages: int = 20_000, size: int = 600) -> float:
+    """Publish then consume `messages` on a scratch stream: msgs/s of both halves together."""
+    js = nc.jetstream()
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await js.delete_stream(CEILING_STREAM)
+    await js.add_stream(name=CEILING_STREAM, subjects=["rota_bench.>"])
+    payload = b"x" * size
+    start = time.perf_counter()
+    window = 500
+    for base in range(0, messages, window):
+        acks = [js.publish("rota_bench.x", payload, headers={"Nats-Msg-Id": f"{base}-{i}"})
+                for i in range(min(window, messages - base))]
+        await asyncio.gather(*acks)
+    sub = await js.pull_subscribe("rota_bench.x", durable="bench", stream=CEILING_STREAM)
+    received = 0
+    while received < messages:
+        batch = await sub.fetch(min(500, messages - received), timeout=10)
+        received += len(batch)
+        await asyncio.gather(*(msg.ack() for msg in batch))
+    elapsed = time.perf_counter() - start
+    await js.delete_stream(CEILING_STREAM)
+    return 2 * messages / elapsed  # each message was published once and consumed once
+
+
+async def _stream_messages(nc: Client) -> int:
+    js = nc.jetstream()
+    total = 0
+    for stream in (STREAM_CMD, STREAM_EVT):
+        total += (await js.stream_info(stream)).state.messages
+    return total
+
+
+async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None) -> Result:
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    sent: dict[str, float] = {}
+    granted: dict[str, float] = {}
+    job_of_submission: dict[str, str] = {}
+    done = asyncio.Event()
+
+    async def on_submitted(msg: Msg) -> None:
+        doc = json.loads(msg.data)
+        job_of_submission[doc["data"]["spec"]["submission_id"]] = doc["job_id"]
+
+    async def on_granted(msg: Msg) -> None:
+        doc = json.loads(msg.data)
+        granted.setdefault(doc["job_id"], time.perf_counter())
+        if len(granted) >= jobs:
+            done.set()
+
+    await nc.subscribe("rota.evt.job.submitted", cb=on_submitted)
+    await nc.subscribe("rota.evt.allocation.granted", cb=on_granted)
+    before = await _stream_messages(nc)
+    run_id = uuid.uuid4().hex[:8]
+    start = time.perf_counter()
+    interval = 1.0 / rate if rate else 0.0
+    for i in range(jobs):
+        sid = f"bench-{run_id}-{i}"
+        spec = m.SubmitJob(name=f"bench-{i}", team="bench", user="bench", queue="training",
+                           flavor="gpu", workers=1, gpus_per_worker=1, submission_id=sid,
+                           sim={"duration_s": 3600.0})
+        env = envelope(spec, source="bench")
+        due = start + i * interval
+        if interval and (delay := due - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
+        sent[sid] = time.perf_counter()
+        await js.publish(submit("bench"), env.to_bytes(), stream=STREAM_CMD,
+                         headers={"Nats-Msg-Id": env.id})
+        if progress and i % 500 == 0:
+            progress(f"submitted {i}/{jobs}")
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(done.wait(), timeout=max(60.0, jobs / 20))
+    await asyncio.sleep(1.0)  # let the last events land before counting messages
+    latencies = [(granted[job_of_submission[sid]] - t) * 1000 for sid, t in sent.items()
+                 if sid in job_of_submission and job_of_submission[sid] in granted]
+    last = max(granted.values(), default=start)
+    messages = await _stream_messages(nc) - before
+    if progress:
+        progress("measuring the JetStream ceiling")
+    ceiling = await jetstream_ceiling(nc)
+    await nc.close()
+    return Result(
+        jobs=jobs, granted=len(latencies), offered_per_s=rate,
+        jobs_per_s=len(latencies) / max(1e-9, last - start),
+        p50_ms=statistics.median(latencies) if latencies else float("nan"),
+        p99_ms=percentile(latencies, 0.99), max_ms=max(latencies, default=float("nan")),
+        jetstream_ceiling_msgs_per_s=ceiling, messages_per_job=messages / max(1, jobs),
+        wall_s=time.perf_counter() - start,
+    )

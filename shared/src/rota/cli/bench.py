@@ -1,0 +1,54 @@
+"""`rota bench`: measured figures, printed as JSON (and written to `--json OUT`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rota.cli.output import emit_json, err_console, handled
+from rota.cli.running import Executor, Stack
+from rota.cli.up import ignore_signals, stopping_on_signals
+from rota.settings import get_settings
+
+bench_app = typer.Typer(help="Benchmarks: figures as JSON, not timed tests.", no_args_is_help=True)
+
+
+@bench_app.command("e2e")
+@handled
+def e2e(
+    jobs: Annotated[int, typer.Option(min=1, help="Jobs to submit.")] = 2000,
+    rate: Annotated[float | None, typer.Option(
+        help="Offered jobs/s; unset submits as fast as JetStream acks.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """Submit -> AllocationGranted throughput and p50/p99 latency on the live stack (sim
+    executor, embedded servers under ROTA_HOME/bench), against the JetStream ceiling."""
+    from rota.bench.e2e import CONFIG, run
+
+    base = get_settings()
+    home = base.home / "bench"
+    shutil.rmtree(home, ignore_errors=True)
+    settings = base.model_copy(update={"home": home})
+    stack = Stack(settings, CONFIG, Executor.sim,
+                  extra_env={"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
+                             "ROTA_SCHEDULER_DEBOUNCE_S": "0.02",
+                             "ROTA_OUTBOX_POLL_INTERVAL_S": "0.1"},
+                  say=lambda text: err_console.print(f"rota bench: {text}"))
+    with stopping_on_signals():
+        try:
+            stack.start()
+            assert stack.endpoints is not None
+            result = asyncio.run(run(stack.endpoints.nats_url, jobs, rate,
+                                     progress=lambda t: err_console.print(f"rota bench: {t}")))
+        finally:
+            ignore_signals()
+            stack.stop()
+    figures = {"benchmark": "e2e", **result.as_json()}
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+    emit_json(figures)
