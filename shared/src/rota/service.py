@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota.bus.broker import ensure_streams, jstream, make_broker
 from rota.clock import Clock, SystemClock
+from rota.contracts.subjects import ping
 from rota.db import migrate
 from rota.db.engine import make_engine
 from rota.db.outbox import Outbox, OutboxRelay
@@ -74,7 +75,7 @@ class RotaService:
             on_shutdown=[self._on_shutdown],
             after_shutdown=[self._after_shutdown],
         )
-        self.broker.subscriber(f"rota.sys.ping.{name}", include_in_schema=False)(self._pong)
+        self.broker.subscriber(ping(name), include_in_schema=False)(self._pong)
 
     @property
     def engine(self) -> AsyncEngine:

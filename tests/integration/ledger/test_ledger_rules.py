@@ -100,22 +100,37 @@ async def test_racing_proposals_for_one_gpu_grant_exactly_one(ledger: Ledger, le
     assert len(await rows(ledger_engine, "allocations", node="h-2")) == 2
 
 
-async def test_a_stale_check_meets_the_unique_index_and_is_rejected_not_crashed(
+async def test_a_stale_check_meets_the_unique_index_and_is_rejected_leaving_nothing(
     ledger: Ledger, ledger_engine: AsyncEngine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first = proposal([("h-3", [2])], clock.now())
     await grant(ledger, first)
 
-    async def blind(*args: Any, **kwargs: Any) -> Snapshot:
-        return Snapshot()  # as if the check had run before the other grant committed
+    async def blind(*args: Any, **kwargs: Any) -> tuple[Snapshot, bool]:
+        return Snapshot(), False  # as if the check had run before the other grant committed
 
     monkeypatch.setattr(store, "snapshot", blind)
-    late = proposal([("h-3", [2, 3])], clock.now())
+    late = proposal([("h-3", [3, 2])], clock.now())  # the free GPU first: it must not stay
     rejection = await reject(ledger, late)
     assert rejection.code is Code.GPU_TAKEN and "double booking" in rejection.message
     assert len(await queued(ledger_engine, "AllocationRejected", proposal_id=late.data.proposal_id)) == 1
     assert await rows(ledger_engine, "allocations", run_id=late.data.run_id) == []
     assert await rows(ledger_engine, "entries", run_id=late.data.run_id) == []
+
+
+async def test_without_the_flavor_lock_the_unique_index_alone_grants_one_racer(
+    ledger: Ledger, ledger_engine: AsyncEngine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Concurrent transactions that all see the GPUs free: the index lets one through."""
+    async def no_lock(*args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(store, "lock_flavor", no_lock)
+    racers = [proposal([("h-2", [2, 3])] if i % 2 else [("h-2", [3, 2])], clock.now()) for i in range(8)]
+    decisions = await asyncio.gather(*(ledger.propose(env.to_bytes()) for env in racers))
+    assert sum(isinstance(d, Grant) for d in decisions) == 1
+    assert {d.code for d in decisions if isinstance(d, Rejection)} == {Code.GPU_TAKEN}
+    assert len(await rows(ledger_engine, "allocations", node="h-2")) == 2
 
 
 async def test_the_database_refuses_a_double_booking_on_its_own(ledger: Ledger, ledger_engine: AsyncEngine, clock: FakeClock) -> None:

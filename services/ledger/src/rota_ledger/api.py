@@ -12,13 +12,14 @@ import logging
 
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
+from rota.contracts.subjects import LEDGER_ALLOCATIONS
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_ledger import store
 
 log = logging.getLogger("rota.ledger.api")
 
-ALLOCATIONS_SUBJECT = "rota.sys.ledger.allocations"
+ALLOCATIONS_SUBJECT = LEDGER_ALLOCATIONS
 SOURCE = "ledger"
 
 

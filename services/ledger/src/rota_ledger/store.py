@@ -168,7 +168,9 @@ async def insert_seats(
                      run_id=run.run_id, job_id=run.job_id, proposal_id=run.proposal_id,
                      plan_id=run.plan_id, team=run.team, user_name=run.user, queue=run.queue,
                      flavor=run.flavor, granted_at=granted_at)
-                for s in seats
+                # In GPU order, so that two writers racing for the same GPUs wait on each
+                # other in one order, never in a deadlock.
+                for s in sorted(seats, key=lambda s: (s.node, s.gpu))
             ])
             .on_conflict_do_nothing(index_elements=["node", "gpu"],
                                     index_where=allocations.c.released_at.is_(None))

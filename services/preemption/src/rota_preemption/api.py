@@ -11,13 +11,14 @@ from typing import Any
 
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
+from rota.contracts.subjects import PREEMPTION_PLANS
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_preemption import store
 
 log = logging.getLogger("rota.preemption.api")
 
-PLANS_SUBJECT = "rota.sys.preemption.plans"
+PLANS_SUBJECT = PREEMPTION_PLANS
 SOURCE = "preemption"
 
 _VICTIM_FIELDS = (

@@ -15,6 +15,7 @@ from typing import IO
 import nats
 
 from rota.bus.options import connect_options
+from rota.contracts.subjects import ping
 from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
 from rota.endpoints import Endpoints
 from rota.settings import Settings
@@ -137,7 +138,7 @@ async def ping_all(settings: Settings, nats_url: str, names: list[str]) -> dict[
     try:
         async def one(name: str) -> bool:
             try:
-                await nc.request(f"rota.sys.ping.{name}", b"", timeout=1.0)
+                await nc.request(ping(name), b"", timeout=1.0)
                 return True
             except Exception:
                 return False

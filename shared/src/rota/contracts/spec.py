@@ -41,9 +41,9 @@ RECEIVED: list[tuple[str, type[BaseModel], str]] = [
     (s.API_JOBS_LIST, m.ListJobs, "Request/reply; answers an ApiReply envelope."),
     (s.API_QUEUES_SUMMARY, m.SummarizeQueues, "Request/reply; answers an ApiReply envelope."),
     (s.NOTIFICATIONS_LIST, m.ListNotifications, "Request/reply, answered by the notifier."),
-    ("rota.sys.preemption.plans", m.ListPreemptions,
+    (s.PREEMPTION_PLANS, m.ListPreemptions,
      "Request/reply, answered by the preemption coordinator."),
-    ("rota.sys.ledger.allocations", m.ListAllocations,
+    (s.LEDGER_ALLOCATIONS, m.ListAllocations,
      "Request/reply, answered by the ledger: allocations per run (the scheduler's rebuild)."),
 ]
 

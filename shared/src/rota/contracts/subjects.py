@@ -29,6 +29,8 @@ API_QUEUES_SUMMARY = "rota.api.queues.summary"
 
 SYS_PING = "rota.sys.ping"
 NOTIFICATIONS_LIST = "rota.sys.notifier.list"
+LEDGER_ALLOCATIONS = "rota.sys.ledger.allocations"
+PREEMPTION_PLANS = "rota.sys.preemption.plans"
 
 
 def submit(team: str) -> str:
