@@ -52,15 +52,26 @@ def job_spec(i: int, rng: random.Random) -> m.SubmitJob:
     })
 
 
+async def submit_once(nc: Client, spec: m.SubmitJob) -> str:
+    """Submit, retrying while the submission service is down: the same submission_id makes
+    every retry safe, as it does for any producer."""
+    for _ in range(120):
+        try:
+            raw = await nc.request(s.api_submit(spec.team),
+                                   envelope(spec, source="chaos").to_bytes(), timeout=5)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            await asyncio.sleep(0.5)
+            continue
+        reply = m.ApiReply.model_validate(json.loads(raw.data)["data"])
+        assert reply.ok, reply.error
+        return str(reply.result["job_id"])
+    raise AssertionError(f"{spec.submission_id} never accepted")
+
+
 async def submit_all(nc: Client, rng: random.Random) -> list[str]:
     ids = []
     for i in range(JOBS):
-        spec = job_spec(i, rng)
-        raw = await nc.request(s.api_submit(spec.team), envelope(spec, source="chaos").to_bytes(),
-                               timeout=30)
-        reply = m.ApiReply.model_validate(json.loads(raw.data)["data"])
-        assert reply.ok, reply.error
-        ids.append(reply.result["job_id"])
+        ids.append(await submit_once(nc, job_spec(i, rng)))
         if i % 100 == 99:
             await asyncio.sleep(3)  # waves, so later production work meets a full cluster
     return ids
