@@ -153,3 +153,20 @@ def test_a_rejected_proposal_goes_back_to_pending_and_is_retried() -> None:
                 run_id=proposal.run_id, code="GPU_TAKEN", message="taken")
     assert story.view.jobs[job].state == "pending"
     assert [p.job_id for p in of(story.cycle(), m.AllocationProposed)] == [job]
+
+
+def test_reconciling_with_the_ledger_trusts_its_rows() -> None:
+    story = Story()
+    job = story.submit()
+    gone = story.submit()
+    proposals = {p.job_id: p for p in of(story.cycle(), m.AllocationProposed)}
+    story.grant_and_start(proposals[job])
+    story.grant_and_start(proposals[gone])
+    foreign = {"run_id": new_id(), "job_id": new_id(), "borrowed_gpus": 0,
+               "placement": [{"worker": 0, "node": "h100-3", "gpus": [0, 1]}]}
+    kept = {"run_id": proposals[job].run_id, "job_id": job,
+            "placement": [s.model_dump() for s in proposals[job].placement]}
+    assert story.view.reconcile([kept, foreign]) == (1, 1)
+    assert set(story.view.allocations) == {proposals[job].run_id, foreign["run_id"]}
+    free_on_h100_3 = next(n for n in story.view.snapshot(story.now).nodes if n.name == "h100-3").free
+    assert 0 not in free_on_h100_3 and 1 not in free_on_h100_3

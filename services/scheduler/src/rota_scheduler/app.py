@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -22,7 +23,8 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, envelope, parse_any
-from rota.contracts.subjects import STREAM_EVT
+from rota.contracts import messages as m
+from rota.contracts.subjects import LEDGER_ALLOCATIONS, STREAM_EVT
 from rota.ids import new_id
 from rota.service import RotaService
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -97,7 +99,26 @@ class Scheduler:
             "rota.evt.>", cb=self.on_event, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
         )
         await self.caught_up.wait()
+        await self._reconcile_with_ledger()
         log.info("view rebuilt from %d events: %d jobs", self.replay_target, len(self.view.jobs))
+
+    async def _reconcile_with_ledger(self) -> None:
+        request = envelope(m.ListAllocations(active_only=True), source=SOURCE).to_bytes()
+        try:
+            raw = await self.service.broker.connection.request(
+                LEDGER_ALLOCATIONS, request, timeout=self.service.settings.request_timeout_s)
+            reply = m.ApiReply.model_validate(json.loads(raw.data)["data"])
+        except Exception as exc:  # the ledger is down: the stream's view will do until it's back
+            log.warning("could not read the ledger's allocations (%s); using the stream's view",
+                        exc)
+            return
+        if not reply.ok or reply.result.get("truncated"):
+            log.warning("the ledger's allocations were not usable: %s", reply.error)
+            return
+        added, dropped = self.view.reconcile(reply.result["allocations"])
+        if added or dropped:
+            log.warning("reconciled with the ledger: %d allocations added, %d dropped",
+                        added, dropped)
 
     async def _loop(self, lost: asyncio.Event) -> None:
         while not lost.is_set():

@@ -202,6 +202,31 @@ class ClusterView:
         self.usage = {team: float(v) for team, v in data.get("teams", {}).items()}
         self.usage_as_of = _epoch(data.get("as_of")) or at
 
+    def reconcile(self, ledger_active: list[dict[str, Any]]) -> tuple[int, int]:
+        """Make granted allocations match the ledger, the only writer of allocations.
+
+        The stream can trail the ledger (a release not yet relayed when we replayed); the
+        ledger's rows are the truth about which GPUs are held. Proposals the ledger has not
+        decided yet are left alone. Returns (added, dropped).
+        """
+        held = {row["run_id"]: row for row in ledger_active}
+        dropped = [run_id for run_id, a in self.allocations.items()
+                   if a.granted and run_id not in held]
+        for run_id in dropped:
+            del self.allocations[run_id]
+            self.granted_unstarted.discard(run_id)
+        added = 0
+        for run_id, row in held.items():
+            known = self.allocations.get(run_id)
+            if known is None:
+                self.allocations[run_id] = Allocation(
+                    run_id, row["job_id"], _slots(row["placement"]),
+                    int(row.get("borrowed_gpus", 0)), granted=True)
+                added += 1
+            else:
+                known.granted = True
+        return added, len(dropped)
+
     # ------------------------------------------------------------ the policy's input
 
     def pending_jobs(self) -> Iterator[JobRecord]:
