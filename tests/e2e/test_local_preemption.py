@@ -112,3 +112,8 @@ def test_production_preempts_a_real_process_that_checkpoints_and_resumes(
 
     log = Path(env["ROTA_HOME"]) / "runs" / f"{restarts[1]['data']['run_id']}.log"
     assert "resum" in log.read_text().lower()
+
+    [plan] = rota(env, "preemptions", "--job", sweep["job_id"])
+    assert plan["preemptor_job_id"] == release["job_id"] and plan["state"] == "completed"
+    assert [(v["job_id"], v["outcome"]) for v in plan["victims"]] == [(sweep["job_id"], "acked")]
+    assert rota(env, "allocations")["allocations"] == []  # every GPU back in the ledger

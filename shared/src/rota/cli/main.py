@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from rota.cli import jobs as job_commands
+from rota.cli import operations
 from rota.cli.bench import bench_app
 from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
@@ -39,6 +40,8 @@ app.command()(job_commands.queues)
 app.command()(job_commands.why)
 app.command()(job_commands.trace)
 app.command()(notifications)
+app.command()(operations.preemptions)
+app.command()(operations.allocations)
 
 
 @config_app.command("check")
