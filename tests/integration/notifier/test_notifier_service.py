@@ -72,8 +72,12 @@ async def test_the_service_delivers_a_preemption_notice_and_answers_the_list_api
         assert len(slack.delivered) == 2
 
         query = envelope(m.ListNotifications(limit=10), source="test")
-        reply = await nc.request(LIST_SUBJECT, query.to_bytes(), timeout=5)
-        result = json.loads(reply.data)["data"]
+        for _ in range(50):  # a row is marked sent just after its send returns
+            reply = await nc.request(LIST_SUBJECT, query.to_bytes(), timeout=5)
+            result = json.loads(reply.data)["data"]
+            if all(r["status"] == "sent" for r in result["result"] or []):
+                break
+            await asyncio.sleep(0.1)
         assert result["ok"] is True
         assert sorted((r["recipient"], r["channel"], r["status"]) for r in result["result"]) == [
             ("team:ml", "email", "sent"), ("team:ml", "slack", "sent"),

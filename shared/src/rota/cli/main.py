@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rota_scheduler.cli import replay_command
 
 from rota.cli import jobs as job_commands
 from rota.cli import operations
@@ -42,6 +43,7 @@ app.command()(job_commands.trace)
 app.command()(notifications)
 app.command()(operations.preemptions)
 app.command()(operations.allocations)
+app.command("replay")(replay_command)
 
 
 @config_app.command("check")

@@ -76,6 +76,7 @@ class OutboxRelay:
         self._poll_interval_s = poll_interval_s
         self._batch_size = batch_size
         self._wake = asyncio.Event()
+        self._ack_timeout_s = 10.0
         self.published = 0
 
     def wake(self) -> None:
@@ -95,10 +96,16 @@ class OutboxRelay:
                     .with_for_update(skip_locked=True)
                 )
             ).all()
-            for row in rows:
-                await self._broker.publish(
-                    bytes(row.payload), row.subject, headers=dict(row.headers), stream=row.stream
-                )
+            # Pipelined: every publish goes out in order, then all acks are awaited together.
+            # A failed ack raises, the transaction rolls back, and the batch is re-sent later
+            # under the same Nats-Msg-Ids, which JetStream de-duplicates.
+            js = self._broker.connection.jetstream()
+            acks = [
+                await js.publish_async(row.subject, bytes(row.payload), stream=row.stream,
+                                       headers=dict(row.headers))
+                for row in rows
+            ]
+            await asyncio.wait_for(asyncio.gather(*acks), timeout=self._ack_timeout_s)
             if rows:
                 crash_point(f"after_publish:{self._outbox.schema}")
                 await conn.execute(
