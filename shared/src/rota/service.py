@@ -1,7 +1,7 @@
 """What every Rota service shares: broker, streams, migrations, engine, outbox relay, ping.
 
 A service module builds one `RotaService`, registers its handlers on `service.broker`, and
-runs `service.run()`. Startup order: tracing → migrations → engine → NATS + streams →
+runs `service.run()`. Startup order: tracing → /metrics → migrations → engine → NATS + streams →
 subscribers → relay. Shutdown reverses it.
 """
 
@@ -29,8 +29,10 @@ from rota.db.engine import make_engine
 from rota.db.outbox import Outbox, OutboxRelay
 from rota.endpoints import Endpoints, NotRunningError, resolve
 from rota.faults import crash_point
+from rota.metrics import register as register_metrics
+from rota.metrics import serve as serve_metrics
 from rota.settings import Settings, get_settings
-from rota.telemetry import setup_tracing
+from rota.telemetry import flush_tracing, setup_tracing
 
 log = logging.getLogger("rota.service")
 
@@ -65,6 +67,8 @@ class RotaService:
             name=name,
         )
         self.outbox = Outbox(schema=name)
+        register_metrics(name)
+        self.metrics_port: int | None = None
         self._engine: AsyncEngine | None = None
         self.relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
@@ -126,6 +130,8 @@ class RotaService:
 
     async def _on_startup(self) -> None:
         setup_tracing(self.name)
+        # Before the slow steps, so a scrape during migrations finds the process up.
+        self.metrics_port = serve_metrics(self.name, self.settings)
         if self._endpoints is None:
             assert self._unresolved is not None
             raise self._unresolved
@@ -160,6 +166,7 @@ class RotaService:
         # After every handler's own shutdown hook, which may still need the database.
         if self._engine is not None:
             await self._engine.dispose()
+        await asyncio.to_thread(flush_tracing)
 
     async def run(self) -> None:
         logging.basicConfig(

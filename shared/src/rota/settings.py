@@ -31,6 +31,13 @@ class Settings(BaseSettings):
     stream_replicas: int = Field(1, ge=1, le=5)
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after this long without an ack.")
     retry_delay_s: float = Field(2.0, ge=0, description="Delay before retrying a failed message.")
+    # Prometheus (issue 6). Off unless a port is given: `rota up` gives each service its own.
+    metrics_port: int | None = Field(
+        None, ge=0, le=65_535, description="Serve /metrics on this port (0: any free one)."
+    )
+    metrics_host: str = Field(
+        "127.0.0.1", description="The address /metrics binds; 0.0.0.0 in a container."
+    )
     scheduler_tick_s: float = Field(2.0, gt=0, description="A cycle at least this often.")
     scheduler_debounce_s: float = Field(0.05, ge=0, description="Events this close share a cycle.")
     scheduler_lease_ttl_s: float = Field(6.0, ge=1, description="A standby leads this soon after.")
@@ -87,6 +94,15 @@ class Settings(BaseSettings):
     executor_ack_settle_s: float = Field(
         5.0, ge=0, le=300,
         description="Longest wait, when a local run ends, for its checkpoint acks to be read.",
+    )
+
+    # Decision records (issue 6): the scheduler's decision log and the read model's history
+    # of finished jobs are kept this long, then pruned. 0 keeps them forever.
+    decision_retention_s: float = Field(
+        30 * 86_400.0, ge=0, description="How long decision records are kept (0: forever)."
+    )
+    decision_prune_interval_s: float = Field(
+        3600.0, gt=0, description="How often records past their retention are pruned."
     )
 
     @property

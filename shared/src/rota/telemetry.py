@@ -13,6 +13,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from rota.tracing import JobIdGenerator
+
 _configured = False
 
 
@@ -33,7 +35,9 @@ def setup_tracing(service: str) -> TracerProvider:
     if _configured and isinstance(provider, TracerProvider):
         return provider
     name = os.environ.get("OTEL_SERVICE_NAME", f"rota-{service}")
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+    # Job-derived ids for each job's root span: see `rota.tracing`.
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}),
+                              id_generator=JobIdGenerator())
     for kind in os.environ.get("OTEL_TRACES_EXPORTER", "none").split(","):
         exporter = _exporter(kind.strip())
         if exporter is not None:
@@ -41,6 +45,14 @@ def setup_tracing(service: str) -> TracerProvider:
     trace.set_tracer_provider(provider)
     _configured = True
     return provider
+
+
+def flush_tracing(timeout_s: float = 2.0) -> None:
+    """Export what is still batched; a service calls it on its way out. Bounded, because a
+    collector that is away must not eat the service's stop budget."""
+    provider = trace.get_tracer_provider()
+    if _configured and isinstance(provider, TracerProvider):
+        provider.force_flush(timeout_millis=int(timeout_s * 1000))
 
 
 def tracer(name: str) -> trace.Tracer:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.util.types import AttributeValue
 from pydantic import BaseModel
 from rota.config.model import Node
 from rota.contracts import ContractError, envelope, parse
@@ -21,15 +22,28 @@ from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.faults import crash_point
 from rota.ids import derived_id
 from rota.service import RotaService
+from rota.tracing import job_span
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota_executor import store
+from rota_executor import metrics, store
 from rota_executor.backend import Backend, Checkpoint, Exit, RunRecord, WorkerProcess
 from rota_executor.domain import outcome, placement_problem, token_sha256
 
 log = logging.getLogger("rota.executor")
 
 SOURCE = "executor"
+
+
+def _event_attrs(event: BaseModel, run: RunRecord | m.StartRun,
+                 source: str) -> dict[str, AttributeValue | None]:
+    data = event.model_dump(mode="json")
+    attrs: dict[str, AttributeValue | None] = {"rota.run_id": run.run_id, "rota.source": source}
+    for key in ("attempt", "reason", "forced", "checkpoint_uri", "notice_id", "exit_code",
+                "error", "lost_gpu_seconds", "resumed_from"):
+        value = data.get(key)
+        if isinstance(value, str | int | float | bool):
+            attrs[f"rota.{key}"] = value
+    return attrs
 
 
 class Executor:
@@ -61,7 +75,10 @@ class Executor:
                     *, at: datetime, id: str | None = None, source: str = SOURCE) -> None:
         env = envelope(event, source=source, job_id=run.job_id, run_id=run.run_id,
                        occurred_at=at, id=id)
-        await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        # Each run event is a span in the job's trace, also when a backend's timer (a
+        # simulated checkpoint, a process exit) rather than a message caused it.
+        with job_span(f"rota.executor.{env.type}", run.job_id, _event_attrs(event, run, source)):
+            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
 
     def _wake(self) -> None:
         if self.service.relay is not None:
@@ -98,6 +115,8 @@ class Executor:
                 ), start, at=now)
             run = await store.get(conn, start.run_id)
         self._wake()
+        if problem:
+            metrics.could_not_start()
         if problem or run is None:
             log.warning("run %s of job %s cannot start: %s", start.run_id, start.job_id, problem)
             return
@@ -268,6 +287,7 @@ class Executor:
             })
             await self._emit(conn, result.event, run, at=now)
         self._wake()
+        metrics.run_ended(result, run, now, backend.time_scale)
         log.info("run %s %s: %s", run_id, result.state, result.detail)
 
     # ------------------------------------------------------------------ restart

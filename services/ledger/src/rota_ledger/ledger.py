@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.util.types import AttributeValue
 from pydantic import BaseModel
 from rota.clock import Clock
 from rota.config import RotaConfig
@@ -21,6 +22,7 @@ from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.db.outbox import Outbox
 from rota.faults import crash_point
+from rota.tracing import job_span
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota_ledger import store
@@ -39,6 +41,16 @@ redelivered request cannot bring back holds that a grant already cleared."""
 
 RUN_ENDS: dict[str, str] = {"RunFinished": "finished", "RunFailed": "failed", "RunStopped": "stopped"}
 RUN_END_SUBJECTS = frozenset(EVENT_SUBJECTS[name] for name in RUN_ENDS)
+
+
+def _span_attrs(p: m.AllocationProposed, decision: Decision) -> dict[str, AttributeValue | None]:
+    granted = isinstance(decision, Grant)
+    return {"rota.run_id": p.run_id, "rota.proposal_id": p.proposal_id, "rota.plan_id": p.plan_id,
+            "rota.outcome": "granted" if granted else "rejected", "rota.gpus": p.gpus,
+            "rota.flavor": p.flavor, "rota.team": p.team,
+            "rota.borrowed_gpus": decision.borrowed_gpus if isinstance(decision, Grant) else None,
+            "rota.code": None if isinstance(decision, Grant) else decision.code.value,
+            "rota.reason": None if isinstance(decision, Grant) else decision.message[:256]}
 
 
 class Ledger:
@@ -102,16 +114,18 @@ class Ledger:
                                       at=now, cause_id=p.proposal_id)
                 if own_holds:  # the preemptor has its GPUs: the rest of its holds are free
                     await store.clear_holds(conn, p.plan_id, preemptor_job_id=p.job_id)
-                await self._emit(conn, m.AllocationGranted(
-                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id, team=p.team,
-                    flavor=p.flavor, placement=p.placement, gpus=p.gpus,
-                    borrowed_gpus=decision.borrowed_gpus,
-                ), now, job_id=p.job_id, run_id=p.run_id)
+                with job_span("rota.ledger.granted", p.job_id, _span_attrs(p, decision)):
+                    await self._emit(conn, m.AllocationGranted(
+                        proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
+                        team=p.team, flavor=p.flavor, placement=p.placement, gpus=p.gpus,
+                        borrowed_gpus=decision.borrowed_gpus,
+                    ), now, job_id=p.job_id, run_id=p.run_id)
             else:
-                await self._emit(conn, m.AllocationRejected(
-                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
-                    code=decision.code.value, message=decision.message[:1024],
-                ), now, job_id=p.job_id, run_id=p.run_id)
+                with job_span("rota.ledger.rejected", p.job_id, _span_attrs(p, decision)):
+                    await self._emit(conn, m.AllocationRejected(
+                        proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
+                        code=decision.code.value, message=decision.message[:1024],
+                    ), now, job_id=p.job_id, run_id=p.run_id)
         self._committed()
         if isinstance(decision, Grant):
             log.info("granted %s %s GPUs (%s borrowed) to run %s of %s/%s", p.gpus, p.flavor,

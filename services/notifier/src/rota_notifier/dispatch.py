@@ -24,13 +24,16 @@ from typing import Any
 
 import sqlalchemy as sa
 from jinja2 import TemplateError
+from opentelemetry.trace import StatusCode
 from rota.clock import Clock
 from rota.ids import new_id
+from rota.tracing import job_span
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_notifier import store
 from rota_notifier.channels import Outgoing, Sender
 from rota_notifier.domain import Kind
+from rota_notifier.metrics import record_sends
 from rota_notifier.policy import (
     DeliveryError,
     DeliveryPolicy,
@@ -95,6 +98,7 @@ class Dispatcher:
         result.digests = await self._flush_digests(now)
         claimed = await self._claim(now, result)
         outcomes = await asyncio.gather(*(self._deliver(row) for row in claimed))
+        record_sends(claimed, outcomes)
         for status in outcomes:
             if status == Status.sent:
                 result.sent += 1
@@ -150,7 +154,19 @@ class Dispatcher:
         attempts = row.attempts + 1
         async with self._limit:
             try:
-                await self._send(row)
+                # A send is a span in its job's trace (a digest, about many jobs, has none);
+                # a failure is recorded on it before it is retried or dead-lettered.
+                with job_span(f"rota.notifier.send {row.kind}", row.job_id, {
+                    "rota.notification_id": row.id, "rota.kind": row.kind,
+                    "rota.channel": row.channel, "rota.recipient": row.recipient,
+                    "rota.attempt": attempts,
+                }, record_exception=False) as span:
+                    try:
+                        await self._send(row)
+                    except Exception as exc:  # the span says why, redacted like the logs
+                        span.set_status(StatusCode.ERROR, self._redactor.redact(
+                            f"{type(exc).__name__}: {exc}")[:_ERROR_LIMIT])
+                        raise
             except DeliveryError as exc:
                 return await self._failed(row, attempts, exc)
             except Exception as exc:  # a bug or an odd library error: retry, never lose it

@@ -25,6 +25,7 @@ from rota_preemption.coordinator import (
     CONSUMER_RUNS,
     Coordinator,
 )
+from rota_preemption.metrics import install as install_metrics
 from rota_preemption.settings import PreemptionSettings
 
 NAME = "preemption"
@@ -50,6 +51,7 @@ def build(
                               max_bytes=max_bytes, on_commit=wake_relay,
                               unverified_attempts=settings.unverified_ack_attempts)
     timers: list[asyncio.Task[None]] = []
+    install_metrics(service)
 
     @service.js_subscriber(s.EVENT_SUBJECTS["PreemptionRequested"], stream=s.STREAM_EVT,
                            durable=CONSUMER_PLANS)

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from rota_preemption import domain, store
 from rota_preemption.domain import AckVerdict, Effect, RunEnded, Saga
 from rota_preemption.emit import emit
+from rota_preemption.spans import ack_span
 
 log = logging.getLogger("rota.preemption")
 
@@ -146,9 +147,11 @@ class Coordinator:
             )
             if verdict is AckVerdict.unverifiable and attempt < self._unverified_attempts:
                 raise RetryLater  # rolls back the guard row too, so the redelivery counts
-            if effects:
-                await store.save_saga(conn, saga, now)
-                await self._emit(conn, saga, effects)
+            with ack_span(ack.job_id, ack.run_id, ack.notice_id, plan_id, verdict.value,
+                          ack.checkpoint_uri):
+                if effects:
+                    await store.save_saga(conn, saga, now)
+                    await self._emit(conn, saga, effects)
         level, text = _VERDICT_LOG[verdict]
         checkpoint = f", checkpoint {ack.checkpoint_uri}" if verdict is AckVerdict.accepted else ""
         # Never the token itself, right or wrong.

@@ -20,6 +20,7 @@ from rota_preemption.domain import (
     WithdrawNotice,
     completed_message,
 )
+from rota_preemption.spans import effect_span
 
 SOURCE = "preemption"
 ACK_SUBJECT = s.EVENT_SUBJECTS["RunCheckpointed"]
@@ -54,23 +55,32 @@ async def emit(
     outbox: Outbox, conn: AsyncConnection, saga: Saga, effects: list[Effect], now: datetime
 ) -> None:
     for effect in effects:
-        match effect:
-            case SendNotice(victim):
-                await _run_message(outbox, conn, notice(saga, victim), victim, now,
-                                   s.control(victim.run_id), s.STREAM_CTL)
-                await _run_message(outbox, conn, noticed(saga, victim), victim, now,
-                                   s.EVENT_SUBJECTS["PreemptionNoticed"], s.STREAM_EVT)
-            case WithdrawNotice(victim):
-                await _run_message(outbox, conn, notice(saga, victim, withdrawn=True), victim,
-                                   now, s.control(victim.run_id), s.STREAM_CTL)
-            case SendStop(victim, forced):
-                await _run_message(outbox, conn, stop(saga, victim, forced=forced), victim, now,
-                                   s.RUN_STOP, s.STREAM_CMD)
-            case PublishCompleted(done):
-                env = envelope(completed_message(done), source=SOURCE,
-                               job_id=done.plan.preemptor_job_id, occurred_at=now)
-                await outbox.add(conn, env, s.EVENT_SUBJECTS["PreemptionCompleted"],
-                                 stream=s.STREAM_EVT)
+        # Each effect is a span in the trace of the job it is about (the victim's, or the
+        # preemptor's for the completion), linked to whatever span led to it.
+        with effect_span(saga, effect):
+            await _emit_one(outbox, conn, saga, effect, now)
+
+
+async def _emit_one(
+    outbox: Outbox, conn: AsyncConnection, saga: Saga, effect: Effect, now: datetime
+) -> None:
+    match effect:
+        case SendNotice(victim):
+            await _run_message(outbox, conn, notice(saga, victim), victim, now,
+                               s.control(victim.run_id), s.STREAM_CTL)
+            await _run_message(outbox, conn, noticed(saga, victim), victim, now,
+                               s.EVENT_SUBJECTS["PreemptionNoticed"], s.STREAM_EVT)
+        case WithdrawNotice(victim):
+            await _run_message(outbox, conn, notice(saga, victim, withdrawn=True), victim,
+                               now, s.control(victim.run_id), s.STREAM_CTL)
+        case SendStop(victim, forced):
+            await _run_message(outbox, conn, stop(saga, victim, forced=forced), victim, now,
+                               s.RUN_STOP, s.STREAM_CMD)
+        case PublishCompleted(done):
+            env = envelope(completed_message(done), source=SOURCE,
+                           job_id=done.plan.preemptor_job_id, occurred_at=now)
+            await outbox.add(conn, env, s.EVENT_SUBJECTS["PreemptionCompleted"],
+                             stream=s.STREAM_EVT)
 
 
 async def _run_message(

@@ -26,13 +26,16 @@ from rota.contracts import ContractError, envelope, parse_any
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, STREAM_EVT
 from rota.ids import new_id
+from rota.retention import prune_periodically
 from rota.service import RotaService
+from rota.tracing import job_span
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota_scheduler import store
+from rota_scheduler import metrics, store
 from rota_scheduler.actions import Outgoing, plan_actions, record_sent, start_run
 from rota_scheduler.lease import Lease
 from rota_scheduler.policy import PolicyConfig, policy_config_from, schedule
+from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView
 
 log = logging.getLogger("rota.scheduler")
@@ -51,6 +54,7 @@ class Scheduler:
         self.caught_up = asyncio.Event()
         self.start_sent: set[str] = set()
         self.cycles = 0
+        self.traces = JobTraces()
         settings = service.settings
         self.tick_s = settings.scheduler_tick_s
         self.debounce_s = settings.scheduler_debounce_s
@@ -64,7 +68,9 @@ class Scheduler:
         except ContractError as exc:
             log.warning("skipping an unreadable event: %s", exc)
         else:
-            self.view.apply(env.type, env.data.model_dump(mode="json"), env.occurred_at.timestamp())
+            data = env.data.model_dump(mode="json")
+            self.view.apply(env.type, data, env.occurred_at.timestamp())
+            self.traces.observe(env.type, env.job_id, data, msg.headers)
         self.last_seq = msg.metadata.sequence.stream
         if self.last_seq >= self.replay_target:
             self.caught_up.set()
@@ -129,7 +135,8 @@ class Scheduler:
                 pass
             self.dirty.clear()
             try:
-                await self.cycle()
+                with metrics.cycle_timer():
+                    await self.cycle()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -144,6 +151,7 @@ class Scheduler:
         epoch = now.timestamp()
         await self._start_granted(now)
         decisions = schedule(self.view.snapshot(epoch), epoch, self.policy)
+        metrics.observe_cycle(self.view, decisions, epoch)
         actions = plan_actions(self.view, decisions)
         for job_id in decisions.abandoned_plans:
             for plan_id in [p.plan_id for p in self.view.plans.values() if p.preemptor_job_id == job_id]:
@@ -154,9 +162,11 @@ class Scheduler:
         async with self.service.engine.begin() as conn:
             await store.add_runs(conn, actions.new_runs, now)
             await store.add_decisions(conn, cycle_id, now, actions.records)
-            for item in actions.outgoing:
-                await self._outbox(conn, item, now)
+            for item, record in paired(actions, self.traces):
+                with decision_span(item, record, self.traces, cycle_id):
+                    await self._outbox(conn, item, now)
         record_sent(self.view, actions, epoch)
+        metrics.decided(actions.records)
         self.cycles += 1
         if self.service.relay is not None:
             self.service.relay.wake()
@@ -171,14 +181,32 @@ class Scheduler:
             async with self.service.engine.begin() as conn:
                 token = await store.claim_start(conn, run_id, now)
                 if token is not None:
-                    await self._outbox(conn, start_run(job, run_id, token, self.view), now)
+                    with job_span("rota.scheduler.start_run", job.job_id,
+                                  {"rota.run_id": run_id, "rota.attempt": max(1, job.attempt),
+                                   "rota.resume_from": job.resume_from},
+                                  parent=self.traces.run_start(job.job_id, run_id)):
+                        await self._outbox(conn, start_run(job, run_id, token, self.view), now)
             self.start_sent.add(run_id)
+            if token is not None:
+                metrics.job_started(job, now.timestamp())
 
     async def _outbox(self, conn: AsyncConnection, item: Outgoing, now: datetime) -> None:
         env = envelope(
             item.message, source=SOURCE, job_id=item.job_id, run_id=item.run_id, id=item.id, occurred_at=now
         )
         await self.service.outbox.add(conn, env, item.subject, stream=item.stream)
+
+
+async def prune_decisions(service: RotaService) -> None:
+    """The decision log past `ROTA_DECISION_RETENTION_S`, pruned every so often."""
+
+    async def prune(older_than: datetime) -> int:
+        async with service.engine.begin() as conn:
+            return await store.prune_decisions(conn, older_than)
+
+    settings = service.settings
+    await prune_periodically("scheduler decisions", prune, service.clock,
+                             settings.decision_retention_s, settings.decision_prune_interval_s)
 
 
 def build() -> RotaService:
@@ -190,6 +218,7 @@ def build() -> RotaService:
     @service.app.after_startup
     async def start_leading() -> None:
         tasks.append(asyncio.create_task(scheduler.lead(), name="scheduler-lead"))
+        tasks.append(asyncio.create_task(prune_decisions(service), name="scheduler-prune"))
 
     @service.app.on_shutdown
     async def stop_leading() -> None:

@@ -56,6 +56,12 @@ class JobRecord:
     cancelled: bool = False
     stop_requested: bool = False
     pending_fingerprint: tuple[Any, ...] | None = None
+    requeued_at: float | None = None
+    """When a preemption put it back in its queue; its wait restarts there (metrics)."""
+
+    @property
+    def queued_since(self) -> float:
+        return self.submitted_at if self.requeued_at is None else self.requeued_at
 
 
 @dataclass
@@ -175,6 +181,7 @@ class ClusterView:
             # Back to its queue: the original submit time, and its checkpoint to resume from.
             job.state = "pending"
             job.preemptions += 1
+            job.requeued_at = at
             if data.get("checkpoint_uri"):
                 job.resume_from = data["checkpoint_uri"]
         else:

@@ -17,7 +17,7 @@ from rota.contracts.envelope import first_error
 from rota.ids import new_id
 from rota.service import RotaService
 
-from rota_submission import queries
+from rota_submission import queries, retention
 from rota_submission.commands import SOURCE, Commands, Origin
 from rota_submission.projection import project
 
@@ -30,6 +30,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     service = service or RotaService("submission", migrations=Path(__file__).parent / "migrations")
     config = config or load_config(service.settings.config)
     commands = Commands(service, config)
+    retention.install(service)
     max_bytes = service.settings.max_message_bytes
 
     def js_origin(msg: NatsMessage) -> Origin:

@@ -21,6 +21,7 @@ from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.faults import crash_point
 from rota.ids import derived_id, new_id
 from rota.service import RotaService
+from rota.tracing import start_job_trace
 
 from rota_submission import store
 from rota_submission.domain import Rejection, check_submission, spec_hash
@@ -122,10 +123,17 @@ class Commands:
                 return m.SubmitReply(job_id=existing.job_id, duplicate=True,
                                      state=existing.state, submission_id=spec.submission_id)
             event = m.JobSubmitted(job_id=job_id, spec=spec, submitted_at=now)
-            await self.service.outbox.add(
-                conn, envelope(event, source=SOURCE, job_id=job_id, occurred_at=now),
-                EVENT_SUBJECTS["JobSubmitted"], stream=STREAM_EVT,
-            )
+            # The root of the job's one trace: JobSubmitted carries it, and so, from there,
+            # does every message about the job.
+            with start_job_trace("rota.job.submit", job_id, {
+                "rota.team": spec.team, "rota.user": spec.user, "rota.queue": spec.queue.value,
+                "rota.flavor": spec.flavor, "rota.gpus": spec.total_gpus,
+                "rota.job_name": spec.name, "rota.submission_id": spec.submission_id,
+            }):
+                await self.service.outbox.add(
+                    conn, envelope(event, source=SOURCE, job_id=job_id, occurred_at=now),
+                    EVENT_SUBJECTS["JobSubmitted"], stream=STREAM_EVT,
+                )
         crash_point("after_commit:submission")
         self._wake_relay()
         log.info("job %s submitted by %s/%s (%s)", job_id, spec.team, spec.user, spec.name)

@@ -7,9 +7,10 @@ from typing import Any
 from rota.config import RotaConfig
 from rota.contracts import Tier
 from rota.contracts import messages as m
+from rota.tracing import trace_id_hex
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from rota_submission import explain, store
+from rota_submission import explain, record, store
 
 
 def error(code: str, message: str, field: str | None = None) -> m.ApiReply:
@@ -44,8 +45,14 @@ async def trace_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
         return job
     async with engine.connect() as conn:
         history = await store.job_history(conn, job["job_id"])
-    return m.ApiReply(ok=True, result={"job": job,
-                                       "timeline": explain.timeline(history, job["job_id"])})
+    job_id = job["job_id"]
+    return m.ApiReply(ok=True, result={
+        "job": job, "timeline": explain.timeline(history, job_id),
+        "decisions": record.decisions(history, job_id),
+        "preemptions": record.preemptions(history, job_id),
+        # The job's OpenTelemetry trace id is derived from its id (see `rota.tracing`).
+        "trace_id": trace_id_hex(job_id),
+    })
 
 
 async def list_jobs(engine: AsyncEngine, query: m.ListJobs) -> m.ApiReply:

@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from rota.contracts import JobSpec
+from rota.contracts.job import TERMINAL_STATES
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -168,3 +169,16 @@ async def record_event(
 
 async def update_job(conn: AsyncConnection, job_id: str, values: dict[str, Any]) -> None:
     await conn.execute(sa.update(jobs).where(jobs.c.job_id == job_id).values(**values))
+
+
+async def prune_history(conn: AsyncConnection, older_than: datetime) -> int:
+    """Drop the history of jobs that ended before `older_than` (their `jobs` row stays, so
+    `rota job` still answers), and stray events of unknown jobs that old. A live job's history
+    is never pruned, however long it has waited: its record must stay whole."""
+    ended = sa.select(jobs.c.job_id).where(jobs.c.state.in_(TERMINAL_STATES),
+                                           jobs.c.ended_at < older_than)
+    known = sa.select(jobs.c.job_id)
+    result = await conn.execute(sa.delete(job_events).where(
+        sa.or_(job_events.c.job_id.in_(ended),
+               sa.and_(job_events.c.occurred_at < older_than, job_events.c.job_id.not_in(known)))))
+    return int(result.rowcount)

@@ -11,6 +11,7 @@ from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from rota.bus.options import connect_options
+from rota.bus.trace_fill import JobTraceFill
 from rota.contracts import Envelope
 from rota.contracts.subjects import STREAM_CMD, STREAM_CTL, STREAM_EVT, STREAM_SUBJECTS
 from rota.settings import Settings
@@ -31,7 +32,9 @@ def make_broker(settings: Settings, url: str, *, name: str) -> NatsBroker:
     return NatsBroker(
         url,
         name=f"rota-{name}",
-        middlewares=[NatsTelemetryMiddleware()],
+        # The fill runs first: it gives bare messages about a job the job's trace context,
+        # which the telemetry middleware then parents its consumer span on.
+        middlewares=[JobTraceFill, NatsTelemetryMiddleware()],
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
         **connect_options(settings),

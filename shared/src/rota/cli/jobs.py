@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from pathlib import Path
@@ -11,6 +12,7 @@ import typer
 import yaml
 from rich.table import Table
 
+from rota.cli import record
 from rota.cli.client import call
 from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.config import ConfigError, load_config
@@ -252,13 +254,15 @@ def trace(
     job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
     json_out: JsonOpt = False,
 ) -> None:
-    """A job's timeline: every decision and event, with times, reasons and preemptions."""
-    result: dict[str, Any] = call(get_settings(), s.API_JOB_TRACE, m.GetJob(job_id=job_id))
+    """A job's decision record: every event and decision with times, the reasons and score
+    factors at each decision, the preemptions it caused or suffered, the notifications sent."""
+    settings = get_settings()
+    result: dict[str, Any] = call(settings, s.API_JOB_TRACE, m.GetJob(job_id=job_id))
+    result["notifications"], error = asyncio.run(
+        record.notifications(settings, result["job"]["job_id"]))
+    if error is not None:
+        result["notifications_error"] = error
     if json_out:
         emit_json(result)
         return
-    job = result["job"]
-    console.print(f"[bold]{job['name']}[/bold] {job['job_id']} — {job['state']}", highlight=False)
-    for entry in result["timeline"]:
-        console.print(f"  {str(entry['at'])[:23].replace('T', ' ')}  {entry['source']:<10}"
-                      f"  {entry['summary']}", highlight=False)
+    record.print_record(result)

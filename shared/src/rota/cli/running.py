@@ -17,6 +17,8 @@ from rota.cli.stack import (
     SERVICES,
     Infrastructure,
     ServiceProcess,
+    metrics_ports,
+    metrics_url,
     migrate_all,
     ping_all,
     prepare_streams,
@@ -56,7 +58,12 @@ class Stack:
         env["ROTA_EXECUTOR"] = self.executor.value
         env.update(self.extra_env)
         logs = self.settings.home / "logs"
-        self.processes = [ServiceProcess(n, env, logs / f"{n}.log") for n in SERVICES]
+        # Each service its own /metrics port, kept across restarts so a URL stays valid.
+        ports = metrics_ports(self.settings)
+        self.processes = [
+            ServiceProcess(n, {**env, "ROTA_METRICS_PORT": str(ports[n])}, logs / f"{n}.log")
+            for n in SERVICES
+        ]
         for process in self.processes:
             process.start()
         ready = self._wait_ready()
@@ -65,7 +72,9 @@ class Stack:
                 "executor": self.executor.value,
                 "services": {p.name: {"state": "ready" if ready[p.name] else "starting",
                                       "pid": p.process.pid if p.process else None,
-                                      "log": str(p.log_path)} for p in self.processes}}
+                                      "log": str(p.log_path),
+                                      "metrics": metrics_url(self.settings, ports[p.name])}
+                              for p in self.processes}}
 
     def _wait_ready(self) -> dict[str, bool]:
         assert self.endpoints is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -147,3 +148,31 @@ async def ping_all(settings: Settings, nats_url: str, names: list[str]) -> dict[
     finally:
         await nc.close()
     return dict(zip(names, results, strict=True))
+
+
+def metrics_ports(settings: Settings, names: tuple[str, ...] = SERVICES) -> dict[str, int]:
+    """A distinct `/metrics` port per service.
+
+    Consecutive from `ROTA_METRICS_PORT` when it is set (stable, for a scrape config of your
+    own); otherwise free ports, so two stacks on one machine (tests) never collide. The
+    sockets stay open until all are picked, so the ports are distinct.
+    """
+    if settings.metrics_port:
+        return {name: settings.metrics_port + i for i, name in enumerate(names)}
+    sockets = []
+    try:
+        for _ in names:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((settings.metrics_host, 0))
+            sockets.append(sock)
+        return {name: int(s.getsockname()[1]) for name, s in zip(names, sockets, strict=True)}
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def metrics_url(settings: Settings, port: int) -> str:
+    host = settings.metrics_host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"  # bound on every interface; this one answers on this machine
+    return f"http://{host}:{port}/metrics"

@@ -85,9 +85,9 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
     err_console.print(f"Database  {summary['database_url']} ({summary['database']})",
                       highlight=False)
     err_console.print(f"Executor  {summary['executor']}", highlight=False)
-    table = Table("SERVICE", "STATE", "PID", "LOG", box=None, header_style="bold")
+    table = Table("SERVICE", "STATE", "PID", "METRICS", "LOG", box=None, header_style="bold")
     for name, info in summary["services"].items():
-        table.add_row(name, info["state"], str(info["pid"]), info["log"])
+        table.add_row(name, info["state"], str(info["pid"]), info["metrics"], info["log"])
     err_console.print(table)
     err_console.print("Rota is up. Ctrl-C stops it.")
 

@@ -10,19 +10,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import sqlalchemy as sa
 from faststream.nats import NatsBroker
-from opentelemetry import propagate
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota.bus.broker import publish_headers
 from rota.contracts import Envelope
 from rota.db.tables import outbox_table, processed_table
 from rota.faults import crash_point
+from rota.metrics import OUTBOX_LAG
+from rota.tracing import outbox_headers
 
 log = logging.getLogger("rota.outbox")
+
+PublishedObserver = Callable[[list[tuple[str, bytes]]], Awaitable[None]]
+"""Called with (subject, payload) of each batch once it is published and marked."""
 
 
 class Outbox:
@@ -35,9 +40,9 @@ class Outbox:
     async def add(
         self, conn: AsyncConnection, env: Envelope[Any], subject: str, *, stream: str
     ) -> None:
-        """Queue `env` inside the caller's transaction. The current trace context goes with it."""
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
+        """Queue `env` inside the caller's transaction. The trace context goes with it: the
+        current one, or the job's when the current span belongs to another job's trace."""
+        carrier = outbox_headers(env.job_id, env.type, env.run_id)
         await conn.execute(
             sa.insert(self.table).values(
                 id=env.id,
@@ -78,6 +83,8 @@ class OutboxRelay:
         self._wake = asyncio.Event()
         self._ack_timeout_s = 10.0
         self.published = 0
+        # Facts a service counts only once they are committed and out (see `rota.metrics`).
+        self.observers: list[PublishedObserver] = []
 
     def wake(self) -> None:
         """Call after committing outbox rows, so they go out now rather than at the next poll."""
@@ -89,13 +96,16 @@ class OutboxRelay:
             rows = (
                 await conn.execute(
                     sa.select(table.c.seq, table.c.id, table.c.subject, table.c.stream,
-                              table.c.payload, table.c.headers)
+                              table.c.payload, table.c.headers, table.c.created_at,
+                              sa.func.now().label("db_now"))
                     .where(table.c.published_at.is_(None))
                     .order_by(table.c.seq)
                     .limit(self._batch_size)
                     .with_for_update(skip_locked=True)
                 )
             ).all()
+            # The database's own clock on both sides, so host clock skew cannot show as lag.
+            OUTBOX_LAG.set((rows[0].db_now - rows[0].created_at).total_seconds() if rows else 0.0)
             # Pipelined: every publish goes out in order, then all acks are awaited together.
             # A failed ack raises, the transaction rolls back, and the batch is re-sent later
             # under the same Nats-Msg-Ids, which JetStream de-duplicates.
@@ -114,7 +124,16 @@ class OutboxRelay:
                     .values(published_at=sa.func.now())
                 )
         self.published += len(rows)
+        if rows and self.observers:
+            await self._observe([(r.subject, bytes(r.payload)) for r in rows])
         return len(rows)
+
+    async def _observe(self, published: list[tuple[str, bytes]]) -> None:
+        for observer in self.observers:
+            try:
+                await observer(published)
+            except Exception:  # metrics must never hold up or break publishing
+                log.exception("outbox relay: an observer failed")
 
     async def drain(self) -> int:
         total = 0

@@ -75,6 +75,7 @@ class ClusterState:
         "names",
         "node_flavor",
         "rack_slots",
+        "empty_slots",
         "racks",
         "size",
     )
@@ -105,6 +106,7 @@ class ClusterState:
         self.flavors = frozenset(self.capacity)
         # The most workers of a given size one rack can ever host, for EXCEEDS_CLUSTER checks.
         self.rack_slots: dict[tuple[str, int], int] = {}
+        self.empty_slots: dict[tuple[str, int], int] = {}
 
     # ------------------------------------------------------------ queries
 
@@ -114,13 +116,23 @@ class ClusterState:
     def free_on(self, flavor: str) -> int:
         return self.free_total.get(flavor, 0)
 
+    def worker_slots(self, flavor: str, gpus_per_worker: int) -> int:
+        """How many workers of this size the flavor's nodes hold when empty (memoized: a walk
+        asks this for every pending job, and the answer depends only on the cluster's shape)."""
+        key = (flavor, gpus_per_worker)
+        slots = self.empty_slots.get(key)
+        if slots is None:
+            slots = sum(self.size[n] // gpus_per_worker for n in self.flavor_nodes.get(flavor, []))
+            self.empty_slots[key] = slots
+        return slots
+
     def can_ever_fit(self, job: PendingJob) -> bool:
         """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER."""
         f = job.flavor
         if job.gpus_per_worker > self.max_node.get(f, 0) or job.gpus > self.capacity.get(f, 0):
             return False
         members = self.flavor_nodes.get(f, [])
-        if sum(self.size[n] // job.gpus_per_worker for n in members) < job.workers:
+        if self.worker_slots(f, job.gpus_per_worker) < job.workers:
             return False
         if job.rack is RackAffinity.required:
             key = (f, job.gpus_per_worker)
