@@ -112,9 +112,13 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
               60)
         until("the victim is mailed", lambda: smtp.to("dave@example.com"), 15)
         scenario = Scenario(env, receiver, smtp, victim, preemptor)
-        until("the notifier's span is exported", lambda: any(
-            s.name.startswith("rota.notifier.send") for s in scenario.trace(victim)), 15)
-        time.sleep(1.0)  # the last batches of the other services
+        # Each service exports in its own batches: wait for the last spans of the story.
+        until("the last spans are exported", lambda: any(
+            s.name.startswith("rota.notifier.send") for s in scenario.trace(victim))
+            and len(named(scenario.trace(victim), "rota.decide admit")) == 2
+            and all(named(scenario.trace(j), "rota.executor.RunFinished")
+                    for j in (victim, preemptor)), 20)
+        time.sleep(1.0)
         yield scenario
     finally:
         stack.stop()
@@ -162,7 +166,8 @@ def test_decisions_and_every_step_carry_their_attributes(scenario: Scenario) -> 
         assert named(spans, "rota.executor.RunFinished")
     [admit] = named(mine, "rota.decide admit")
     assert admit.attributes["rota.reason"] == "freed_by_preemption"
-    assert len(named(theirs, "rota.decide admit")) == 2  # the first run and the resume
+    assert len(named(theirs, "rota.decide admit")) == 2, sorted(  # the first run and the resume
+        (s.service, s.name) for s in theirs if s.service in ("rota-scheduler", "rota-ledger"))
     [notice] = named(theirs, "rota.preemption.notice")
     [ack] = named(theirs, "rota.preemption.ack")
     [stop] = named(theirs, "rota.preemption.stop")
@@ -216,7 +221,7 @@ def test_rota_trace_shows_the_preemption_its_ack_and_the_notification(scenario: 
     assert plan_caused["role"] == "caused" and plan_caused["victims"][0]["outcome"] == "acked"
     assert any(d["decision"] == "preempt" and d["factors"] for d in caused["decisions"])
 
-    text = rota(scenario.env, "trace", scenario.victim, json_out=False)
+    text = " ".join(rota(scenario.env, "trace", scenario.victim, json_out=False).split())
     assert "suffered" in text and plan["reason"] in text
     assert f"acked {plan['acked_at'][:23].replace('T', ' ')}" in text
     assert "preemption_noticed to user:research/dave by email: sent" in text

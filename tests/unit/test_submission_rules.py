@@ -120,3 +120,15 @@ def test_why_and_trace_words() -> None:
     victim = describe("PreemptionRequested", {"preemptor_job_id": "p" * 36, "preemptor_queue":
                                               "production", "reason": "reclaim", "victims": []}, "j")
     assert victim.startswith("chosen as a victim for production job")
+
+
+def test_events_outside_state_events_never_change_a_job() -> None:
+    from rota_submission.domain import STATE_EVENTS
+
+    data = {"run_id": "r", "reason": "preempted", "checkpoint_uri": "c", "aborted": True,
+            "preemptor_job_id": "p", "message": "m", "borrowed_gpus": 1}
+    for event in ("JobSubmitted", "AllocationProposed", "RunCheckpointed", "PreemptionRequested",
+                  "UsageRecorded", "JobRejected"):
+        assert event not in STATE_EVENTS
+        for state in ("pending", "admitted", "running", "preempting"):
+            assert apply_event(state, event, data, "j") == (state, {})

@@ -12,12 +12,14 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from faststream import FastStream
+from faststream import Context, FastStream
 from faststream.middlewares import AckPolicy
 from faststream.nats import NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
+from faststream.nats.message import NatsBatchMessage
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -37,6 +39,7 @@ from rota.telemetry import flush_tracing, setup_tracing
 log = logging.getLogger("rota.service")
 
 JsHandler = Callable[[NatsMessage], Awaitable[None]]
+BatchHandler = Callable[[list[Msg]], Awaitable[None]]
 
 
 class RotaService:
@@ -122,6 +125,43 @@ class RotaService:
                     ack_wait=self.settings.ack_wait_s, max_ack_pending=1000
                 ),
                 pull_sub=PullSub(batch_size=batch_size),
+                ack_policy=AckPolicy.MANUAL,
+            )(consume)
+            return handler
+
+        return register
+
+    def js_batch_subscriber(
+        self, subject: str, *, stream: str, durable: str, batch_size: int = 256
+    ) -> Callable[[BatchHandler], BatchHandler]:
+        """Like `js_subscriber`, for handlers that fold a whole pull batch in one transaction.
+
+        A batch is acked or retried as a whole, so such a handler must be idempotent per
+        message (a retried batch replays messages it had already applied).
+        """
+
+        def register(handler: BatchHandler) -> BatchHandler:
+            async def consume(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
+                try:
+                    await handler(list(msg.raw_message))
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("%s: handling a batch on %s failed; will retry", self.name,
+                                  subject)
+                    await msg.nack(delay=self.settings.retry_delay_s)
+                    return
+                crash_point(f"before_ack:{durable}")
+                await msg.ack()
+
+            consume.__name__ = handler.__name__
+            consume.__doc__ = handler.__doc__
+            self.broker.subscriber(
+                subject,
+                stream=jstream(stream),
+                durable=durable,
+                config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_ack_pending=10_000),
+                pull_sub=PullSub(batch_size=batch_size, batch=True),
                 ack_policy=AckPolicy.MANUAL,
             )(consume)
             return handler

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, envelope, parse
@@ -19,7 +20,7 @@ from rota.service import RotaService
 
 from rota_submission import queries, retention
 from rota_submission.commands import SOURCE, Commands, Origin
-from rota_submission.projection import project
+from rota_submission.projection import project_batch
 
 log = logging.getLogger("rota.submission")
 
@@ -33,26 +34,29 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     retention.install(service)
     max_bytes = service.settings.max_message_bytes
 
-    def js_origin(msg: NatsMessage) -> Origin:
-        meta = msg.raw_message.metadata
-        return Origin(msg.raw_message.subject, f"{meta.stream}:{meta.sequence.stream}",
-                      meta.timestamp)
+    def raw_origin(msg: Msg) -> Origin:
+        meta = msg.metadata
+        return Origin(msg.subject, f"{meta.stream}:{meta.sequence.stream}", meta.timestamp)
 
-    @service.js_subscriber(s.SUBMIT_ALL, stream=s.STREAM_CMD, durable="submission-submit")
-    async def submit_job(msg: NatsMessage) -> None:
-        """SubmitJob: validate, authorise, record the job and `JobSubmitted` atomically."""
-        await commands.submit(msg.body, js_origin(msg))
+    def js_origin(msg: NatsMessage) -> Origin:
+        return raw_origin(msg.raw_message)
+
+    @service.js_batch_subscriber(s.SUBMIT_ALL, stream=s.STREAM_CMD, durable="submission-submit",
+                                 batch_size=64)
+    async def submit_jobs(batch: list[Msg]) -> None:
+        """SubmitJob: validate, authorise, record the jobs and their `JobSubmitted` atomically."""
+        await commands.submit_batch([(msg.data, raw_origin(msg)) for msg in batch])
 
     @service.js_subscriber(s.CANCEL_ALL, stream=s.STREAM_CMD, durable="submission-cancel")
     async def cancel_job(msg: NatsMessage) -> None:
         """CancelJob: cancel a job of the subject's team."""
         await commands.cancel(msg.body, js_origin(msg))
 
-    @service.js_subscriber("rota.evt.>", stream=s.STREAM_EVT, durable="submission-projection",
-                           batch_size=256)
-    async def project_event(msg: NatsMessage) -> None:
-        """Fold every job event into the read model."""
-        await project(service.engine, msg.body, max_bytes=max_bytes)
+    @service.js_batch_subscriber("rota.evt.>", stream=s.STREAM_EVT,
+                                 durable="submission-projection")
+    async def project_events(batch: list[Msg]) -> None:
+        """Fold every job event into the read model, a pull batch per transaction."""
+        await project_batch(service.engine, [msg.data for msg in batch], max_bytes=max_bytes)
 
     def query(model: type[BaseModel], run: Callable[..., Awaitable[m.ApiReply]]) -> Query:
         async def handle(raw: bytes) -> m.ApiReply:

@@ -100,6 +100,14 @@ _TRANSITIONS: dict[str, str] = {
 }
 
 
+STATE_EVENTS = frozenset({
+    "JobPending", "AllocationGranted", "AllocationReleased", "AllocationRejected", "RunStarted",
+    "RunStopped", "RunFinished", "RunFailed", "PreemptionNoticed", "PreemptionCompleted",
+    "JobCancelled",
+})
+"""The events `apply_event` can act on; the rest only join the job's history."""
+
+
 def related_jobs(event_type: str, data: dict[str, Any], job_id: str | None) -> list[str]:
     """Every job an event belongs to: its own, and a preemption's victims too, so that a
     victim's history shows the plan that preempted it."""

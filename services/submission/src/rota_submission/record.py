@@ -47,6 +47,12 @@ def decisions(rows: list[Row], job_id: str) -> list[Row]:
                         "expected_lost_gpu_seconds": (data.get("expected_lost_gpu_seconds")
                                                       if mine else
                                                       victim.get("expected_lost_gpu_seconds"))})
+    for i, decision in enumerate(out):
+        if decision["decision"] == "preempt":
+            # A plan is published before the same cycle's JobPending: that hold has the score.
+            decision["factors"] = next((d["factors"] for d in out[i + 1:]
+                                        if d["decision"] == "hold" and d["at"] == decision["at"]),
+                                       decision["factors"])
     return out
 
 

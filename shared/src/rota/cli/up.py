@@ -85,7 +85,9 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
     err_console.print(f"Database  {summary['database_url']} ({summary['database']})",
                       highlight=False)
     err_console.print(f"Executor  {summary['executor']}", highlight=False)
-    table = Table("SERVICE", "STATE", "PID", "METRICS", "LOG", box=None, header_style="bold")
+    table = Table("SERVICE", "STATE", "PID", box=None, header_style="bold")
+    table.add_column("METRICS", no_wrap=True)  # a URL to copy: never cut
+    table.add_column("LOG", overflow="fold")
     for name, info in summary["services"].items():
         table.add_row(name, info["state"], str(info["pid"]), info["metrics"], info["log"])
     err_console.print(table)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -119,6 +120,11 @@ class RotaConfig(_Strict):
     preemption: Preemption = Preemption()
 
     def expanded_nodes(self) -> list[Node]:
+        """Every node, pools expanded. Cached: services ask on every message and every cycle."""
+        return list(self.all_nodes)
+
+    @cached_property
+    def all_nodes(self) -> tuple[Node, ...]:
         nodes = list(self.cluster.nodes)
         for pool in self.cluster.node_pools:
             per_rack = pool.nodes_per_rack or -(-pool.count // pool.racks)
@@ -131,7 +137,7 @@ class RotaConfig(_Strict):
                 )
                 for i in range(pool.count)
             )
-        return nodes
+        return tuple(nodes)
 
     def capacity(self) -> dict[str, int]:
         total: dict[str, int] = {f.name: 0 for f in self.cluster.flavors}

@@ -19,9 +19,9 @@ def redact(url: str) -> str:
 
 
 def make_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
-    return create_async_engine(
-        async_url(url), pool_size=pool_size, max_overflow=5, pool_pre_ping=True
-    )
+    # No pre-ping: it costs a round trip per checkout on the hot path; a connection that
+    # died fails its statement, the pool discards it, and the message is retried.
+    return create_async_engine(async_url(url), pool_size=pool_size, max_overflow=5)
 
 
 def sessionmaker(engine: AsyncEngine) -> async_sessionmaker:  # type: ignore[type-arg]

@@ -66,6 +66,7 @@ class ClusterState:
     __slots__ = (
         "buckets",
         "capacity",
+        "empty_slots",
         "flavor_nodes",
         "flavors",
         "free",
@@ -75,7 +76,6 @@ class ClusterState:
         "names",
         "node_flavor",
         "rack_slots",
-        "empty_slots",
         "racks",
         "size",
     )
