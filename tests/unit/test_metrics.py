@@ -139,3 +139,10 @@ def test_rota_up_gives_each_service_its_own_port() -> None:
     fixed = metrics_ports(Settings(metrics_port=9400))
     assert sorted(fixed.values()) == list(range(9400, 9406))
     assert metrics_url(Settings(metrics_host="0.0.0.0"), 9401) == "http://127.0.0.1:9401/metrics"
+
+
+def test_a_broken_metric_never_breaks_the_cycle_that_records_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    scheduler_metrics.observe_cycle(None, None, 0.0)  # type: ignore[arg-type]
+    assert "recording metrics in observe_cycle failed" in caplog.text

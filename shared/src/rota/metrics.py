@@ -16,9 +16,11 @@ hand or inside a test) serves nothing. `rota up` gives each service a distinct f
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import ParamSpec
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -39,6 +41,8 @@ from rota.contracts import Tier
 from rota.settings import Settings
 
 log = logging.getLogger("rota.metrics")
+
+P = ParamSpec("P")
 
 # `*_created` series double every counter and histogram and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -203,6 +207,20 @@ for _standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
 _lock = threading.Lock()
 _registered: set[int] = set()
 _server: WSGIServer | None = None
+
+
+def never_raises(record: Callable[P, None]) -> Callable[P, None]:
+    """For the hooks services call on their hot paths: a metric is not worth a failed
+    scheduling cycle or an unreported run, so a bug in one is logged and swallowed."""
+
+    @functools.wraps(record)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            record(*args, **kwargs)
+        except Exception:
+            log.exception("recording metrics in %s failed", record.__qualname__)
+
+    return guarded
 
 
 def register(service: str) -> None:

@@ -157,9 +157,13 @@ async def rows(engine: AsyncEngine, **where: Any) -> list[Any]:
 
 @pytest.fixture
 async def api_subject(
-    nc: Client, notifier_engine: AsyncEngine
+    nc: Client, notifier_engine: AsyncEngine, endpoints: Endpoints, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Callable[[Redactor], Awaitable[str]]]:
-    """Serve the notifier's read API on a subject of this test's own, over real NATS."""
+    """Serve the notifier's read API on a subject of this test's own, over real NATS.
+
+    The CLI under test finds NATS through ROTA_NATS_URL, which is unset on embedded servers.
+    """
+    monkeypatch.setenv("ROTA_NATS_URL", endpoints.nats_url)
     subs: list[Any] = []
 
     async def serve(redactor: Redactor) -> str:

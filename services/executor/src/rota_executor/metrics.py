@@ -22,6 +22,7 @@ def outcome_label(event: m.RunFinished | m.RunFailed | m.RunStopped) -> str:
     return "finished" if isinstance(event, m.RunFinished) else "failed"
 
 
+@metrics.never_raises
 def run_ended(result: Outcome, run: RunRecord, ended_at: datetime, time_scale: float) -> None:
     metrics.JOBS_FINISHED.labels(outcome=outcome_label(result.event)).inc()
     # Simulated seconds on the sim backend, like the run's lost GPU-seconds.
@@ -29,6 +30,7 @@ def run_ended(result: Outcome, run: RunRecord, ended_at: datetime, time_scale: f
     metrics.JOB_RUNTIME.observe(runtime)
 
 
+@metrics.never_raises
 def could_not_start() -> None:
     """A StartRun whose placement or spec this executor cannot run: failed, never ran."""
     metrics.JOBS_FINISHED.labels(outcome="failed").inc()

@@ -12,6 +12,7 @@ from typing import Any
 from rota import metrics
 
 
+@metrics.never_raises
 def record_sends(rows: Iterable[Any], outcomes: Iterable[str]) -> None:
     for row, outcome in zip(rows, outcomes, strict=True):
         metrics.NOTIFICATIONS.labels(channel=str(row.channel), outcome=str(outcome)).inc()

@@ -27,6 +27,7 @@ log = logging.getLogger("rota.preemption.metrics")
 COMPLETED = s.EVENT_SUBJECTS["PreemptionCompleted"]
 
 
+@metrics.never_raises
 def record_victims(victims: Iterable[Mapping[str, Any]]) -> None:
     """Count one completed saga's victims. Pure but for the metric objects."""
     for victim in victims:

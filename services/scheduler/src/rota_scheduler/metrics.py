@@ -22,6 +22,7 @@ from rota_scheduler.view import ClusterView, JobRecord
 cycle_timer = metrics.SCHEDULE_CYCLE.time
 
 
+@metrics.never_raises
 def observe_cycle(view: ClusterView, decisions: Decisions, now: float) -> None:
     """Recompute every scheduler gauge from the view and this cycle's decisions."""
     config = view.config
@@ -73,6 +74,7 @@ def quota_used_ratio(
     }
 
 
+@metrics.never_raises
 def job_started(job: JobRecord, now: float) -> None:
     """A run of `job` was just told to start: its wait in the queue ends now."""
     spec = job.spec
@@ -80,6 +82,7 @@ def job_started(job: JobRecord, now: float) -> None:
         max(0.0, now - job.queued_since))
 
 
+@metrics.never_raises
 def decided(records: Iterable[DecisionRecord]) -> None:
     """Count decisions once they are committed to the decision log."""
     for record in records:
