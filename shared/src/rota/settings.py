@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     scheduler_tick_s: float = Field(2.0, gt=0, description="A cycle at least this often.")
     scheduler_debounce_s: float = Field(0.05, ge=0, description="Events this close share a cycle.")
     scheduler_lease_ttl_s: float = Field(6.0, ge=1, description="A standby leads this soon after.")
+    scheduler_explain_interval_s: float = Field(
+        10.0, ge=0, description="Every pending job's reasons and ETA are refreshed this often; "
+        "new jobs are explained in the cycle that first sees them.")
 
     # The notifier's channels (issue 5). Secrets are SecretStr: they never print or log.
     slack_webhook_url: SecretStr | None = Field(None, description="A Slack incoming webhook.")

@@ -26,11 +26,14 @@ cycle_timer = metrics.SCHEDULE_CYCLE.time
 def observe_cycle(view: ClusterView, decisions: Decisions, now: float) -> None:
     """Recompute every scheduler gauge from the view and this cycle's decisions."""
     config = view.config
+    # A cycle explains only some jobs (see Scheduler._to_explain); the others keep the
+    # primary reason they were last published with.
+    fresh = {e.job_id: e.primary.value for e in decisions.pending}
     pending: Counter[tuple[str, str, str]] = Counter()
-    for explanation in decisions.pending:
-        job = view.jobs.get(explanation.job_id)
-        if job is not None:
-            pending[(job.spec.queue, job.spec.team, explanation.primary.value)] += 1
+    for job in view.pending_jobs():
+        last = job.pending_fingerprint
+        reason = fresh.get(job.job_id) or (last[0][0] if last and last[0] else "UNEXPLAINED")
+        pending[(job.spec.queue, job.spec.team, reason)] += 1
     metrics.QUEUE_PENDING.set_all({k: float(v) for k, v in pending.items()})
     metrics.RUNNING_JOBS.set_all(
         {(): float(sum(1 for j in view.jobs.values() if j.state == "running"))})
