@@ -12,17 +12,16 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from faststream import Context, FastStream
+from faststream import FastStream
 from faststream.middlewares import AckPolicy
 from faststream.nats import NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
-from faststream.nats.message import NatsBatchMessage
-from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from rota.bus.batch import BatchConsumer, BatchHandler
 from rota.bus.broker import ensure_streams, jstream, make_broker
 from rota.clock import Clock, SystemClock
 from rota.contracts.subjects import ping
@@ -39,7 +38,6 @@ from rota.telemetry import flush_tracing, setup_tracing
 log = logging.getLogger("rota.service")
 
 JsHandler = Callable[[NatsMessage], Awaitable[None]]
-BatchHandler = Callable[[list[Msg]], Awaitable[None]]
 
 
 class RotaService:
@@ -75,6 +73,8 @@ class RotaService:
         self._engine: AsyncEngine | None = None
         self.relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
+        self._batch_consumers: list[BatchConsumer] = []
+        self._consumer_tasks: list[asyncio.Task[None]] = []
         self.app = FastStream(
             self.broker,
             on_startup=[self._on_startup],
@@ -141,29 +141,8 @@ class RotaService:
         """
 
         def register(handler: BatchHandler) -> BatchHandler:
-            async def consume(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
-                try:
-                    await handler(list(msg.raw_message))
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("%s: handling a batch on %s failed; will retry", self.name,
-                                  subject)
-                    await msg.nack(delay=self.settings.retry_delay_s)
-                    return
-                crash_point(f"before_ack:{durable}")
-                await msg.ack()
-
-            consume.__name__ = handler.__name__
-            consume.__doc__ = handler.__doc__
-            self.broker.subscriber(
-                subject,
-                stream=jstream(stream),
-                durable=durable,
-                config=ConsumerConfig(ack_wait=self.settings.ack_wait_s, max_ack_pending=10_000),
-                pull_sub=PullSub(batch_size=batch_size, batch=True),
-                ack_policy=AckPolicy.MANUAL,
-            )(consume)
+            self._batch_consumers.append(
+                BatchConsumer(subject, stream, durable, batch_size, handler))
             return handler
 
         return register
@@ -194,9 +173,20 @@ class RotaService:
     async def _after_startup(self) -> None:
         assert self.relay is not None
         self._relay_task = asyncio.create_task(self.relay.run(), name=f"{self.name}-outbox")
+        js = self.broker.connection.jetstream()
+        self._consumer_tasks = [
+            asyncio.create_task(consumer.run(js, ack_wait_s=self.settings.ack_wait_s,
+                                             retry_delay_s=self.settings.retry_delay_s),
+                                name=consumer.durable)
+            for consumer in self._batch_consumers
+        ]
         log.info("%s: ready", self.name)
 
     async def _on_shutdown(self) -> None:
+        for task in self._consumer_tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._relay_task is not None:
             self._relay_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     stream_replicas: int = Field(1, ge=1, le=5)
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after this long without an ack.")
     retry_delay_s: float = Field(2.0, ge=0, description="Delay before retrying a failed message.")
+    batch_window_s: float = Field(
+        0.05, gt=0, le=5, description="How long a batch consumer waits to fill a batch.")
     # Prometheus (issue 6). Off unless a port is given: `rota up` gives each service its own.
     metrics_port: int | None = Field(
         None, ge=0, le=65_535, description="Serve /metrics on this port (0: any free one)."

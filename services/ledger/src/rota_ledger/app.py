@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from rota.config import RotaConfig, load_config
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.service import RotaService
@@ -38,11 +39,11 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     ledger = Ledger(lambda: service.engine, service.outbox, config, service.clock,
                     max_bytes=max_bytes, on_commit=wake_relay)
 
-    @service.js_subscriber(EVENT_SUBJECTS["AllocationProposed"], stream=STREAM_EVT,
-                           durable=PROPOSALS)
-    async def allocation_proposed(msg: NatsMessage) -> None:
-        """AllocationProposed → AllocationGranted or AllocationRejected, in one transaction."""
-        await ledger.propose(msg.body)
+    @service.js_batch_subscriber(EVENT_SUBJECTS["AllocationProposed"], stream=STREAM_EVT,
+                                 durable=PROPOSALS, batch_size=128)
+    async def allocation_proposed(batch: list[Msg]) -> None:
+        """AllocationProposed → AllocationGranted or AllocationRejected, a batch per transaction."""
+        await ledger.propose_batch([msg.data for msg in batch])
 
     @service.js_subscriber("rota.evt.run.>", stream=STREAM_EVT, durable=RUNS, batch_size=128)
     async def run_event(msg: NatsMessage) -> None:

@@ -80,59 +80,77 @@ class Ledger:
     async def propose(self, raw: bytes) -> Decision | None:
         """AllocationProposed → AllocationGranted or AllocationRejected, once per proposal_id.
         None: a proposal already decided, or one too broken to answer."""
-        try:
-            p = parse(raw, m.AllocationProposed, max_bytes=self._max_bytes).data
-        except ContractError as exc:
-            log.warning("skipping an unreadable proposal: %s", exc)
-            return None
+        return (await self.propose_batch([raw]))[0]
+
+    async def propose_batch(self, raws: list[bytes]) -> list[Decision | None]:
+        """Decide proposals in order, in one transaction: each sees the GPUs the ones before
+        it took. One commit per batch is what lets the ledger keep up with the scheduler."""
+        proposals: list[m.AllocationProposed | None] = []
+        for raw in raws:
+            try:
+                proposals.append(parse(raw, m.AllocationProposed, max_bytes=self._max_bytes).data)
+            except ContractError as exc:
+                log.warning("skipping an unreadable proposal: %s", exc)
+                proposals.append(None)
+        decisions: list[Decision | None] = []
+        async with self._engine().begin() as conn:
+            now = self._clock.now()
+            for p in proposals:
+                decisions.append(None if p is None else await self._decide(conn, p, now))
+        self._committed()
+        for p, decision in zip(proposals, decisions, strict=True):
+            if p is None or decision is None:
+                continue
+            if isinstance(decision, Grant):
+                log.info("granted %s %s GPUs (%s borrowed) to run %s of %s/%s", p.gpus,
+                         p.flavor, decision.borrowed_gpus, p.run_id, p.team, p.user)
+            else:
+                log.info("rejected proposal %s (run %s): %s %s", p.proposal_id, p.run_id,
+                         decision.code, decision.message)
+        return decisions
+
+    async def _decide(
+        self, conn: AsyncConnection, p: m.AllocationProposed, now: datetime
+    ) -> Decision | None:
         request = Request(
             team=p.team, flavor=p.flavor, gpus=p.gpus, plan_id=p.plan_id,
             workers=[(w.worker, w.node, w.gpus) for w in p.placement],
         )
         run = store.RunInfo(p.run_id, p.job_id, p.proposal_id, p.plan_id, p.team, p.user,
                             p.queue.value, p.flavor)
-        async with self._engine().begin() as conn:
-            if not await self._outbox.first_time(conn, PROPOSALS, p.proposal_id):
-                log.info("proposal %s decided already; ignoring the copy", p.proposal_id)
-                return None
-            now = self._clock.now()
-            await store.lock_flavor(conn, p.flavor)
-            snapshot, own_holds = await store.snapshot(
-                conn, run_id=p.run_id, job_id=p.job_id, flavor=p.flavor, wanted=request.wanted,
-                plan_id=p.plan_id, now=now,
-            )
-            decision = decide(request, snapshot, self._cluster)
-            if isinstance(decision, Grant) and not await store.insert_seats(
-                conn, run, decision.seats, now
-            ):
-                decision = Rejection(Code.GPU_TAKEN, "a GPU of the placement was allocated"
-                                                     " concurrently (the database refused a"
-                                                     " double booking)")
-            if isinstance(decision, Grant):
-                await store.add_entry(conn, kind="grant", run=run, gpus=p.gpus,
-                                      borrowed_gpus=decision.borrowed_gpus, gpu_seconds=0.0,
-                                      at=now, cause_id=p.proposal_id)
-                if own_holds:  # the preemptor has its GPUs: the rest of its holds are free
-                    await store.clear_holds(conn, p.plan_id, preemptor_job_id=p.job_id)
-                with job_span("rota.ledger.granted", p.job_id, _span_attrs(p, decision)):
-                    await self._emit(conn, m.AllocationGranted(
-                        proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
-                        team=p.team, flavor=p.flavor, placement=p.placement, gpus=p.gpus,
-                        borrowed_gpus=decision.borrowed_gpus,
-                    ), now, job_id=p.job_id, run_id=p.run_id)
-            else:
-                with job_span("rota.ledger.rejected", p.job_id, _span_attrs(p, decision)):
-                    await self._emit(conn, m.AllocationRejected(
-                        proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
-                        code=decision.code.value, message=decision.message[:1024],
-                    ), now, job_id=p.job_id, run_id=p.run_id)
-        self._committed()
+        if not await self._outbox.first_time(conn, PROPOSALS, p.proposal_id):
+            log.info("proposal %s decided already; ignoring the copy", p.proposal_id)
+            return None
+        await store.lock_flavor(conn, p.flavor)
+        snapshot, own_holds = await store.snapshot(
+            conn, run_id=p.run_id, job_id=p.job_id, flavor=p.flavor, wanted=request.wanted,
+            plan_id=p.plan_id, now=now,
+        )
+        decision = decide(request, snapshot, self._cluster)
+        if isinstance(decision, Grant) and not await store.insert_seats(
+            conn, run, decision.seats, now
+        ):
+            decision = Rejection(Code.GPU_TAKEN, "a GPU of the placement was allocated"
+                                                 " concurrently (the database refused a"
+                                                 " double booking)")
         if isinstance(decision, Grant):
-            log.info("granted %s %s GPUs (%s borrowed) to run %s of %s/%s", p.gpus, p.flavor,
-                     decision.borrowed_gpus, p.run_id, p.team, p.user)
+            await store.add_entry(conn, kind="grant", run=run, gpus=p.gpus,
+                                  borrowed_gpus=decision.borrowed_gpus, gpu_seconds=0.0,
+                                  at=now, cause_id=p.proposal_id)
+            if own_holds:  # the preemptor has its GPUs: the rest of its holds are free
+                await store.clear_holds(conn, p.plan_id, preemptor_job_id=p.job_id)
+            with job_span("rota.ledger.granted", p.job_id, _span_attrs(p, decision)):
+                await self._emit(conn, m.AllocationGranted(
+                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
+                    team=p.team, flavor=p.flavor, placement=p.placement, gpus=p.gpus,
+                    borrowed_gpus=decision.borrowed_gpus,
+                ), now, job_id=p.job_id, run_id=p.run_id)
         else:
-            log.info("rejected proposal %s (run %s): %s %s", p.proposal_id, p.run_id,
-                     decision.code, decision.message)
+            with job_span("rota.ledger.rejected", p.job_id, _span_attrs(p, decision)):
+                await self._emit(conn, m.AllocationRejected(
+                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
+                    code=decision.code.value, message=decision.message[:1024],
+                ), now, job_id=p.job_id, run_id=p.run_id)
         return decision
 
     # ------------------------------------------------------------------ release

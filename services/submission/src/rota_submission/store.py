@@ -153,18 +153,14 @@ async def job_history(conn: AsyncConnection, job_id: str) -> list[dict[str, Any]
     return [dict(row._mapping) for row in result]
 
 
-async def record_event(
-    conn: AsyncConnection, *, event_id: str, job_id: str, type_: str, occurred_at: datetime,
-    source: str, data: dict[str, Any],
-) -> bool:
-    """The projection's idempotency guard: True the first time this event is seen."""
+async def record_events(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """The projection's idempotency guard, for a whole batch in one statement: the
+    (event_id, job_id) pairs seen for the first time."""
     result = await conn.execute(
-        insert(job_events)
-        .values(event_id=event_id, job_id=job_id, type=type_, occurred_at=occurred_at,
-                source=source, data=data)
-        .on_conflict_do_nothing()
+        insert(job_events).values(rows).on_conflict_do_nothing()
+        .returning(job_events.c.event_id, job_events.c.job_id)
     )
-    return bool(result.rowcount)
+    return {(row.event_id, row.job_id) for row in result}
 
 
 async def update_job(conn: AsyncConnection, job_id: str, values: dict[str, Any]) -> None:
