@@ -12,9 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import BaseModel
 from rota.bus.broker import publish_headers
 from rota.contracts import Envelope, Tier, envelope
@@ -24,7 +22,7 @@ from rota.contracts.job import WorkerPlacement
 from rota.endpoints import Endpoints
 from rota.ids import new_id
 
-from tests.integration.harness import ServiceProcess, eventually
+from tests.integration.harness import ServiceProcess, events, eventually, stream_last_seq
 
 PLANS_SUBJECT = "rota.sys.preemption.plans"
 
@@ -41,26 +39,11 @@ async def publish_event(nc: Client, data: BaseModel, *, job_id: str | None = Non
 async def read_stream(nc: Client, stream: str, subject: str, *, since_seq: int = 0
                       ) -> list[dict[str, Any]]:
     """Every message on `subject` in `stream` after sequence `since_seq`."""
-    sub = await nc.jetstream().pull_subscribe(subject, stream=stream, config=ConsumerConfig(
-        filter_subject=subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=since_seq + 1, inactive_threshold=30))
-    found: list[dict[str, Any]] = []
-    try:
-        while True:
-            try:
-                batch = await sub.fetch(256, timeout=0.3)
-            except (TimeoutError, nats.errors.TimeoutError):
-                break
-            for msg in batch:
-                found.append(json.loads(msg.data))
-                await msg.ack()
-    finally:
-        await sub.unsubscribe()
-    return found
+    return await events(nc, subject, since_seq=since_seq, stream=stream)
 
 
 async def last_seq(nc: Client, stream: str) -> int:
-    return int((await nc.jetstream().stream_info(stream)).state.last_seq)
+    return await stream_last_seq(nc, stream)
 
 
 @dataclass
