@@ -339,8 +339,6 @@ async def test_a_plans_target_is_held_too(ledger: Ledger, ledger_engine: AsyncEn
     victim = proposal([("h-2", [0])], clock.now(), queue="experiment")
     await grant(ledger, victim)
     requested = preemption_requested([victim], clock.now(), target=[("h-2", [0, 1])])
-    if "target" not in m.PreemptionRequested.model_fields:
-        pytest.skip("PreemptionRequested has no target in this version of the contracts")
     assert await ledger.preemption(requested.to_bytes()) == 2
     held = {(r.node, r.gpu, r.victim_run_id) for r in await rows(ledger_engine, "holds")}
     assert held == {("h-2", 0, victim.data.run_id), ("h-2", 1, None)}
