@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -102,6 +103,7 @@ class EmbeddedPostgres:
     home: Path
     url: str | None = None
     _system_user: str | None = None
+    _pid: int | None = None
 
     @property
     def pgdata(self) -> Path:
@@ -118,6 +120,7 @@ class EmbeddedPostgres:
             except Exception as exc:
                 raise EmbeddedError(f"embedded PostgreSQL failed to start: {exc}") from exc
         self._system_user = server.system_user
+        self._pid = server.get_pid()
         self.url = server.get_uri("postgres")
         log.info("embedded PostgreSQL in %s", self.pgdata)
         return self.url
@@ -133,7 +136,34 @@ class EmbeddedPostgres:
                 ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._system_user,
                 timeout=10,
             )
+        if self._pid is not None:
+            # pg_ctl can give up on a loaded machine; never leave a postmaster behind.
+            _terminate(self._pid, grace_s=5.0)
         self.url = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _terminate(pid: int, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if the process outlives `grace_s`."""
+    if not _alive(pid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def home_path(home: Path) -> Path:
