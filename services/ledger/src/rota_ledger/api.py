@@ -8,23 +8,15 @@ placement it was granted. The scheduler reads it on start to rebuild its view.
 
 from __future__ import annotations
 
-import logging
-
-from rota.contracts import ContractError, envelope, parse
+from rota.bus.query import answer_query
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_ledger import store
 
-log = logging.getLogger("rota.ledger.api")
-
 ALLOCATIONS_SUBJECT = LEDGER_ALLOCATIONS
 SOURCE = "ledger"
-
-
-def _error(code: str, message: str, field: str | None = None) -> m.ApiReply:
-    return m.ApiReply(ok=False, error=m.ApiError(code=code, field=field, message=message))
 
 
 async def list_allocations(engine: AsyncEngine, query: m.ListAllocations) -> m.ApiReply:
@@ -38,11 +30,5 @@ async def list_allocations(engine: AsyncEngine, query: m.ListAllocations) -> m.A
 
 async def answer(engine: AsyncEngine, raw: bytes, *, max_bytes: int) -> bytes:
     """One request's reply, always an envelope: errors are replies, never exceptions."""
-    try:
-        reply = await list_allocations(engine, parse(raw, m.ListAllocations, max_bytes=max_bytes).data)
-    except ContractError as exc:
-        reply = _error(exc.code, exc.message, exc.field)
-    except Exception as exc:  # the API must answer, and the service must keep running
-        log.exception("listing allocations failed")
-        reply = _error("UNAVAILABLE", f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
-    return envelope(reply, source=SOURCE).to_bytes()
+    return await answer_query(raw, m.ListAllocations, lambda q: list_allocations(engine, q),
+                              source=SOURCE, max_bytes=max_bytes)

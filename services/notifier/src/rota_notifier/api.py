@@ -6,19 +6,16 @@ are `ListNotifications` envelopes; replies are the usual `ApiReply` envelope.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
-from rota.contracts import ContractError, envelope, parse
+from rota.bus.query import answer_query
 from rota.contracts import messages as m
 from rota.contracts.subjects import NOTIFICATIONS_LIST
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_notifier import store
 from rota_notifier.redact import Redactor
-
-log = logging.getLogger("rota.notifier.api")
 
 LIST_SUBJECT = NOTIFICATIONS_LIST
 MAX_REQUEST_BYTES = 64 * 1024
@@ -45,19 +42,9 @@ async def list_notifications(
     return m.ApiReply(ok=True, result=[_jsonable(row, redactor) for row in rows])
 
 
-def _error(code: str, message: str, field: str | None = None) -> m.ApiReply:
-    return m.ApiReply(ok=False, error=m.ApiError(code=code, field=field, message=message))
-
-
 async def answer(engine: AsyncEngine, raw: bytes, redactor: Redactor) -> bytes:
     """One request's reply, always an envelope: errors are replies, never exceptions."""
-    try:
-        query = parse(raw, m.ListNotifications, max_bytes=MAX_REQUEST_BYTES).data
-        reply = await list_notifications(engine, query, redactor)
-    except ContractError as exc:
-        reply = _error(exc.code, exc.message, exc.field)
-    except Exception as exc:  # the API must answer, and the service must keep running
-        log.warning("list failed: %s", redactor.redact(f"{type(exc).__name__}: {exc}"))
-        reply = _error("UNAVAILABLE", redactor.redact(f"{type(exc).__name__}: {exc}")[:500])
-    return envelope(reply, source=SOURCE).to_bytes()
-
+    return await answer_query(
+        raw, m.ListNotifications, lambda q: list_notifications(engine, q, redactor),
+        source=SOURCE, max_bytes=MAX_REQUEST_BYTES, redact=redactor.redact,
+    )

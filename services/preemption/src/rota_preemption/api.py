@@ -5,18 +5,15 @@ service). Requests are `ListPreemptions` envelopes; replies are `ApiReply` envel
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
-from rota.contracts import ContractError, envelope, parse
+from rota.bus.query import answer_query
 from rota.contracts import messages as m
 from rota.contracts.subjects import PREEMPTION_PLANS
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_preemption import store
-
-log = logging.getLogger("rota.preemption.api")
 
 PLANS_SUBJECT = PREEMPTION_PLANS
 SOURCE = "preemption"
@@ -48,17 +45,7 @@ async def list_plans(engine: AsyncEngine, query: m.ListPreemptions) -> m.ApiRepl
     ])
 
 
-def _error(code: str, message: str, field: str | None = None) -> m.ApiReply:
-    return m.ApiReply(ok=False, error=m.ApiError(code=code, field=field, message=message))
-
-
 async def answer(engine: AsyncEngine, raw: bytes, *, max_bytes: int) -> bytes:
     """One request's reply, always an envelope: errors are replies, never exceptions."""
-    try:
-        reply = await list_plans(engine, parse(raw, m.ListPreemptions, max_bytes=max_bytes).data)
-    except ContractError as exc:
-        reply = _error(exc.code, exc.message, exc.field)
-    except Exception as exc:  # the API must answer, and the service must keep running
-        log.exception("list failed")
-        reply = _error("UNAVAILABLE", f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
-    return envelope(reply, source=SOURCE).to_bytes()
+    return await answer_query(raw, m.ListPreemptions, lambda q: list_plans(engine, q),
+                              source=SOURCE, max_bytes=max_bytes)

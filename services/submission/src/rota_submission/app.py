@@ -10,6 +10,7 @@ from pathlib import Path
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
+from rota.bus.query import api_error
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
@@ -81,7 +82,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
             return await commands.cancel(raw, origin)
         route = routes.get(subject)
         if route is None:
-            return queries.error("UNKNOWN_SUBJECT", f"no API at {subject!r}", "subject")
+            return api_error("UNKNOWN_SUBJECT", f"no API at {subject!r}", "subject")
         return await route(raw)
 
     # One subscription for all of `rota.api.>`: NATS hands a message to every matching
@@ -93,13 +94,13 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         try:
             reply = await dispatch(subject, msg.body)
         except ContractError as exc:
-            reply = queries.error(exc.code, exc.message, exc.field)
+            reply = api_error(exc.code, exc.message, exc.field)
         except ValidationError as exc:
             err = first_error(exc)
-            reply = queries.error(err.code, err.message, err.field)
+            reply = api_error(err.code, err.message, err.field)
         except Exception as exc:  # the API must answer, and the service must keep running
             log.exception("api %s failed", subject)
-            reply = queries.error("UNAVAILABLE", f"{type(exc).__name__}: {exc}".splitlines()[0])
+            reply = api_error("UNAVAILABLE", f"{type(exc).__name__}: {exc}".splitlines()[0])
         return envelope(reply, source=SOURCE).to_bytes()
 
     return service

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rota.bus.query import api_error
 from rota.config import RotaConfig
 from rota.contracts import Tier
 from rota.contracts import messages as m
@@ -11,10 +12,6 @@ from rota.tracing import trace_id_hex
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_submission import explain, record, store
-
-
-def error(code: str, message: str, field: str | None = None) -> m.ApiReply:
-    return m.ApiReply(ok=False, error=m.ApiError(code=code, field=field, message=message))
 
 
 async def get_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
@@ -26,9 +23,9 @@ async def _one(engine: AsyncEngine, job_id: str) -> dict[str, Any] | m.ApiReply:
     async with engine.connect() as conn:
         rows = await store.find_job(conn, job_id)
     if not rows:
-        return error("JOB_NOT_FOUND", f"no job {job_id}", "job_id")
+        return api_error("JOB_NOT_FOUND", f"no job {job_id}", "job_id")
     if len(rows) > 1:
-        return error("AMBIGUOUS_ID", f"{job_id!r} matches several jobs", "job_id")
+        return api_error("AMBIGUOUS_ID", f"{job_id!r} matches several jobs", "job_id")
     return rows[0]
 
 
