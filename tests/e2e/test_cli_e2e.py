@@ -100,8 +100,9 @@ def test_sigterm_stops_everything_within_10_seconds(
     try:
         code = rota_up.wait(10)
     except subprocess.TimeoutExpired:
-        pytest.fail("rota up did not stop within 10 s")
+        pytest.fail(f"rota up did not stop within 10 s: {(home / 'up.log').read_text()}")
     assert code == 0
+    assert "rota up: stopped in" in (home / "up.log").read_text()
     assert not (home / "run" / "endpoints.json").exists()
     after = rota(env, "jobs")
     assert after.returncode == 1 and "rota up" in after.stderr

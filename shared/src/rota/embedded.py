@@ -85,12 +85,14 @@ class EmbeddedNats:
         log.info("embedded nats-server on %s (store %s)", self.url, store)
         return self.url
 
-    def stop(self, timeout_s: float = 5.0) -> None:
+    def stop(self, deadline: float | None = None) -> None:
+        """SIGTERM, then SIGKILL at `deadline` (monotonic; 5 s from now if not given)."""
         if self.process is None or self.process.poll() is not None:
             return
+        deadline = deadline if deadline is not None else time.monotonic() + 5.0
         self.process.terminate()
         try:
-            self.process.wait(timeout_s)
+            self.process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -125,20 +127,23 @@ class EmbeddedPostgres:
         log.info("embedded PostgreSQL in %s", self.pgdata)
         return self.url
 
-    def stop(self) -> None:
+    def stop(self, deadline: float | None = None) -> None:
+        """A fast shutdown (a clean checkpoint) if it fits before `deadline` (monotonic; 15 s
+        from now if not given); otherwise an immediate one, which the next start recovers from
+        the WAL like after a crash, so nothing committed is lost."""
         if self.url is None:
             return
         import pgserver
 
+        deadline = deadline if deadline is not None else time.monotonic() + 15.0
         pg_ctl = pgserver.pg_ctl  # type: ignore[attr-defined]  # generated at import time
+        fast_share = max(0.5, deadline - time.monotonic() - 1.0)
         with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            pg_ctl(
-                ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._system_user,
-                timeout=10,
-            )
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._system_user,
+                   timeout=fast_share)
         if self._pid is not None:
-            # pg_ctl can give up on a loaded machine; never leave a postmaster behind.
-            _terminate(self._pid, grace_s=5.0)
+            # SIGQUIT is PostgreSQL's immediate shutdown; never leave a postmaster behind.
+            _terminate(self._pid, signal.SIGQUIT, grace_s=max(0.5, deadline - time.monotonic()))
         self.url = None
 
 
@@ -152,12 +157,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _terminate(pid: int, grace_s: float) -> None:
-    """SIGTERM, then SIGKILL if the process outlives `grace_s`."""
+def _terminate(pid: int, first: signal.Signals, grace_s: float) -> None:
+    """`first`, then SIGKILL if the process outlives `grace_s`."""
     if not _alive(pid):
         return
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, first)
     deadline = time.monotonic() + grace_s
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)

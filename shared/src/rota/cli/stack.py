@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -69,11 +71,22 @@ class Infrastructure:
             database_url = self.postgres.start()
         return Endpoints(nats_url, database_url)
 
-    def stop(self) -> None:
+    def stop(self, deadline: float) -> dict[str, float]:
+        """Stop the embedded servers side by side by `deadline` (monotonic); their stop times."""
+        stops: dict[str, Callable[[float], None]] = {}
         if self.nats is not None:
-            self.nats.stop()
+            stops["nats"] = self.nats.stop
         if self.postgres is not None:
-            self.postgres.stop()
+            stops["postgres"] = self.postgres.stop
+        began = time.monotonic()
+
+        def timed(stop: Callable[[float], None]) -> float:
+            stop(deadline)
+            return time.monotonic() - began
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = {name: pool.submit(timed, stop) for name, stop in stops.items()}
+            return {name: future.result() for name, future in futures.items()}
 
     def describe(self, endpoints: Endpoints) -> dict[str, str]:
         from rota.db.engine import redact
@@ -112,16 +125,20 @@ class ServiceProcess:
             assert self.process is not None
             self.process.terminate()
 
-    def wait_or_kill(self, deadline: float) -> None:
+    def wait_or_kill(self, deadline: float) -> bool:
+        """Wait for the exit until `deadline` (monotonic), then kill; True if it was killed."""
         if self.process is None:
-            return
+            return False
+        killed = False
         try:
             self.process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+            killed = True
         if self._log is not None:
             self._log.close()
+        return killed
 
 
 def service_env(settings: Settings, endpoints: Endpoints, config: Path | None) -> dict[str, str]:

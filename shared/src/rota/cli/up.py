@@ -77,7 +77,6 @@ def up(
         finally:
             ignore_signals()
             stack.stop()
-            err_console.print("rota up: stopped")
 
 
 def _print_summary(summary: Mapping[str, Any]) -> None:
