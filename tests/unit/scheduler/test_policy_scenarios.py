@@ -346,6 +346,25 @@ def _():  # type: ignore[no-untyped-def]
     return build, check
 
 
+@case("jobs short of the same GPUs share one INSUFFICIENT_CAPACITY reason (memory at 1M pending)")
+def _():  # type: ignore[no-untyped-def]
+    def build():  # type: ignore[no-untyped-def]
+        w = World(nodes=1)
+        w.run("cv", "production", node=0)
+        return w.snapshot(gpu_jobs("nlp", n=3)), team_config({"nlp": 8})
+
+    def check(d: Decisions) -> None:
+        capacity = [
+            next(r for r in explanation(d, job).reasons if r.code is Code.INSUFFICIENT_CAPACITY)
+            for job in ("nlp-trai-1x8-1", "nlp-trai-1x8-2")
+        ]
+        assert capacity[0] is capacity[1]
+        assert capacity[0].message == "needs 8 gpu GPUs; 0 of 8 are free"
+        assert capacity[0].detail("free") == 0 and capacity[0].detail("capacity") == 8
+
+    return build, check
+
+
 @case("PRIORITY counts the jobs and GPUs ahead")
 def _():  # type: ignore[no-untyped-def]
     def build():  # type: ignore[no-untyped-def]

@@ -96,11 +96,12 @@ def _time(snap: Snapshot, now: float, config: PolicyConfig, repeat: int) -> tupl
 
 
 def run_core_bench(
-    *, quick: bool = False, memory: bool = True, log: Callable[[str], None] = print
+    *, quick: bool = False, memory: bool = True, throughput: bool = True,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
     results: list[dict[str, Any]] = []
-    for nodes in (128, 1250):
+    for nodes in (128, 1250) if throughput else ():
         config = bench_config(nodes)
         for pending in sizes:
             repeat = 3 if pending <= 10_000 else 1
@@ -125,7 +126,7 @@ def run_core_bench(
             }
             log(json.dumps(row))
             results.append(row)
-    out: dict[str, Any] = {"core": results}
+    out: dict[str, Any] = {"core": results} if throughput else {}
     if memory:
         pending = 200_000 if quick else 1_000_000
         out["memory"] = _memory(pending, log)

@@ -122,8 +122,43 @@ class _Eta:
         return clock
 
 
+Details = tuple[tuple[str, int | float | str], ...]
+
+
+@dataclass(slots=True)
+class _Shared:
+    """Immutable parts that many jobs' reasons have in common within one explain pass.
+
+    With a million jobs waiting, most of them carry the same capacity numbers and the same
+    INSUFFICIENT_CAPACITY reason; sharing one object instead of a copy per job is most of the
+    memory an explain-everything cycle needs.
+    """
+
+    details: dict[tuple[int, int, int], Details]
+    capacity_reasons: dict[tuple[str, str, int, int], Reason]
+
+    def base(self, gpus: int, free: int, capacity: int) -> Details:
+        key = (gpus, free, capacity)
+        found = self.details.get(key)
+        if found is None:
+            found = self.details[key] = (("gpus", gpus), ("free", free), ("capacity", capacity))
+        return found
+
+    def capacity_reason(self, need: str, flavor: str, details: Details) -> Reason:
+        free, capacity = int(details[1][1]), int(details[2][1])
+        key = (need, flavor, free, capacity)
+        found = self.capacity_reasons.get(key)
+        if found is None:
+            found = self.capacity_reasons[key] = Reason(
+                Code.INSUFFICIENT_CAPACITY,
+                f"needs {need} {flavor} GPUs; {free} of {capacity} are free",
+                details,
+            )
+        return found
+
+
 def _reasons(
-    cy: Cycle, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
+    cy: Cycle, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int, shared: _Shared
 ) -> tuple[Reason, ...]:
     f, g, state = job.flavor, job.gpus, cy.state
     free = state.free_total.get(f, 0)
@@ -146,7 +181,7 @@ def _reasons(
             block = Block(Code.PRIORITY)
     code = block.code
     msg: str
-    details: tuple[tuple[str, int | float | str], ...] = (("gpus", g), ("free", free), ("capacity", cap))
+    details = shared.base(g, free, cap)
     if code is Code.NO_MATCHING_FLAVOR:
         msg = f"no node offers flavor {f}; the cluster has {', '.join(sorted(state.flavors)) or 'none'}"
     elif code is Code.EXCEEDS_CLUSTER:
@@ -158,7 +193,7 @@ def _reasons(
         msg = block.detail or f"team {job.team} is at its {f} quota"
         details += (("in_use", cy.quota.in_use(job.team, f)), ("quota", cy.quota.limits(job.team, f).quota))
     elif code is Code.INSUFFICIENT_CAPACITY:
-        msg = f"needs {need} {f} GPUs; {free} of {cap} are free"
+        msg = ""  # the shared reason below
     elif code is Code.FRAGMENTATION:
         where = "one rack" if job.rack.value == "required" else "the nodes"
         msg = f"{free} {f} GPUs are free, but not as {need} on {where}"
@@ -173,7 +208,8 @@ def _reasons(
     else:
         msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
         details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
-    out = [Reason(code, msg, details)]
+    out = [shared.capacity_reason(need, f, details) if code is Code.INSUFFICIENT_CAPACITY
+           else Reason(code, msg, details)]
     if (
         code is not Code.PRIORITY
         and ahead > 0
@@ -188,11 +224,7 @@ def _reasons(
             )
         )
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
-        out.append(
-            Reason(
-                Code.INSUFFICIENT_CAPACITY, f"needs {need} {f} GPUs; {free} of {cap} are free", details[:3]
-            )
-        )
+        out.append(shared.capacity_reason(need, f, shared.base(g, free, cap)))
     return tuple(out)
 
 
@@ -208,6 +240,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     position: dict[str, int] = {}
     gpus_ahead: dict[str, int] = {}
     out: list[PendingExplanation] = []
+    shared = _Shared({}, {})
     now = cy.now
     for job in _order(cy):
         if job.job_id in admitted:
@@ -228,7 +261,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             start = eta.start(job)
         if remaining is not None and job.job_id not in remaining:
             continue
-        reasons = _reasons(cy, job, block, pos, ahead_gpus)
+        reasons = _reasons(cy, job, block, pos, ahead_gpus, shared)
         if reasons[0].code in _NO_ETA:
             start = None
         out.append(PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job)))
