@@ -56,16 +56,16 @@ class ServiceProcess:
         return (self.log_dir / f"{self.name}.log").read_text(errors="replace")
 
     async def wait_ready(self, nc: Client, timeout: float = 60.0) -> None:
+        """Until this process answers a ping; another instance of the service answering on
+        the same subject (a leader, for its standby) does not count."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
-            try:
-                await nc.request(f"rota.sys.ping.{self.name}", b"", timeout=0.5)
+            if await _answers_ping(nc, f"rota.sys.ping.{self.name}", self.process.pid):
                 return
-            except Exception:
-                await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)
         raise AssertionError(f"{self.name} not ready in {timeout} s:\n{self.log()[-3000:]}")
 
     async def wait_exit(self, timeout: float = 30.0) -> int:
@@ -160,3 +160,23 @@ async def eventually(check: Any, timeout: float = 15.0, interval: float = 0.2) -
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not met in {timeout} s (last value: {last!r})")
+
+
+async def _answers_ping(nc: Client, subject: str, pid: int, wait_s: float = 0.5) -> bool:
+    """Whether the instance with `pid` is among those answering one ping within `wait_s`."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.publish(subject, b"", reply=inbox)
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except Exception:  # nats' TimeoutError: nobody else answered
+                return False
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                if int(json.loads(msg.data)["pid"]) == pid:
+                    return True
+        return False
+    finally:
+        await sub.unsubscribe()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,8 @@ class RotaService:
         return self._engine
 
     async def _pong(self, msg: NatsMessage) -> bytes:
-        return b'{"ok": true, "service": "%s"}' % self.name.encode()
+        # The pid tells apart instances that share the subject (a scheduler and its standby).
+        return b'{"ok": true, "service": "%s", "pid": %d}' % (self.name.encode(), os.getpid())
 
     def js_subscriber(
         self, subject: str, *, stream: str, durable: str, batch_size: int = 32

@@ -83,7 +83,7 @@ async def test_propose_start_and_fail_over_without_repeating(
 
         standby = ServiceProcess("scheduler", endpoints, tmp_path / "b", SETTINGS).start()
         await standby.wait_ready(nc)
-        await eventually(lambda: _logged(standby, "standing by"))
+        await eventually(lambda: _logged(standby, "standing by"), timeout=30)
         assert "view rebuilt" not in standby.log()
         assert leader.process is not None
         leader.process.kill()  # kill -9: no lease release, the TTL must expire
