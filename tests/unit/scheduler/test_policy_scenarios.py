@@ -437,9 +437,10 @@ def _():  # type: ignore[no-untyped-def]
 @case("preemption budget: a job preempted too often is never a victim again")
 def _():  # type: ignore[no-untyped-def]
     def build():  # type: ignore[no-untyped-def]
+        config = team_config({"nlp": 8})
         w = World(nodes=1)
-        w.run("nlp", "experiment", node=0, preemptions=3)
-        return w.snapshot(gpu_jobs("nlp", "production")), team_config({"nlp": 8})
+        w.run("nlp", "experiment", node=0, preemptions=config.max_preemptions_per_job)
+        return w.snapshot(gpu_jobs("nlp", "production")), config
 
     return build, lambda d: (d.plans == ()) or pytest.fail(str(d.plans))
 

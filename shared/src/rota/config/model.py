@@ -97,7 +97,7 @@ class Policy(_Strict):
 class Preemption(_Strict):
     enabled: bool = True
     min_runtime_s: float = Field(300.0, ge=0)
-    max_preemptions_per_job: int = Field(3, ge=0)
+    max_preemptions_per_job: int = Field(10, ge=0)
     default_grace_s: float = Field(300.0, ge=0, le=86_400)
     checkpoint_save_s: float = Field(
         60.0, ge=0, le=3600, description="Expected time for a resumable victim to save on notice."

@@ -89,7 +89,7 @@ class PolicyConfig:
     default_runtime_s: float = 4 * 3600.0
     preemption: bool = True
     min_runtime_s: float = 300.0
-    max_preemptions_per_job: int = 3
+    max_preemptions_per_job: int = 10
     checkpoint_save_s: float = 60.0
     """How long a resumable victim is expected to take to save on notice."""
     max_preemption_attempts: int = 8
