@@ -17,9 +17,10 @@ from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.db.outbox import Outbox
 from rota.ids import new_id
-from rota_ledger import store
+from rota_ledger import book, store
 from rota_ledger.api import answer
-from rota_ledger.domain import Code, Grant, Rejection, Snapshot
+from rota_ledger.book import Book
+from rota_ledger.domain import Code, Grant, Rejection
 from rota_ledger.ledger import Ledger
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -106,10 +107,10 @@ async def test_a_stale_check_meets_the_unique_index_and_is_rejected_leaving_noth
     first = proposal([("h-3", [2])], clock.now())
     await grant(ledger, first)
 
-    async def blind(*args: Any, **kwargs: Any) -> tuple[Snapshot, bool]:
-        return Snapshot(), False  # as if the check had run before the other grant committed
+    async def blind(*args: Any, **kwargs: Any) -> Book:
+        return Book()  # as if the check had run before the other grant committed
 
-    monkeypatch.setattr(store, "snapshot", blind)
+    monkeypatch.setattr(book, "read", blind)
     late = proposal([("h-3", [3, 2])], clock.now())  # the free GPU first: it must not stay
     rejection = await reject(ledger, late)
     assert rejection.code is Code.GPU_TAKEN and "double booking" in rejection.message
