@@ -105,6 +105,32 @@ async def lock_job(conn: AsyncConnection, job_id: str) -> Any:
     ).first()
 
 
+async def lock_jobs(conn: AsyncConnection, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """job id → its state and attempts, for those that exist, locked (in id order, so two
+    transactions locking overlapping sets wait for each other instead of deadlocking)."""
+    result = await conn.execute(
+        sa.select(jobs.c.job_id, jobs.c.state, jobs.c.attempts)
+        .where(jobs.c.job_id.in_(job_ids)).order_by(jobs.c.job_id).with_for_update()
+    )
+    return {row.job_id: {"state": row.state, "attempts": row.attempts} for row in result}
+
+
+async def update_jobs(conn: AsyncConnection, changes: dict[str, dict[str, Any]]) -> None:
+    """Set each job's changed columns: one executemany per set of columns, not a statement
+    per job (the projection's batches change the same few columns for many jobs)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for job_id, values in changes.items():
+        columns = tuple(sorted(values))
+        groups.setdefault(columns, []).append(
+            {"b_job_id": job_id, **{f"b_{c}": v for c, v in values.items()}})
+    for columns, params in groups.items():
+        await conn.execute(
+            sa.update(jobs).where(jobs.c.job_id == sa.bindparam("b_job_id"))
+            .values({c: sa.bindparam(f"b_{c}") for c in columns}),
+            params,
+        )
+
+
 async def find_job(conn: AsyncConnection, id_or_prefix: str) -> list[dict[str, Any]]:
     """By full id, or by prefix; more than one row means the prefix is ambiguous."""
     columns = [jobs.c[name] for name in PUBLIC_COLUMNS]
