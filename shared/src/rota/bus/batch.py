@@ -67,7 +67,10 @@ class PullConsumer:
 
 def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
                    handler: BatchHandler) -> PullConsumer:
-    """The whole batch to `handler` (one transaction): acked together, or retried together."""
+    """The whole batch to `handler` (one transaction), acked together. When the batch fails,
+    each message is tried again alone, so one message that cannot be handled is nacked for a
+    retry on its own instead of holding every message fetched with it back forever. (Bad
+    input never gets here: handlers reject it with a reason and go on.)"""
 
     async def handle(batch: list[Msg], retry_delay_s: float) -> None:
         try:
@@ -75,9 +78,14 @@ def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("%s: handling a batch of %d failed; will retry", durable, len(batch))
+            if len(batch) == 1:
+                log.exception("%s: handling %s failed; will retry", durable, batch[0].subject)
+                await batch[0].nak(delay=retry_delay_s)
+                return
+            log.exception("%s: handling a batch of %d failed; trying each alone", durable,
+                          len(batch))
             for msg in batch:
-                await msg.nak(delay=retry_delay_s)
+                await handle([msg], retry_delay_s)
             return
         crash_point(f"before_ack:{durable}")
         for msg in batch:
