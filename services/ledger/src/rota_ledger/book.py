@@ -1,11 +1,10 @@
 """A batch of proposals decided on one read of the ledger's rows.
 
-`store.snapshot` reads the rows for one proposal; deciding a pull batch that way costs a round
-trip per proposal while the flavor locks are held. `Book` reads the rows every proposal of
-the batch bears on at once, hands each proposal the `Snapshot` that `store.snapshot` would
-have read at its turn, and folds each grant in (GPUs taken, the team's use, the run seen, the
-preemptor's holds cleared) so the next proposal sees it, as it would have seen it in the table.
-The writes of the batch then go in with one multi-row statement per table.
+Reading the rows per proposal costs a round trip each while the flavor locks are held. `read`
+fetches the rows every proposal of the batch bears on at once; `Book` hands each proposal the
+`Snapshot` of the tables at its turn, and folds each grant in (GPUs taken, the team's use, the
+run seen, the preemptor's holds cleared) so the next proposal sees it as it would have seen
+it in the tables. The writes of the batch then go in with one multi-row statement per table.
 """
 
 from __future__ import annotations
@@ -38,8 +37,10 @@ class Book:
     runs_seen: set[str] = field(default_factory=set)
 
     def snapshot(self, run: RunInfo, wanted: Sequence[Gpu]) -> tuple[Snapshot, bool]:
-        """What `store.snapshot` returns for this proposal: its rows, and whether it has
-        unexpired holds of its own (its plan's, or any plan's for its job)."""
+        """The proposal's rows (requested GPUs taken or held for another job, the flavor's use
+        per team, whether its run was ever allocated), and whether it has unexpired holds of
+        its own: its plan's, or any plan's whose preemptor is this very job (a scheduler that
+        lost the plan id must not be locked out of its GPUs)."""
         want = set(wanted)
         own = False
         held: dict[Gpu, str] = {}
@@ -67,7 +68,8 @@ class Book:
 async def read(conn: AsyncConnection, runs: Sequence[RunInfo], wanted: Iterable[Gpu],
                now: datetime) -> Book:
     """The rows the proposals of `runs` bear on, in one round trip (the flavors' locks are
-    held meanwhile): the same four parts as `store.snapshot`, over the whole batch."""
+    held meanwhile): active allocations on the wanted GPUs, unexpired holds on them or of
+    the batch's own plans and jobs, active GPUs per flavor and team, and runs ever seen."""
     a, h = allocations.c, holds.c
     text, integer = sa.Text(), sa.Integer()
     none = sa.cast(sa.null(), text)
@@ -102,9 +104,13 @@ async def read(conn: AsyncConnection, runs: Sequence[RunInfo], wanted: Iterable[
 
 async def insert_grants(conn: AsyncConnection, grants: Sequence[tuple[RunInfo, Sequence[Seat]]],
                         granted_at: datetime) -> set[str]:
-    """Every grant's seats in one statement, each grant all or none, like
-    `store.insert_seats`: the run ids whose GPUs turned out to be taken after all (a writer
-    that skipped the flavor lock), with nothing of theirs left."""
+    """Every grant's seats in one statement, one row per GPU, each grant all or none: the run
+    ids whose GPUs turned out to be taken after all (a writer that skipped the flavor lock),
+    with nothing of theirs left.
+
+    ON CONFLICT DO NOTHING rather than catching the violation: it waits for a concurrent
+    writer's commit like the plain insert would, but never aborts the transaction, so the
+    rejection can be written in the same one."""
     rows = [
         dict(node=s.node, gpu=s.gpu, worker=s.worker, borrowed=s.borrowed,
              run_id=run.run_id, job_id=run.job_id, proposal_id=run.proposal_id,
