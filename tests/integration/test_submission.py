@@ -234,3 +234,26 @@ async def test_projection_follows_run_events_once(nc: Client, submission: Servic
 
 async def _is(state: object, want: str) -> bool:
     return bool(await state() == want)  # type: ignore[operator]
+
+
+async def test_one_pull_batch_decides_each_command_as_if_alone(
+    nc: Client, submission: ServiceProcess, endpoints: Endpoints
+) -> None:
+    """Published back to back, so they likely share a pull batch (the outcome is the same
+    either way): a repeat is the same job, a reused id is rejected, a broken command is
+    rejected, and none of them holds up the others."""
+    since = await stream_last_seq(nc)
+    first, other = submit_job(), submit_job(name="other")
+    reused = submit_job(submission_id=first.submission_id, workers=2)
+    bodies = [envelope(spec, source="test").to_bytes() for spec in (first, first, reused)]
+    bodies += [b"{not json", envelope(other, source="test").to_bytes()]
+    for body in bodies:
+        await publish_command(nc, s.submit("nlp"), body, f"batch-{uuid.uuid4().hex}")
+    rejected = await eventually(lambda: _rejections(nc, since, expect=2), timeout=20)
+    assert sorted(str(r["data"]["code"]) for r in rejected) == ["MALFORMED_JSON", "SUBMISSION_ID_REUSED"]
+    await eventually(lambda: _count_rejections_or_submits(nc, since, other.submission_id, 1))
+    assert await _count_rejections_or_submits(nc, since, first.submission_id, 1)
+    [row] = await job_rows(endpoints, first.submission_id)
+    assert len(await job_rows(endpoints, other.submission_id)) == 1
+    reply = await api(nc, s.API_JOB_GET, m.GetJob(job_id=str(row["job_id"])))
+    assert reply.ok and reply.result["workers"] == first.workers

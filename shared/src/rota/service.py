@@ -11,34 +11,35 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from faststream import FastStream
-from faststream.middlewares import AckPolicy
-from faststream.nats import NatsBroker, PullSub
+from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
-from nats.js.api import ConsumerConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from rota.bus.batch import BatchConsumer, BatchHandler
-from rota.bus.broker import ensure_streams, jstream, make_broker
+from rota.bus.batch import (
+    BatchHandler,
+    MessageHandler,
+    PullConsumer,
+    batch_consumer,
+    message_consumer,
+)
+from rota.bus.broker import ensure_streams, make_broker
 from rota.clock import Clock, SystemClock
 from rota.contracts.subjects import ping
 from rota.db import migrate
 from rota.db.engine import make_engine
 from rota.db.outbox import Outbox, OutboxRelay
 from rota.endpoints import Endpoints, NotRunningError, resolve
-from rota.faults import crash_point
 from rota.metrics import register as register_metrics
 from rota.metrics import serve as serve_metrics
 from rota.settings import Settings, get_settings
 from rota.telemetry import flush_tracing, setup_tracing
 
 log = logging.getLogger("rota.service")
-
-JsHandler = Callable[[NatsMessage], Awaitable[None]]
 
 
 class RotaService:
@@ -74,7 +75,7 @@ class RotaService:
         self._engine: AsyncEngine | None = None
         self.relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
-        self._batch_consumers: list[BatchConsumer] = []
+        self._consumers: list[PullConsumer] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
         self.app = FastStream(
             self.broker,
@@ -97,38 +98,17 @@ class RotaService:
 
     def js_subscriber(
         self, subject: str, *, stream: str, durable: str, batch_size: int = 32
-    ) -> Callable[[JsHandler], JsHandler]:
+    ) -> Callable[[MessageHandler], MessageHandler]:
         """A durable pull consumer with manual acks: ack on success, delayed nak on failure.
 
         Handlers ack bad input themselves after rejecting it; only infrastructure failures
-        (database or NATS away) reach the nak, so the message is retried, never lost.
+        (database or NATS away) reach the nak, so the message is retried, never lost. A
+        handler may ack or nack its message itself; nothing is sent for it after that.
         """
 
-        def register(handler: JsHandler) -> JsHandler:
-            async def consume(msg: NatsMessage) -> None:
-                try:
-                    await handler(msg)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("%s: handling %s failed; will retry", self.name, subject)
-                    await msg.nack(delay=self.settings.retry_delay_s)
-                    return
-                crash_point(f"before_ack:{durable}")
-                await msg.ack()
-
-            consume.__name__ = handler.__name__
-            consume.__doc__ = handler.__doc__
-            self.broker.subscriber(
-                subject,
-                stream=jstream(stream),
-                durable=durable,
-                config=ConsumerConfig(
-                    ack_wait=self.settings.ack_wait_s, max_ack_pending=1000
-                ),
-                pull_sub=PullSub(batch_size=batch_size),
-                ack_policy=AckPolicy.MANUAL,
-            )(consume)
+        def register(handler: MessageHandler) -> MessageHandler:
+            self._consumers.append(message_consumer(
+                subject, stream, durable, batch_size, handler, max_ack_pending=1000))
             return handler
 
         return register
@@ -143,8 +123,7 @@ class RotaService:
         """
 
         def register(handler: BatchHandler) -> BatchHandler:
-            self._batch_consumers.append(
-                BatchConsumer(subject, stream, durable, batch_size, handler))
+            self._consumers.append(batch_consumer(subject, stream, durable, batch_size, handler))
             return handler
 
         return register
@@ -180,7 +159,7 @@ class RotaService:
             asyncio.create_task(consumer.run(js, ack_wait_s=self.settings.ack_wait_s,
                                              retry_delay_s=self.settings.retry_delay_s),
                                 name=consumer.durable)
-            for consumer in self._batch_consumers
+            for consumer in self._consumers
         ]
         log.info("%s: ready", self.name)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,20 @@ import sqlalchemy as sa
 import yaml
 from nats.aio.client import Client
 from rota.bus.broker import ensure_streams, publish_headers
+from rota.clock import FakeClock
 from rota.contracts import Envelope
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.db import migrate
 from rota.db.engine import make_engine
+from rota.db.outbox import Outbox
 from rota.embedded import EmbeddedNats
 from rota.endpoints import Endpoints
 from rota_ledger.app import MIGRATIONS
-from rota_ledger.ledger import PREEMPTIONS, PROPOSALS, RUNS
+from rota_ledger.ledger import PREEMPTIONS, PROPOSALS, RUNS, Ledger
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.harness import ServiceProcess, events, eventually, fresh_consumers
-from tests.unit.ledger.builders import CONFIG
+from tests.unit.ledger.builders import CONFIG, ledger_config
 
 LEDGER_CONSUMERS = (
     (STREAM_EVT, PROPOSALS, EVENT_SUBJECTS["AllocationProposed"]),
@@ -141,3 +144,20 @@ async def logged(service: ServiceProcess, text: str) -> None:
         return text in service.log()
 
     await eventually(seen)
+
+
+MAX_BYTES = 64 * 1024
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
+
+
+@pytest.fixture
+async def ledger(ledger_engine: AsyncEngine, clock: FakeClock) -> AsyncIterator[Ledger]:
+    await truncate(ledger_engine)
+    yield Ledger(lambda: ledger_engine, Outbox(schema="ledger"), ledger_config(), clock,
+                 max_bytes=MAX_BYTES)
+    # No relay ever publishes what these tests queued: leave nothing for a later process's.
+    await truncate(ledger_engine)

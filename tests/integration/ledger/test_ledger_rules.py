@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,40 +13,23 @@ import sqlalchemy as sa
 from rota.clock import FakeClock
 from rota.contracts import envelope
 from rota.contracts import messages as m
-from rota.db.outbox import Outbox
 from rota.ids import new_id
-from rota_ledger import store
+from rota_ledger import book, store
 from rota_ledger.api import answer
-from rota_ledger.domain import Code, Grant, Rejection, Snapshot
+from rota_ledger.book import Book
+from rota_ledger.domain import Code, Grant, Rejection
 from rota_ledger.ledger import Ledger
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.integration.ledger.conftest import queued, rows, truncate
+from tests.integration.ledger.conftest import MAX_BYTES, queued, rows
 from tests.unit.ledger.builders import (
     HALF_LIFE_S,
-    ledger_config,
     preemption_completed,
     preemption_requested,
     proposal,
     run_ended,
 )
-
-MAX_BYTES = 64 * 1024
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC))
-
-
-@pytest.fixture
-async def ledger(ledger_engine: AsyncEngine, clock: FakeClock) -> AsyncIterator[Ledger]:
-    await truncate(ledger_engine)
-    yield Ledger(lambda: ledger_engine, Outbox(schema="ledger"), ledger_config(), clock,
-                 max_bytes=MAX_BYTES)
-    # No relay ever publishes what these tests queued: leave nothing for a later process's.
-    await truncate(ledger_engine)
 
 
 async def grant(ledger: Ledger, env: Any) -> Grant:
@@ -106,10 +87,10 @@ async def test_a_stale_check_meets_the_unique_index_and_is_rejected_leaving_noth
     first = proposal([("h-3", [2])], clock.now())
     await grant(ledger, first)
 
-    async def blind(*args: Any, **kwargs: Any) -> tuple[Snapshot, bool]:
-        return Snapshot(), False  # as if the check had run before the other grant committed
+    async def blind(*args: Any, **kwargs: Any) -> Book:
+        return Book()  # as if the check had run before the other grant committed
 
-    monkeypatch.setattr(store, "snapshot", blind)
+    monkeypatch.setattr(book, "read", blind)
     late = proposal([("h-3", [3, 2])], clock.now())  # the free GPU first: it must not stay
     rejection = await reject(ledger, late)
     assert rejection.code is Code.GPU_TAKEN and "double booking" in rejection.message
@@ -382,3 +363,4 @@ async def test_the_read_api_answers_a_bad_request_with_an_error(ledger_engine: A
     assert not reply.ok and reply.error is not None
     assert (reply.error.code, reply.error.field) == ("INVALID_FIELD", "data.colour")
     assert not (await ask(ledger_engine, b"not json")).ok
+

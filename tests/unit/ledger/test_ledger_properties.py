@@ -1,7 +1,7 @@
 """Properties of the ledger's rules over random proposal and release sequences.
 
 An in-memory book plays the ledger's store: it builds each `Snapshot` from its own rows, the
-way `store.snapshot` does from the tables, and applies whatever `decide` grants. The proposals
+way `book.read` does from the tables, and applies whatever `decide` grants. The proposals
 are random, as from a scheduler whose view is arbitrarily stale, so most of them collide.
 """
 

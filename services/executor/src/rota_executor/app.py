@@ -16,7 +16,7 @@ import logging
 import time
 from pathlib import Path
 
-from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
@@ -82,25 +82,25 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     background: list[asyncio.Task[None]] = []
 
     @service.js_subscriber(s.RUN_START, stream=s.STREAM_CMD, durable="executor-start")
-    async def start_run(msg: NatsMessage) -> None:
+    async def start_run(msg: Msg) -> None:
         """StartRun: record the run and `RunStarted`, then launch it."""
-        await executor.start(msg.body)
+        await executor.start(msg.data)
 
     @service.js_subscriber(s.RUN_STOP, stream=s.STREAM_CMD, durable="executor-stop")
-    async def stop_run(msg: NatsMessage) -> None:
+    async def stop_run(msg: Msg) -> None:
         """StopRun: SIGTERM then SIGKILL (local), or end the simulation; then `RunStopped`."""
-        await executor.stop(msg.body)
+        await executor.stop(msg.data)
 
     @service.js_subscriber(CHECKPOINTS, stream=s.STREAM_EVT, durable="executor-checkpoints",
                            batch_size=128)
-    async def run_checkpointed(msg: NatsMessage) -> None:
+    async def run_checkpointed(msg: Msg) -> None:
         """RunCheckpointed: the run's last acknowledged checkpoint, for `RunStopped`."""
-        await executor.checkpoint_seen(msg.body)
+        await executor.checkpoint_seen(msg.data)
 
     @service.js_subscriber(CONTROL_ALL, stream=s.STREAM_CTL, durable="executor-control")
-    async def run_notice(msg: NatsMessage) -> None:
+    async def run_notice(msg: Msg) -> None:
         """PreemptionNotice: the simulator saves and acknowledges like a real job."""
-        await executor.notice_seen(msg.body)
+        await executor.notice_seen(msg.data)
 
     @service.app.on_startup
     async def recover() -> None:

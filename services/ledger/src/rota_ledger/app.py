@@ -46,17 +46,17 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         await ledger.propose_batch([msg.data for msg in batch])
 
     @service.js_subscriber("rota.evt.run.>", stream=STREAM_EVT, durable=RUNS, batch_size=128)
-    async def run_event(msg: NatsMessage) -> None:
+    async def run_event(msg: Msg) -> None:
         """RunFinished / RunFailed / RunStopped → AllocationReleased + UsageRecorded."""
         # Started and checkpointed runs change nothing here; skip them before parsing.
-        if msg.raw_message.subject in RUN_END_SUBJECTS:
-            await ledger.run_ended(msg.body)
+        if msg.subject in RUN_END_SUBJECTS:
+            await ledger.run_ended(msg.data)
 
     @service.js_subscriber("rota.evt.preemption.>", stream=STREAM_EVT, durable=PREEMPTIONS)
-    async def preemption_event(msg: NatsMessage) -> None:
+    async def preemption_event(msg: Msg) -> None:
         """PreemptionRequested holds the victims' GPUs; an aborted PreemptionCompleted frees them."""
-        if msg.raw_message.subject in PREEMPTION_SUBJECTS:
-            await ledger.preemption(msg.body)
+        if msg.subject in PREEMPTION_SUBJECTS:
+            await ledger.preemption(msg.data)
 
     @service.broker.subscriber(ALLOCATIONS_SUBJECT, queue="ledger-api")
     async def list_allocations(msg: NatsMessage) -> bytes:

@@ -25,7 +25,7 @@ from rota.faults import crash_point
 from rota.tracing import job_span
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from rota_ledger import store
+from rota_ledger import book, store
 from rota_ledger.domain import HOLD_TTL_S, Cluster, Code, Decision, Grant, Rejection, Request, decide
 from rota_ledger.usage import run_usage
 
@@ -92,11 +92,8 @@ class Ledger:
             except ContractError as exc:
                 log.warning("skipping an unreadable proposal: %s", exc)
                 proposals.append(None)
-        decisions: list[Decision | None] = []
         async with self._engine().begin() as conn:
-            now = self._clock.now()
-            for p in proposals:
-                decisions.append(None if p is None else await self._decide(conn, p, now))
+            decisions = await self._decide_batch(conn, proposals, self._clock.now())
         self._committed()
         for p, decision in zip(proposals, decisions, strict=True):
             if p is None or decision is None:
@@ -109,49 +106,83 @@ class Ledger:
                          decision.code, decision.message)
         return decisions
 
-    async def _decide(
-        self, conn: AsyncConnection, p: m.AllocationProposed, now: datetime
-    ) -> Decision | None:
-        request = Request(
-            team=p.team, flavor=p.flavor, gpus=p.gpus, plan_id=p.plan_id,
-            workers=[(w.worker, w.node, w.gpus) for w in p.placement],
-        )
-        run = store.RunInfo(p.run_id, p.job_id, p.proposal_id, p.plan_id, p.team, p.user,
-                            p.queue.value, p.flavor)
-        if not await self._outbox.first_time(conn, PROPOSALS, p.proposal_id):
-            log.info("proposal %s decided already; ignoring the copy", p.proposal_id)
-            return None
-        await store.lock_flavor(conn, p.flavor)
-        snapshot, own_holds = await store.snapshot(
-            conn, run_id=p.run_id, job_id=p.job_id, flavor=p.flavor, wanted=request.wanted,
-            plan_id=p.plan_id, now=now,
-        )
-        decision = decide(request, snapshot, self._cluster)
-        if isinstance(decision, Grant) and not await store.insert_seats(
-            conn, run, decision.seats, now
-        ):
-            decision = Rejection(Code.GPU_TAKEN, "a GPU of the placement was allocated"
-                                                 " concurrently (the database refused a"
-                                                 " double booking)")
-        if isinstance(decision, Grant):
-            await store.add_entry(conn, kind="grant", run=run, gpus=p.gpus,
-                                  borrowed_gpus=decision.borrowed_gpus, gpu_seconds=0.0,
-                                  at=now, cause_id=p.proposal_id)
+    async def _decide_batch(
+        self, conn: AsyncConnection, proposals: list[m.AllocationProposed | None], now: datetime
+    ) -> list[Decision | None]:
+        """A fixed number of statements however many proposals: the guard, the flavors'
+        locks, one read (`book.read`), then one insert each for seats, entries and events.
+        Each proposal is decided on the rows as the ones before it left them (`Book`)."""
+        decisions: list[Decision | None] = [None] * len(proposals)
+        fresh = await self._outbox.first_times(
+            conn, PROPOSALS, [p.proposal_id for p in proposals if p is not None])
+        todo: list[tuple[int, m.AllocationProposed, Request, store.RunInfo]] = []
+        for i, p in enumerate(proposals):
+            if p is None:
+                continue
+            if p.proposal_id not in fresh:  # decided before, or earlier in this batch
+                log.info("proposal %s decided already; ignoring the copy", p.proposal_id)
+                continue
+            fresh.discard(p.proposal_id)
+            request = Request(team=p.team, flavor=p.flavor, gpus=p.gpus, plan_id=p.plan_id,
+                              workers=[(w.worker, w.node, w.gpus) for w in p.placement])
+            todo.append((i, p, request, store.RunInfo(
+                p.run_id, p.job_id, p.proposal_id, p.plan_id, p.team, p.user, p.queue.value,
+                p.flavor)))
+        if not todo:
+            return decisions
+        # In name order, so two transactions locking several flavors never deadlock.
+        for flavor in sorted({p.flavor for _, p, _, _ in todo}):
+            await store.lock_flavor(conn, flavor)
+        ledger_book = await book.read(conn, [run for *_, run in todo],
+                                      (g for _, _, request, _ in todo for g in request.wanted), now)
+        granted: list[tuple[store.RunInfo, Grant, bool]] = []
+        for i, _, request, run in todo:
+            snapshot, own_holds = ledger_book.snapshot(run, request.wanted)
+            decision = decide(request, snapshot, self._cluster)
+            if isinstance(decision, Grant):
+                ledger_book.grant(run, decision.seats, own_holds)
+                granted.append((run, decision, own_holds))
+            decisions[i] = decision
+        # A grant the database refuses (a writer that skipped the flavor lock) becomes a
+        # rejection; proposals after it were decided as if it stood, which can only have
+        # turned away GPUs, never given one twice.
+        refused = await book.insert_grants(conn, [(run, g.seats) for run, g, _ in granted], now)
+        for i, _, _, run in todo:
+            if run.run_id in refused and isinstance(decisions[i], Grant):
+                decisions[i] = Rejection(Code.GPU_TAKEN, "a GPU of the placement was allocated"
+                                                         " concurrently (the database refused a"
+                                                         " double booking)")
+        kept = [(run, g, own) for run, g, own in granted if run.run_id not in refused]
+        await book.add_grant_entries(conn, [(run, len(g.seats), g.borrowed_gpus, now)
+                                            for run, g, _ in kept])
+        for run, _, own_holds in kept:
             if own_holds:  # the preemptor has its GPUs: the rest of its holds are free
-                await store.clear_holds(conn, p.plan_id, preemptor_job_id=p.job_id)
-            with job_span("rota.ledger.granted", p.job_id, _span_attrs(p, decision)):
-                await self._emit(conn, m.AllocationGranted(
-                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
-                    team=p.team, flavor=p.flavor, placement=p.placement, gpus=p.gpus,
-                    borrowed_gpus=decision.borrowed_gpus,
-                ), now, job_id=p.job_id, run_id=p.run_id)
+                await store.clear_holds(conn, run.plan_id, preemptor_job_id=run.job_id)
+        events = []
+        for i, p, _, _ in todo:
+            verdict = decisions[i]
+            assert verdict is not None
+            events.append(self._verdict(p, verdict, now))
+        await self._outbox.add_rows(conn, events)
+        return decisions
+
+    def _verdict(self, p: m.AllocationProposed, decision: Decision, now: datetime) -> dict[str, Any]:
+        """The outbox row of a proposal's answer, built inside its span (the trace it carries)."""
+        event: BaseModel
+        if isinstance(decision, Grant):
+            name = "rota.ledger.granted"
+            event = m.AllocationGranted(
+                proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id, team=p.team,
+                flavor=p.flavor, placement=p.placement, gpus=p.gpus,
+                borrowed_gpus=decision.borrowed_gpus)
         else:
-            with job_span("rota.ledger.rejected", p.job_id, _span_attrs(p, decision)):
-                await self._emit(conn, m.AllocationRejected(
-                    proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
-                    code=decision.code.value, message=decision.message[:1024],
-                ), now, job_id=p.job_id, run_id=p.run_id)
-        return decision
+            name = "rota.ledger.rejected"
+            event = m.AllocationRejected(
+                proposal_id=p.proposal_id, job_id=p.job_id, run_id=p.run_id,
+                code=decision.code.value, message=decision.message[:1024])
+        with job_span(name, p.job_id, _span_attrs(p, decision)):
+            env = envelope(event, source=SOURCE, job_id=p.job_id, run_id=p.run_id, occurred_at=now)
+            return self._outbox.row(env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
 
     # ------------------------------------------------------------------ release
 

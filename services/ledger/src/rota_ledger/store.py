@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota_ledger.domain import Gpu, Seat, Snapshot
+from rota_ledger.domain import Gpu
 from rota_ledger.usage import Usage
 
 SCHEMA = "ledger"
@@ -92,51 +92,6 @@ async def lock_flavor(conn: AsyncConnection, flavor: str) -> None:
     await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
 
 
-async def snapshot(
-    conn: AsyncConnection, *, run_id: str, job_id: str, flavor: str, wanted: Sequence[Gpu],
-    plan_id: str | None, now: datetime,
-) -> tuple[Snapshot, bool]:
-    """The rows one proposal is decided on, in one round trip (the flavor's lock is held
-    meanwhile, so every statement saved is throughput), and whether the request has unexpired
-    holds of its own, to be cleared when it is granted.
-
-    A hold is the request's own when it is its plan's, or any plan's whose preemptor is this
-    very job: a scheduler that lost the plan id must not be locked out of its GPUs.
-    """
-    a, h = allocations.c, holds.c
-    text, integer = sa.Text(), sa.Integer()
-    none = sa.cast(sa.null(), text)
-    parts = [
-        sa.select(sa.literal("taken"), a.node, a.gpu, a.run_id, none)
-        .where(_active(), sa.tuple_(a.node, a.gpu).in_(list(wanted))),
-        # Holds on the wanted GPUs, and the request's own anywhere (the table is small).
-        sa.select(sa.literal("held"), h.node, h.gpu, h.plan_id, h.preemptor_job_id)
-        .where(h.expires_at > now, sa.or_(sa.tuple_(h.node, h.gpu).in_(list(wanted)),
-                                          h.preemptor_job_id == job_id, h.plan_id == plan_id)),
-        sa.select(sa.literal("in_use"), a.team, sa.cast(sa.func.count(), integer), none, none)
-        .where(_active(), a.flavor == flavor).group_by(a.team),
-        sa.select(sa.literal("run_seen"), none, sa.cast(sa.null(), integer), none, none)
-        .where(sa.exists().where(a.run_id == run_id)),
-    ]
-    taken: dict[Gpu, str] = {}
-    held: dict[Gpu, str] = {}
-    in_use: dict[str, int] = {}
-    run_seen = own_holds = False
-    for kind, key, number, ref, preemptor in (await conn.execute(sa.union_all(*parts))).all():
-        if kind == "taken":
-            taken[(key, number)] = ref
-        elif kind == "held":
-            if ref == plan_id or preemptor == job_id:
-                own_holds = True
-            else:
-                held[(key, number)] = ref
-        elif kind == "in_use":
-            in_use[key] = int(number)
-        else:
-            run_seen = True
-    return Snapshot(taken=taken, held=held, in_use=in_use, run_seen=run_seen), own_holds
-
-
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     """What every row of one allocation shares."""
@@ -149,39 +104,6 @@ class RunInfo:
     user: str
     queue: str
     flavor: str
-
-
-async def insert_seats(
-    conn: AsyncConnection, run: RunInfo, seats: Sequence[Seat], granted_at: datetime
-) -> bool:
-    """One row per GPU, all or none. False if any GPU turned out to be taken after all (a
-    writer that skipped the flavor lock): the unique index answered, and nothing is left.
-
-    ON CONFLICT DO NOTHING rather than catching the violation: it waits for a concurrent
-    writer's commit like the plain insert would, but never aborts the transaction, so the
-    rejection can be written in the same one."""
-    inserted = (
-        await conn.execute(
-            insert(allocations)
-            .values([
-                dict(node=s.node, gpu=s.gpu, worker=s.worker, borrowed=s.borrowed,
-                     run_id=run.run_id, job_id=run.job_id, proposal_id=run.proposal_id,
-                     plan_id=run.plan_id, team=run.team, user_name=run.user, queue=run.queue,
-                     flavor=run.flavor, granted_at=granted_at)
-                # In GPU order, so that two writers racing for the same GPUs wait on each
-                # other in one order, never in a deadlock.
-                for s in sorted(seats, key=lambda s: (s.node, s.gpu))
-            ])
-            .on_conflict_do_nothing(index_elements=["node", "gpu"],
-                                    index_where=allocations.c.released_at.is_(None))
-            .returning(allocations.c.id)
-        )
-    ).scalars().all()
-    if len(inserted) == len(seats):
-        return True
-    if inserted:
-        await conn.execute(sa.delete(allocations).where(allocations.c.id.in_(inserted)))
-    return False
 
 
 async def add_entry(

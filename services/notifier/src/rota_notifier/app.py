@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from rota.clock import Clock
 from rota.config import RotaConfig, load_config
 from rota.contracts.subjects import STREAM_EVT
@@ -94,9 +95,9 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
     dispatching: list[asyncio.Task[None]] = []
 
     @service.js_subscriber("rota.evt.>", stream=STREAM_EVT, durable=CONSUMER, batch_size=128)
-    async def notify(msg: NatsMessage) -> None:
+    async def notify(msg: Msg) -> None:
         """Record the notifications an event calls for; the dispatcher sends them."""
-        await notifier.ingest.handle(msg.body)
+        await notifier.ingest.handle(msg.data)
 
     @service.broker.subscriber(LIST_SUBJECT, queue="notifier-api")
     async def list_notifications(msg: NatsMessage) -> bytes:

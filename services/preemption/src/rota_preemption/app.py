@@ -14,6 +14,7 @@ import contextlib
 from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
 from rota.service import RotaService
@@ -55,26 +56,26 @@ def build(
 
     @service.js_subscriber(s.EVENT_SUBJECTS["PreemptionRequested"], stream=s.STREAM_EVT,
                            durable=CONSUMER_PLANS)
-    async def preemption_requested(msg: NatsMessage) -> None:
+    async def preemption_requested(msg: Msg) -> None:
         """Open the saga: notices to the victims, in one transaction with its rows."""
-        await coordinator.preemption_requested(msg.body)
+        await coordinator.preemption_requested(msg.data)
 
     # One consumer for every run event: a run's RunStarted (its token hash) is fetched in an
     # earlier batch than its acks, or in the same one, where an ack retries until it is seen.
     @service.js_subscriber(RUN_EVENTS, stream=s.STREAM_EVT, durable=CONSUMER_RUNS,
                            batch_size=128)
-    async def run_event(msg: NatsMessage) -> None:
+    async def run_event(msg: Msg) -> None:
         """RunStarted, RunCheckpointed (the ack), RunStopped, RunFinished, RunFailed."""
-        attempt = msg.raw_message.metadata.num_delivered
-        if not await coordinator.run_event(msg.body, attempt=attempt):
-            # Nacked here, so the subscriber's own ack afterwards is a no-op.
-            await msg.nack(delay=service.settings.retry_delay_s)
+        attempt = msg.metadata.num_delivered
+        if not await coordinator.run_event(msg.data, attempt=attempt):
+            # Nacked here, so the consumer sends no ack afterwards.
+            await msg.nak(delay=service.settings.retry_delay_s)
 
     @service.js_subscriber(s.EVENT_SUBJECTS["JobCancelled"], stream=s.STREAM_EVT,
                            durable=CONSUMER_CANCELS)
-    async def job_cancelled(msg: NatsMessage) -> None:
+    async def job_cancelled(msg: Msg) -> None:
         """A cancelled preemptor aborts its plan; the victims' notices are withdrawn."""
-        await coordinator.job_cancelled(msg.body)
+        await coordinator.job_cancelled(msg.data)
 
     @service.broker.subscriber(PLANS_SUBJECT, queue="preemption-api")
     async def list_plans(msg: NatsMessage) -> bytes:

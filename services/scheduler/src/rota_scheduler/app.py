@@ -18,6 +18,7 @@ import os
 import socket
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
@@ -29,14 +30,13 @@ from rota.ids import new_id
 from rota.retention import prune_periodically
 from rota.service import RotaService
 from rota.tracing import job_span
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_scheduler import metrics, store
 from rota_scheduler.actions import Outgoing, plan_actions, record_sent, start_run
 from rota_scheduler.lease import Lease
 from rota_scheduler.policy import PolicyConfig, policy_config_from, schedule
 from rota_scheduler.tracing import JobTraces, decision_span, paired
-from rota_scheduler.view import ClusterView
+from rota_scheduler.view import ClusterView, JobRecord
 
 log = logging.getLogger("rota.scheduler")
 
@@ -165,9 +165,11 @@ class Scheduler:
         async with self.service.engine.begin() as conn:
             await store.add_runs(conn, actions.new_runs, now)
             await store.add_decisions(conn, cycle_id, now, actions.records)
+            rows = []
             for item, record in paired(actions, self.traces):
                 with decision_span(item, record, self.traces, cycle_id):
-                    await self._outbox(conn, item, now)
+                    rows.append(self._outbox_row(item, now))
+            await self.service.outbox.add_rows(conn, rows)
         record_sent(self.view, actions, epoch)
         metrics.decided(actions.records)
         self.cycles += 1
@@ -186,29 +188,39 @@ class Scheduler:
         return frozenset(j.job_id for j in self.view.pending_jobs() if j.pending_fingerprint is None)
 
     async def _start_granted(self, now: datetime) -> None:
-        """Phase 1: StartRun once per granted run, each claimed in its own transaction."""
+        """Phase 1: StartRun once per granted run, all claimed in one transaction (a token
+        claimed and its StartRun queued commit together, so a crash loses neither)."""
+        todo: list[tuple[str, JobRecord]] = []
         for run_id in sorted(self.view.granted_unstarted - self.start_sent):
             allocation = self.view.allocations.get(run_id)
             job = self.view.jobs.get(allocation.job_id) if allocation else None
             if job is None or job.cancelled or job.run_id != run_id:
                 continue
-            async with self.service.engine.begin() as conn:
-                token = await store.claim_start(conn, run_id, now)
-                if token is not None:
-                    with job_span("rota.scheduler.start_run", job.job_id,
-                                  {"rota.run_id": run_id, "rota.attempt": max(1, job.attempt),
-                                   "rota.resume_from": job.resume_from},
-                                  parent=self.traces.run_start(job.job_id, run_id)):
-                        await self._outbox(conn, start_run(job, run_id, token, self.view), now)
+            todo.append((run_id, job))
+        if not todo:
+            return
+        async with self.service.engine.begin() as conn:
+            tokens = await store.claim_starts(conn, [run_id for run_id, _ in todo], now)
+            rows = []
+            for run_id, job in todo:
+                if (token := tokens.get(run_id)) is None:
+                    continue  # sent by a predecessor
+                with job_span("rota.scheduler.start_run", job.job_id,
+                              {"rota.run_id": run_id, "rota.attempt": max(1, job.attempt),
+                               "rota.resume_from": job.resume_from},
+                              parent=self.traces.run_start(job.job_id, run_id)):
+                    rows.append(self._outbox_row(start_run(job, run_id, token, self.view), now))
+            await self.service.outbox.add_rows(conn, rows)
+        for run_id, job in todo:
             self.start_sent.add(run_id)
-            if token is not None:
+            if run_id in tokens:
                 metrics.job_started(job, now.timestamp())
 
-    async def _outbox(self, conn: AsyncConnection, item: Outgoing, now: datetime) -> None:
+    def _outbox_row(self, item: Outgoing, now: datetime) -> dict[str, Any]:
         env = envelope(
             item.message, source=SOURCE, job_id=item.job_id, run_id=item.run_id, id=item.id, occurred_at=now
         )
-        await self.service.outbox.add(conn, env, item.subject, stream=item.stream)
+        return self.service.outbox.row(env, item.subject, stream=item.stream)
 
 
 async def prune_decisions(service: RotaService) -> None:

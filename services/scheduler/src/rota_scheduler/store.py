@@ -76,17 +76,17 @@ async def add_decisions(
         )
 
 
-async def claim_start(conn: AsyncConnection, run_id: str, at: datetime) -> str | None:
-    """The run's token if its StartRun has not been sent yet; marks it sent."""
-    row = (
-        await conn.execute(
-            sa.update(runs)
-            .where(runs.c.run_id == run_id, runs.c.start_sent_at.is_(None))
-            .values(start_sent_at=at)
-            .returning(runs.c.token)
-        )
-    ).first()
-    return None if row is None else str(row.token)
+async def claim_starts(conn: AsyncConnection, run_ids: list[str], at: datetime) -> dict[str, str]:
+    """run id → token, for those runs whose StartRun has not been sent yet; marks them sent."""
+    if not run_ids:
+        return {}
+    rows = await conn.execute(
+        sa.update(runs)
+        .where(runs.c.run_id.in_(run_ids), runs.c.start_sent_at.is_(None))
+        .values(start_sent_at=at)
+        .returning(runs.c.run_id, runs.c.token)
+    )
+    return {str(row.run_id): str(row.token) for row in rows}
 
 
 async def prune_decisions(conn: AsyncConnection, older_than: datetime) -> int:

@@ -39,9 +39,6 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         meta = msg.metadata
         return Origin(msg.subject, f"{meta.stream}:{meta.sequence.stream}", meta.timestamp)
 
-    def js_origin(msg: NatsMessage) -> Origin:
-        return raw_origin(msg.raw_message)
-
     @service.js_batch_subscriber(s.SUBMIT_ALL, stream=s.STREAM_CMD, durable="submission-submit",
                                  batch_size=64)
     async def submit_jobs(batch: list[Msg]) -> None:
@@ -49,9 +46,9 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         await commands.submit_batch([(msg.data, raw_origin(msg)) for msg in batch])
 
     @service.js_subscriber(s.CANCEL_ALL, stream=s.STREAM_CMD, durable="submission-cancel")
-    async def cancel_job(msg: NatsMessage) -> None:
+    async def cancel_job(msg: Msg) -> None:
         """CancelJob: cancel a job of the subject's team."""
-        await commands.cancel(msg.body, js_origin(msg))
+        await commands.cancel(msg.data, raw_origin(msg))
 
     @service.js_batch_subscriber("rota.evt.>", stream=s.STREAM_EVT,
                                  durable="submission-projection")

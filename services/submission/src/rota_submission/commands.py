@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from rota.bus.broker import publish
@@ -126,58 +126,78 @@ class Commands:
         if accepted:
             now = self.service.clock.now()
             async with self.service.engine.begin() as conn:
-                for spec, origin in accepted:
-                    try:
-                        await self._insert(conn, spec, now)
-                    except Rejected as exc:  # decided before anything of it was written
-                        refused.append((exc.rejection, origin, spec.submission_id, spec.team))
+                outcomes = await self._insert_many(conn, [spec for spec, _ in accepted], now)
             crash_point("after_commit:submission")
             self._wake_relay()
+            for (spec, origin), outcome in zip(accepted, outcomes, strict=True):
+                if isinstance(outcome, Rejection):  # decided before anything of it was written
+                    refused.append((outcome, origin, spec.submission_id, spec.team))
         for rejection, origin, submission_id, team in refused:
             await self.reject(rejection, origin, submission_id=submission_id, team=team)
 
     async def _record(self, spec: m.SubmitJob) -> m.SubmitReply:
         now = self.service.clock.now()
         async with self.service.engine.begin() as conn:
-            reply = await self._insert(conn, spec, now)
+            (outcome,) = await self._insert_many(conn, [spec], now)
+            if isinstance(outcome, Rejection):
+                raise Rejected(outcome)
         crash_point("after_commit:submission")
         self._wake_relay()
-        return reply
+        return outcome
 
-    async def _insert(
-        self, conn: AsyncConnection, spec: m.SubmitJob, now: datetime
-    ) -> m.SubmitReply:
-        """Record one job and its JobSubmitted in the caller's transaction."""
-        digest = spec_hash(spec)
-        job_id = new_id()
-        if not await store.insert_job(conn, job_id, spec, digest, now):
-            existing = await store.job_by_submission(conn, spec.team, spec.submission_id)
-            assert existing is not None
-            if existing.spec_hash != digest:
-                raise Rejected(Rejection(
-                    "SUBMISSION_ID_REUSED", "submission_id",
-                    f"submission_id {spec.submission_id!r} already names job"
-                    f" {existing.job_id} with a different spec",
+    async def _insert_many(
+        self, conn: AsyncConnection, specs: list[m.SubmitJob], now: datetime
+    ) -> list[m.SubmitReply | Rejection]:
+        """Record jobs and their JobSubmitted in the caller's transaction: one statement for
+        the jobs, one for the duplicates' records, one for the events, however many jobs.
+        Each spec is decided as if inserted alone, in order; a Rejection writes nothing."""
+        digests = [spec_hash(spec) for spec in specs]
+        job_ids = [new_id() for _ in specs]
+        inserted = await store.insert_jobs(conn, [
+            store.job_row(job_id, spec, digest, now)
+            for job_id, spec, digest in zip(job_ids, specs, digests, strict=True)
+        ])
+        existing = await store.jobs_by_submission(conn, {
+            (spec.team, spec.submission_id)
+            for job_id, spec in zip(job_ids, specs, strict=True) if job_id not in inserted
+        })
+        outcomes: list[m.SubmitReply | Rejection] = []
+        events: list[dict[str, Any]] = []
+        for job_id, spec, digest in zip(job_ids, specs, digests, strict=True):
+            if job_id not in inserted:
+                outcomes.append(self._duplicate(spec, digest, existing[(spec.team, spec.submission_id)]))
+                continue
+            event = m.JobSubmitted(job_id=job_id, spec=spec, submitted_at=now)
+            # The root of the job's one trace: JobSubmitted carries it, and so, from there,
+            # does every message about the job.
+            with start_job_trace("rota.job.submit", job_id, {
+                "rota.team": spec.team, "rota.user": spec.user, "rota.queue": spec.queue.value,
+                "rota.flavor": spec.flavor, "rota.gpus": spec.total_gpus,
+                "rota.job_name": spec.name, "rota.submission_id": spec.submission_id,
+            }):
+                events.append(self.service.outbox.row(
+                    envelope(event, source=SOURCE, job_id=job_id, occurred_at=now),
+                    EVENT_SUBJECTS["JobSubmitted"], stream=STREAM_EVT,
                 ))
-            log.info("duplicate submission %s/%s: job %s", spec.team, spec.submission_id,
-                     existing.job_id)
-            return m.SubmitReply(job_id=existing.job_id, duplicate=True,
-                                 state=existing.state, submission_id=spec.submission_id)
-        event = m.JobSubmitted(job_id=job_id, spec=spec, submitted_at=now)
-        # The root of the job's one trace: JobSubmitted carries it, and so, from there,
-        # does every message about the job.
-        with start_job_trace("rota.job.submit", job_id, {
-            "rota.team": spec.team, "rota.user": spec.user, "rota.queue": spec.queue.value,
-            "rota.flavor": spec.flavor, "rota.gpus": spec.total_gpus,
-            "rota.job_name": spec.name, "rota.submission_id": spec.submission_id,
-        }):
-            await self.service.outbox.add(
-                conn, envelope(event, source=SOURCE, job_id=job_id, occurred_at=now),
-                EVENT_SUBJECTS["JobSubmitted"], stream=STREAM_EVT,
+            log.info("job %s submitted by %s/%s (%s)", job_id, spec.team, spec.user, spec.name)
+            outcomes.append(m.SubmitReply(job_id=job_id, duplicate=False, state="pending",
+                                          submission_id=spec.submission_id))
+        await self.service.outbox.add_rows(conn, events)
+        return outcomes
+
+    @staticmethod
+    def _duplicate(spec: m.SubmitJob, digest: str, existing: Any) -> m.SubmitReply | Rejection:
+        """The answer to a submission_id that already names a job: that job, if same spec."""
+        if existing.spec_hash != digest:
+            return Rejection(
+                "SUBMISSION_ID_REUSED", "submission_id",
+                f"submission_id {spec.submission_id!r} already names job"
+                f" {existing.job_id} with a different spec",
             )
-        log.info("job %s submitted by %s/%s (%s)", job_id, spec.team, spec.user, spec.name)
-        return m.SubmitReply(job_id=job_id, duplicate=False, state="pending",
-                             submission_id=spec.submission_id)
+        log.info("duplicate submission %s/%s: job %s", spec.team, spec.submission_id,
+                 existing.job_id)
+        return m.SubmitReply(job_id=existing.job_id, duplicate=True,
+                             state=existing.state, submission_id=spec.submission_id)
 
     async def cancel(self, raw: bytes, origin: Origin) -> m.ApiReply:
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rota.config import RotaConfig
@@ -29,6 +29,51 @@ def _gang_slots(gpus_per_node: list[int], gpus_per_worker: int) -> int:
     return sum(gpus // gpus_per_worker for gpus in gpus_per_node)
 
 
+@dataclass
+class _Shape:
+    """A flavor's nodes as the checks need them, with the gang sizes asked so far: every
+    submission is checked, and walking a large cluster's nodes each time was a fifth of the
+    service's CPU."""
+
+    gpus: list[int]
+    racks: list[list[int]]
+    _slots: dict[int, int] = field(default_factory=dict)
+    _best_rack: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def largest(self) -> int:
+        return max(self.gpus)
+
+    def slots(self, gpus_per_worker: int) -> int:
+        if gpus_per_worker not in self._slots:
+            self._slots[gpus_per_worker] = _gang_slots(self.gpus, gpus_per_worker)
+        return self._slots[gpus_per_worker]
+
+    def best_rack(self, gpus_per_worker: int) -> int:
+        if gpus_per_worker not in self._best_rack:
+            self._best_rack[gpus_per_worker] = max(
+                _gang_slots(rack, gpus_per_worker) for rack in self.racks)
+        return self._best_rack[gpus_per_worker]
+
+
+_shapes: dict[int, tuple[RotaConfig, dict[str, _Shape]]] = {}
+"""id(config) → (config, flavor → shape); the config is kept so its id stays its own."""
+
+
+def _shape(config: RotaConfig, flavor: str) -> _Shape:
+    entry = _shapes.get(id(config))
+    if entry is None or entry[0] is not config:
+        entry = _shapes[id(config)] = (config, {})
+    shapes = entry[1]
+    if flavor not in shapes:
+        nodes = [n for n in config.expanded_nodes() if n.flavor == flavor]
+        racks: dict[str, list[int]] = {}
+        for node in nodes:
+            racks.setdefault(node.rack, []).append(node.gpus)
+        shapes[flavor] = _Shape([n.gpus for n in nodes], list(racks.values()))
+    return shapes[flavor]
+
+
 def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig) -> Rejection | None:
     """Authorisation, then semantic checks against `rota.yaml`. None means accepted."""
     if subject_team is not None and subject_team != spec.team:
@@ -51,15 +96,15 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
             "UNKNOWN_FLAVOR", "flavor",
             f"no flavor {spec.flavor!r}; known flavors: {', '.join(sorted(flavors))}",
         )
-    nodes = [n for n in config.expanded_nodes() if n.flavor == spec.flavor]
-    largest = max(n.gpus for n in nodes)
+    shape = _shape(config, spec.flavor)
+    largest = shape.largest
     if spec.gpus_per_worker > largest:
         return Rejection(
             "EXCEEDS_CLUSTER", "gpus_per_worker",
             f"{spec.gpus_per_worker} GPUs per worker, but the largest {spec.flavor} node has"
             f" {largest}",
         )
-    slots = _gang_slots([n.gpus for n in nodes], spec.gpus_per_worker)
+    slots = shape.slots(spec.gpus_per_worker)
     if spec.workers > slots:
         return Rejection(
             "EXCEEDS_CLUSTER", "workers",
@@ -67,10 +112,7 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
             f" can hold at most {slots} such workers",
         )
     if spec.rack is RackAffinity.required:
-        racks: dict[str, list[int]] = {}
-        for node in nodes:
-            racks.setdefault(node.rack, []).append(node.gpus)
-        best = max(_gang_slots(gpus, spec.gpus_per_worker) for gpus in racks.values())
+        best = shape.best_rack(spec.gpus_per_worker)
         if spec.workers > best:
             return Rejection(
                 "EXCEEDS_CLUSTER", "rack",

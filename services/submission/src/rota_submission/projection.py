@@ -39,28 +39,38 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
             for env, data, job_id in facts
         ])
         unapplied = set(new)  # a duplicate inside the batch is applied once
+        folds: list[tuple[Envelope[Any], dict[str, Any], str]] = []
         for env, data, job_id in facts:
             if (env.id, job_id) not in unapplied:
                 continue
             unapplied.discard((env.id, job_id))
             if env.type in STATE_EVENTS:
-                await _fold(conn, env, data, job_id)
+                folds.append((env, data, job_id))
+        if folds:
+            await _fold_all(conn, folds)
     return len(new)
 
 
-async def _fold(conn: AsyncConnection, env: Envelope[Any], data: dict[str, Any], job_id: str) -> None:
-    """A new event's effect on its job's state."""
-    row = await store.lock_job(conn, job_id)
-    if row is None:
-        return  # an event of a job submitted elsewhere; its history is still kept
-    state, changes = apply_event(row.state, env.type, data, job_id)
-    values: dict[str, Any] = {}
-    if changes.pop("started", False):
-        values["started_at"] = env.occurred_at
-        values["attempts"] = row.attempts + 1
-    if changes.pop("ended", False):
-        values["ended_at"] = env.occurred_at
-    values.update(changes)
-    if state != row.state or values:
-        values.update(state=state, updated_at=env.occurred_at)
-        await store.update_job(conn, job_id, values)
+async def _fold_all(conn: AsyncConnection, folds: list[tuple[Envelope[Any], dict[str, Any], str]]) -> None:
+    """New events' effect on their jobs' state: the jobs locked with one statement, the
+    events folded in order in memory (each sees the ones before it, as row by row would),
+    then one update per set of changed columns."""
+    rows = await store.lock_jobs(conn, sorted({job_id for _, _, job_id in folds}))
+    changed: dict[str, dict[str, Any]] = {}
+    for env, data, job_id in folds:
+        row = rows.get(job_id)
+        if row is None:
+            continue  # an event of a job submitted elsewhere; its history is still kept
+        state, changes = apply_event(row["state"], env.type, data, job_id)
+        values: dict[str, Any] = {}
+        if changes.pop("started", False):
+            values["started_at"] = env.occurred_at
+            values["attempts"] = row["attempts"] + 1
+        if changes.pop("ended", False):
+            values["ended_at"] = env.occurred_at
+        values.update(changes)
+        if state != row["state"] or values:
+            values.update(state=state, updated_at=env.occurred_at)
+            row.update(values)
+            changed.setdefault(job_id, {}).update(values)
+    await store.update_jobs(conn, changed)

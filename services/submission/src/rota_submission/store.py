@@ -61,40 +61,74 @@ PUBLIC_COLUMNS = (
 )
 
 
-async def insert_job(
-    conn: AsyncConnection, job_id: str, spec: JobSpec, spec_hash: str, now: datetime
-) -> bool:
-    """Insert once per (team, submission_id). False when that key already has a job."""
-    result = await conn.execute(
-        insert(jobs)
-        .values(
-            job_id=job_id, team=spec.team, user_name=spec.user, name=spec.name,
-            queue=spec.queue.value, flavor=spec.flavor, workers=spec.workers,
-            gpus_per_worker=spec.gpus_per_worker, gpus=spec.total_gpus,
-            submission_id=spec.submission_id, spec_hash=spec_hash,
-            spec=spec.model_dump(mode="json"), state="pending", submitted_at=now, updated_at=now,
-        )
-        .on_conflict_do_nothing(constraint="jobs_submission_once")
+def job_row(job_id: str, spec: JobSpec, spec_hash: str, now: datetime) -> dict[str, Any]:
+    return dict(
+        job_id=job_id, team=spec.team, user_name=spec.user, name=spec.name,
+        queue=spec.queue.value, flavor=spec.flavor, workers=spec.workers,
+        gpus_per_worker=spec.gpus_per_worker, gpus=spec.total_gpus,
+        submission_id=spec.submission_id, spec_hash=spec_hash,
+        spec=spec.model_dump(mode="json"), state="pending", submitted_at=now, updated_at=now,
     )
-    return bool(result.rowcount)
 
 
-async def job_by_submission(
-    conn: AsyncConnection, team: str, submission_id: str
-) -> Any:
-    return (
-        await conn.execute(
-            sa.select(jobs.c.job_id, jobs.c.spec_hash, jobs.c.state).where(
-                jobs.c.team == team, jobs.c.submission_id == submission_id
-            )
-        )
-    ).first()
+async def insert_jobs(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[str]:
+    """Insert once per (team, submission_id), many jobs in one statement: the job ids that
+    went in. A row whose key already has a job (in the table, or earlier in `rows`) is
+    skipped, exactly as inserting them one by one would."""
+    if not rows:
+        return set()
+    result = await conn.execute(
+        insert(jobs).values(rows)
+        .on_conflict_do_nothing(constraint="jobs_submission_once")
+        .returning(jobs.c.job_id)
+    )
+    return {str(row.job_id) for row in result}
+
+
+async def jobs_by_submission(
+    conn: AsyncConnection, keys: set[tuple[str, str]]
+) -> dict[tuple[str, str], Any]:
+    """(team, submission_id) → the job recorded under it, for every key that has one."""
+    if not keys:
+        return {}
+    result = await conn.execute(
+        sa.select(jobs.c.team, jobs.c.submission_id, jobs.c.job_id, jobs.c.spec_hash,
+                  jobs.c.state)
+        .where(sa.tuple_(jobs.c.team, jobs.c.submission_id).in_(sorted(keys)))
+    )
+    return {(row.team, row.submission_id): row for row in result}
 
 
 async def lock_job(conn: AsyncConnection, job_id: str) -> Any:
     return (
         await conn.execute(sa.select(jobs).where(jobs.c.job_id == job_id).with_for_update())
     ).first()
+
+
+async def lock_jobs(conn: AsyncConnection, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """job id → its state and attempts, for those that exist, locked (in id order, so two
+    transactions locking overlapping sets wait for each other instead of deadlocking)."""
+    result = await conn.execute(
+        sa.select(jobs.c.job_id, jobs.c.state, jobs.c.attempts)
+        .where(jobs.c.job_id.in_(job_ids)).order_by(jobs.c.job_id).with_for_update()
+    )
+    return {row.job_id: {"state": row.state, "attempts": row.attempts} for row in result}
+
+
+async def update_jobs(conn: AsyncConnection, changes: dict[str, dict[str, Any]]) -> None:
+    """Set each job's changed columns: one executemany per set of columns, not a statement
+    per job (the projection's batches change the same few columns for many jobs)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for job_id, values in changes.items():
+        columns = tuple(sorted(values))
+        groups.setdefault(columns, []).append(
+            {"b_job_id": job_id, **{f"b_{c}": v for c, v in values.items()}})
+    for columns, params in groups.items():
+        await conn.execute(
+            sa.update(jobs).where(jobs.c.job_id == sa.bindparam("b_job_id"))
+            .values({c: sa.bindparam(f"b_{c}") for c in columns}),
+            params,
+        )
 
 
 async def find_job(conn: AsyncConnection, id_or_prefix: str) -> list[dict[str, Any]]:

@@ -150,6 +150,10 @@ def parse(raw: bytes, expected: type[D], *, max_bytes: int) -> Envelope[D]:
         raise ContractError(
             "WRONG_TYPE", "type", f"expected {expected_name!r} here, got {header.type!r}"
         )
+    return _with_data(header, expected)
+
+
+def _with_data(header: _Header, expected: type[D]) -> Envelope[D]:
     try:
         data = expected.model_validate(header.data)
     except ValidationError as exc:
@@ -172,4 +176,5 @@ def parse_any(raw: bytes, *, max_bytes: int) -> Envelope[BaseModel]:
     model = MESSAGE_TYPES.get(header.type)
     if model is None:
         raise ContractError("UNKNOWN_TYPE", "type", f"unknown message type {header.type!r}")
-    return parse(raw, model, max_bytes=max_bytes)
+    # The header is parsed and checked once (every service reads every event through here).
+    return _with_data(header, model)

@@ -42,27 +42,41 @@ class Outbox:
     ) -> None:
         """Queue `env` inside the caller's transaction. The trace context goes with it: the
         current one, or the job's when the current span belongs to another job's trace."""
+        await self.add_rows(conn, [self.row(env, subject, stream=stream)])
+
+    def row(self, env: Envelope[Any], subject: str, *, stream: str) -> dict[str, Any]:
+        """The outbox row for `env`, to queue later with `add_rows`. Built now, so the trace
+        context it carries is the one current here (a span the caller is inside)."""
         carrier = outbox_headers(env.job_id, env.type, env.run_id)
-        await conn.execute(
-            sa.insert(self.table).values(
-                id=env.id,
-                subject=subject,
-                stream=stream,
-                payload=env.to_bytes(),
-                headers=publish_headers(env, carrier),
-            )
-        )
+        return {"id": env.id, "subject": subject, "stream": stream, "payload": env.to_bytes(),
+                "headers": publish_headers(env, carrier)}
+
+    async def add_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+        """Queue many rows with one multi-row INSERT, in the caller's transaction; a batch's
+        events cost one round trip instead of one each. `seq` follows the list's order."""
+        if rows:
+            await conn.execute(sa.insert(self.table).values(rows))
 
     async def first_time(self, conn: AsyncConnection, consumer: str, message_id: str) -> bool:
         """The idempotency guard: True once per (consumer, message), inside the caller's tx."""
+        return message_id in await self.first_times(conn, consumer, [message_id])
+
+    async def first_times(
+        self, conn: AsyncConnection, consumer: str, message_ids: list[str]
+    ) -> set[str]:
+        """The guard for a whole batch in one statement: the ids seen for the first time.
+        An id twice in `message_ids` is returned once; the caller applies its first copy."""
+        if not message_ids:
+            return set()
         from sqlalchemy.dialects.postgresql import insert
 
         result = await conn.execute(
             insert(self.processed)
-            .values(consumer=consumer, message_id=message_id)
+            .values([{"consumer": consumer, "message_id": i} for i in dict.fromkeys(message_ids)])
             .on_conflict_do_nothing()
+            .returning(self.processed.c.message_id)
         )
-        return bool(result.rowcount)
+        return {str(row.message_id) for row in result}
 
 
 class OutboxRelay:

@@ -1,0 +1,156 @@
+"""A batch of proposals decided on one read of the ledger's rows.
+
+Reading the rows per proposal costs a round trip each while the flavor locks are held. `read`
+fetches the rows every proposal of the batch bears on at once; `Book` hands each proposal the
+`Snapshot` of the tables at its turn, and folds each grant in (GPUs taken, the team's use, the
+run seen, the preemptor's holds cleared) so the next proposal sees it as it would have seen
+it in the tables. The writes of the batch then go in with one multi-row statement per table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rota_ledger.domain import Gpu, Seat, Snapshot
+from rota_ledger.store import RunInfo, allocations, entries, holds
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    plan_id: str
+    preemptor_job_id: str
+    gpu: Gpu
+
+
+@dataclass
+class Book:
+    taken: dict[Gpu, str] = field(default_factory=dict)
+    holds: list[Hold] = field(default_factory=list)
+    in_use: dict[str, dict[str, int]] = field(default_factory=dict)
+    """flavor → team → active GPUs."""
+    runs_seen: set[str] = field(default_factory=set)
+
+    def snapshot(self, run: RunInfo, wanted: Sequence[Gpu]) -> tuple[Snapshot, bool]:
+        """The proposal's rows (requested GPUs taken or held for another job, the flavor's use
+        per team, whether its run was ever allocated), and whether it has unexpired holds of
+        its own: its plan's, or any plan's whose preemptor is this very job (a scheduler that
+        lost the plan id must not be locked out of its GPUs)."""
+        want = set(wanted)
+        own = False
+        held: dict[Gpu, str] = {}
+        for hold in self.holds:
+            if hold.plan_id == run.plan_id or hold.preemptor_job_id == run.job_id:
+                own = True
+            elif hold.gpu in want:
+                held[hold.gpu] = hold.plan_id
+        taken = {gpu: self.taken[gpu] for gpu in wanted if gpu in self.taken}
+        return Snapshot(taken=taken, held=held, in_use=dict(self.in_use.get(run.flavor, {})),
+                        run_seen=run.run_id in self.runs_seen), own
+
+    def grant(self, run: RunInfo, seats: Sequence[Seat], own_holds: bool) -> None:
+        """Fold a grant in, as its rows (and its cleared holds) would show in the tables."""
+        for seat in seats:
+            self.taken[(seat.node, seat.gpu)] = run.run_id
+        teams = self.in_use.setdefault(run.flavor, {})
+        teams[run.team] = teams.get(run.team, 0) + len(seats)
+        self.runs_seen.add(run.run_id)
+        if own_holds:
+            self.holds = [h for h in self.holds
+                          if h.plan_id != run.plan_id and h.preemptor_job_id != run.job_id]
+
+
+async def read(conn: AsyncConnection, runs: Sequence[RunInfo], wanted: Iterable[Gpu],
+               now: datetime) -> Book:
+    """The rows the proposals of `runs` bear on, in one round trip (the flavors' locks are
+    held meanwhile): active allocations on the wanted GPUs, unexpired holds on them or of
+    the batch's own plans and jobs, active GPUs per flavor and team, and runs ever seen."""
+    a, h = allocations.c, holds.c
+    text, integer = sa.Text(), sa.Integer()
+    none = sa.cast(sa.null(), text)
+    gpus = sorted(set(wanted))
+    run_ids = sorted({r.run_id for r in runs})
+    job_ids = sorted({r.job_id for r in runs})
+    plan_ids = sorted({r.plan_id for r in runs if r.plan_id is not None})
+    flavors = sorted({r.flavor for r in runs})
+    own = sa.or_(h.preemptor_job_id.in_(job_ids), h.plan_id.in_(plan_ids))
+    parts = [
+        sa.select(sa.literal("taken"), a.node, a.gpu, a.run_id, none)
+        .where(a.released_at.is_(None), sa.tuple_(a.node, a.gpu).in_(gpus)),
+        sa.select(sa.literal("held"), h.node, h.gpu, h.plan_id, h.preemptor_job_id)
+        .where(h.expires_at > now, sa.or_(sa.tuple_(h.node, h.gpu).in_(gpus), own)),
+        sa.select(sa.literal("in_use"), a.team, sa.cast(sa.func.count(), integer), a.flavor, none)
+        .where(a.released_at.is_(None), a.flavor.in_(flavors)).group_by(a.flavor, a.team),
+        sa.select(sa.literal("run_seen"), none, sa.cast(sa.null(), integer), a.run_id, none)
+        .where(a.run_id.in_(run_ids)).distinct(),
+    ]
+    book = Book()
+    for kind, key, number, ref, preemptor in (await conn.execute(sa.union_all(*parts))).all():
+        if kind == "taken":
+            book.taken[(key, number)] = ref
+        elif kind == "held":
+            book.holds.append(Hold(ref, preemptor, (key, number)))
+        elif kind == "in_use":
+            book.in_use.setdefault(ref, {})[key] = int(number)
+        else:
+            book.runs_seen.add(ref)
+    return book
+
+
+async def insert_grants(conn: AsyncConnection, grants: Sequence[tuple[RunInfo, Sequence[Seat]]],
+                        granted_at: datetime) -> set[str]:
+    """Every grant's seats in one statement, one row per GPU, each grant all or none: the run
+    ids whose GPUs turned out to be taken after all (a writer that skipped the flavor lock),
+    with nothing of theirs left.
+
+    ON CONFLICT DO NOTHING rather than catching the violation: it waits for a concurrent
+    writer's commit like the plain insert would, but never aborts the transaction, so the
+    rejection can be written in the same one."""
+    rows = [
+        dict(node=s.node, gpu=s.gpu, worker=s.worker, borrowed=s.borrowed,
+             run_id=run.run_id, job_id=run.job_id, proposal_id=run.proposal_id,
+             plan_id=run.plan_id, team=run.team, user_name=run.user, queue=run.queue,
+             flavor=run.flavor, granted_at=granted_at)
+        for run, seats in grants for s in seats
+    ]
+    if not rows:
+        return set()
+    # In GPU order across the batch, so that two writers racing for the same GPUs wait on
+    # each other in one order, never in a deadlock.
+    rows.sort(key=lambda r: (r["node"], r["gpu"]))
+    inserted = (
+        await conn.execute(
+            insert(allocations).values(rows)
+            .on_conflict_do_nothing(index_elements=["node", "gpu"],
+                                    index_where=allocations.c.released_at.is_(None))
+            .returning(allocations.c.id, allocations.c.run_id)
+        )
+    ).all()
+    got: dict[str, list[int]] = {}
+    for row in inserted:
+        got.setdefault(row.run_id, []).append(row.id)
+    failed = {run.run_id for run, seats in grants if len(got.get(run.run_id, ())) != len(seats)}
+    leftovers = [i for run_id in failed for i in got.get(run_id, ())]
+    if leftovers:
+        await conn.execute(sa.delete(allocations).where(allocations.c.id.in_(leftovers)))
+    return failed
+
+
+async def add_grant_entries(conn: AsyncConnection,
+                            grants: Sequence[tuple[RunInfo, int, int, datetime]]) -> None:
+    """One `grant` entry per (run, GPUs, borrowed GPUs, at), in one statement; a run that
+    has its entry already keeps it (as `store.add_entry`)."""
+    if grants:
+        await conn.execute(
+            insert(entries).values([
+                dict(kind="grant", run_id=run.run_id, job_id=run.job_id, team=run.team,
+                     user_name=run.user, flavor=run.flavor, gpus=gpus, borrowed_gpus=borrowed,
+                     gpu_seconds=0.0, at=at, cause_id=run.proposal_id)
+                for run, gpus, borrowed, at in grants
+            ]).on_conflict_do_nothing(constraint="entries_once_per_run")
+        )
