@@ -36,6 +36,7 @@ from rota.db.outbox import Outbox, OutboxRelay
 from rota.endpoints import Endpoints, NotRunningError, resolve
 from rota.metrics import register as register_metrics
 from rota.metrics import serve as serve_metrics
+from rota.retention import prune_periodically
 from rota.settings import Settings, get_settings
 from rota.telemetry import flush_tracing, setup_tracing
 
@@ -75,6 +76,7 @@ class RotaService:
         self._engine: AsyncEngine | None = None
         self.relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
+        self._prune_task: asyncio.Task[None] | None = None
         self._consumers: list[PullConsumer] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
         self.app = FastStream(
@@ -154,6 +156,10 @@ class RotaService:
     async def _after_startup(self) -> None:
         assert self.relay is not None
         self._relay_task = asyncio.create_task(self.relay.run(), name=f"{self.name}-outbox")
+        self._prune_task = asyncio.create_task(prune_periodically(
+            "published outbox rows and processed-message records", self.relay.prune, self.clock,
+            self.settings.inbox_retention_s, self.settings.decision_prune_interval_s,
+        ), name=f"{self.name}-prune")
         js = self.broker.connection.jetstream()
         self._consumer_tasks = [
             asyncio.create_task(consumer.run(js, ack_wait_s=self.settings.ack_wait_s,
@@ -168,10 +174,11 @@ class RotaService:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._relay_task is not None:
-            self._relay_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._relay_task
+        for background in (self._relay_task, self._prune_task):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
 
     async def _after_shutdown(self) -> None:
         # After every handler's own shutdown hook, which may still need the database.

@@ -109,6 +109,12 @@ class Settings(BaseSettings):
     decision_prune_interval_s: float = Field(
         3600.0, gt=0, description="How often records past their retention are pruned."
     )
+    # Every service's published outbox rows and processed-message records. Keep them at least
+    # as long as a message can be redelivered: the command and control streams' max age.
+    inbox_retention_s: float = Field(
+        7 * 86_400.0, ge=0,
+        description="How long published outbox rows and processed-message ids are kept (0: forever).",
+    )
 
     @property
     def runtime_file(self) -> Path:

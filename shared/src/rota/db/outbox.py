@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -167,12 +168,16 @@ class OutboxRelay:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._poll_interval_s)
 
-    async def prune(self, older_than_s: float = 86_400.0) -> int:
-        table = self._outbox.table
+    async def prune(self, older_than: datetime) -> int:
+        """Delete outbox rows published, and processed-message records made, before `older_than`.
+
+        Both only guard against repeats: a published row is never sent again, and a record
+        only matters while its message can still be redelivered, which JetStream does for
+        commands and notices within their streams' max age (7 days) at most.
+        """
+        outbox, processed = self._outbox.table, self._outbox.processed
         async with self._engine.begin() as conn:
-            result = await conn.execute(
-                sa.delete(table).where(
-                    table.c.published_at < sa.func.now() - sa.text(f"interval '{int(older_than_s)} seconds'")
-                )
-            )
-        return int(result.rowcount)
+            sent = await conn.execute(sa.delete(outbox).where(outbox.c.published_at < older_than))
+            seen = await conn.execute(
+                sa.delete(processed).where(processed.c.processed_at < older_than))
+        return int(sent.rowcount) + int(seen.rowcount)
