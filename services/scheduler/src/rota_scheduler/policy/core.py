@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from rota_scheduler.policy.config import PolicyConfig
 from rota_scheduler.policy.engine import Cycle, Rules, run_cycle
-from rota_scheduler.policy.model import Decisions, PendingJob, PreemptionPlan, RunningRun, Snapshot
-from rota_scheduler.policy.preemption import PreemptionContext, rota_plan
+from rota_scheduler.policy.model import Decisions, PendingJob, PreemptionPlan, Snapshot
+from rota_scheduler.policy.preemption import PreemptionContext, rota_plan, victim_pool
 
 __all__ = ["ROTA_RULES", "schedule"]
 
@@ -21,19 +21,9 @@ def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
     cached = cy.memo.get(key)
     if isinstance(cached, int):
         return cached
-    cfg, now = cy.config, cy.now
-    ranks = [run.tier.rank for run in cy.runs_by_flavor.get(flavor, ()) if _protected(run, cfg, now) is False]
-    rank = max(ranks, default=-1)
+    rank = max((p.rank for p in victim_pool(cy.preemption, flavor)), default=-1)
     cy.memo[key] = rank
     return rank
-
-
-def _protected(run: RunningRun, cfg: PolicyConfig, now: float) -> bool:
-    return (
-        not cfg.tier(run.tier).preemptible
-        or now - run.started_at < cfg.min_runtime_s
-        or run.preemptions >= cfg.max_preemptions_per_job
-    )
 
 
 def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> PreemptionPlan | None:

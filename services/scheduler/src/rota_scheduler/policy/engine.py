@@ -80,6 +80,7 @@ class Cycle:
         self.free_at_start = dict(self.state.free_total)
         self._runs_by_flavor: dict[str, list[RunningRun]] | None = None
         self._fs: dict[str, float] | None = None
+        self._preemption: PreemptionContext | None = None
         self.memo: dict[object, object] = {}
         """Per-cycle caches for planners (e.g. the victim pool of a flavor)."""
         self.scorer = Scorer(
@@ -102,6 +103,15 @@ class Cycle:
         if end is None:
             end = run.started_at + self.config.default_runtime_s
         return max(end, self.now)
+
+    @property
+    def preemption(self) -> PreemptionContext:
+        # One context per cycle, so that planners share its per-cycle victim pools.
+        if self._preemption is None:
+            self._preemption = PreemptionContext(
+                self.now, self.config, self.state, self.quota, self.runs_by_flavor, self.taken
+            )
+        return self._preemption
 
     @property
     def runs_by_flavor(self) -> dict[str, list[RunningRun]]:
@@ -305,8 +315,7 @@ def _walk(cy: Cycle) -> None:
             # Blocked. Phase 4: preempt, if this job may and it really helps.
             if attempts > 0 and planner is not None and code is not Code.RESERVED_FOR_HIGHER_PRIORITY:
                 attempts -= 1
-                ctx = PreemptionContext(cy.now, config, state, quota, cy.runs_by_flavor, cy.taken)
-                plan = planner(job, ctx, cy)
+                plan = planner(job, cy.preemption, cy)
                 if plan is not None:
                     cy.accept_plan(job, plan)
                     cy.blocks[job.job_id] = Block(Code.WAITING_FOR_PREEMPTION, plan.message)

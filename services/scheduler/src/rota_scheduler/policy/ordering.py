@@ -33,7 +33,19 @@ KeyFn = Callable[[PendingJob], float]
 class Scorer:
     """Computes Rota's score factors for one cycle; headroom reads the live quota book."""
 
-    __slots__ = ("_age_w", "_cap", "_config", "_fs", "_headroom_w", "_now", "_queue", "_quota", "dynamic")
+    __slots__ = (
+        "_age_w",
+        "_base",
+        "_cap",
+        "_config",
+        "_fs",
+        "_headroom_w",
+        "_now",
+        "_queue",
+        "_quota",
+        "_quotas",
+        "dynamic",
+    )
 
     def __init__(
         self,
@@ -57,6 +69,8 @@ class Scorer:
         self._cap = config.age_cap_s
         self._headroom_w = w.quota_headroom if headroom else 0.0
         self.dynamic = headroom and self._headroom_w > 0
+        self._base: dict[tuple[Tier, str], float] = {}
+        self._quotas: dict[tuple[str, str], int] = {}
 
     def headroom(self, team: str, flavor: str) -> float:
         if not self._headroom_w:
@@ -78,13 +92,24 @@ class Scorer:
         )
 
     def key(self, job: PendingJob) -> float:
-        """Lower is earlier: the negated total."""
-        return -(
-            self._queue[job.tier]
-            + self._fs.get(job.team, 0.0)
-            + self.headroom(job.team, job.flavor)
-            + self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
-        )
+        """Lower is earlier: the negated total.
+
+        The hottest function of a replay, so it memoizes what is constant in a cycle; the sum
+        keeps the order queue, fair share, headroom, age, so that ties break as they always did.
+        """
+        team, flavor = job.team, job.flavor
+        base = self._base.get((job.tier, team))
+        if base is None:
+            base = self._base[(job.tier, team)] = self._queue[job.tier] + self._fs.get(team, 0.0)
+        headroom = 0.0
+        if self._headroom_w:
+            quota = self._quotas.get((team, flavor))
+            if quota is None:
+                quota = self._quotas[(team, flavor)] = self._quota.limits(team, flavor).quota
+            if quota > 0:
+                used = self._quota.used.get((team, flavor), 0)
+                headroom = self._headroom_w * max(0.0, 1.0 - used / quota)
+        return -(base + headroom + self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap)
 
 
 def submit_key(job: PendingJob) -> float:

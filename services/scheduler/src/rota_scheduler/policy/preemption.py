@@ -24,7 +24,7 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
@@ -34,7 +34,15 @@ from rota_scheduler.policy.model import PendingJob, PreemptionPlan, RunningRun, 
 from rota_scheduler.policy.placement import ClusterState, Fit, fit_on_counts
 from rota_scheduler.policy.quota import QuotaBook
 
-__all__ = ["Candidate", "PreemptionContext", "expected_loss", "greedy_plan", "rota_plan"]
+__all__ = [
+    "Candidate",
+    "PoolRun",
+    "PreemptionContext",
+    "expected_loss",
+    "greedy_plan",
+    "rota_plan",
+    "victim_pool",
+]
 
 LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
 WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
@@ -60,6 +68,16 @@ class Candidate:
     key: tuple[object, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class PoolRun:
+    """A run that may be a victim this cycle (not too young, within its preemption budget)."""
+
+    run: RunningRun
+    rank: int
+    since_checkpoint: float
+    loss: float
+
+
 @dataclass(slots=True)
 class PreemptionContext:
     """What every plan of one cycle shares: state, accounting, and who is already a victim."""
@@ -71,6 +89,9 @@ class PreemptionContext:
     runs_by_flavor: dict[str, list[RunningRun]]
     taken: set[str]
     """Run ids already victims of a plan in flight or of this cycle."""
+    pools: dict[str, list[PoolRun]] = field(default_factory=dict)
+    """Per flavor, the runs no rule protects, with their cycle-constant costs: built once per
+    cycle because every plan of the cycle filters the same runs."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -121,35 +142,53 @@ def _plan(
 # ---------------------------------------------------------------- Rota
 
 
+def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
+    """The runs of `flavor` that no rule protects, whoever the preemptor (memoized per cycle)."""
+    pool = ctx.pools.get(flavor)
+    if pool is None:
+        cfg, now = ctx.config, ctx.now
+        pool = [
+            PoolRun(run, run.tier.rank, expected_loss(run, now), rota_loss(run, now))
+            for run in ctx.runs_by_flavor.get(flavor, ())
+            if cfg.tier(run.tier).preemptible
+            and now - run.started_at >= cfg.min_runtime_s
+            and run.preemptions < cfg.max_preemptions_per_job
+        ]
+        ctx.pools[flavor] = pool
+    return pool
+
+
 def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]:
-    cfg, quota, now = ctx.config, ctx.quota, ctx.now
-    team_quota = quota.limits(job.team, job.flavor).quota
-    may_reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= team_quota
+    quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
+    team_quota = quota.limits(job.team, flavor).quota
+    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
+    job_rank, job_team = job.tier.rank, job.team
+    borrowing: dict[str, int] = {}
     out: list[Candidate] = []
-    for run in ctx.runs_by_flavor.get(job.flavor, ()):
-        if run.run_id in ctx.taken or not cfg.tier(run.tier).preemptible:
+    for p in victim_pool(ctx, flavor):
+        run = p.run
+        if run.run_id in taken:
             continue
-        if now - run.started_at < cfg.min_runtime_s or run.preemptions >= cfg.max_preemptions_per_job:
-            continue
-        lower = run.tier.rank > job.tier.rank
-        if run.team == job.team:
+        lower = p.rank > job_rank
+        if run.team == job_team:
             if not lower:
                 continue
             category = LOWER_TIER
         else:
             # Another team's in-quota work is guaranteed, except experiment work, which only
             # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
-            borrowed = quota.borrowing(run.team, job.flavor) >= run.gpus
+            lent = borrowing.get(run.team)
+            if lent is None:
+                lent = borrowing[run.team] = quota.borrowing(run.team, flavor)
+            borrowed = lent >= run.gpus
             if lower and (borrowed or run.tier is Tier.experiment):
                 category = LOWER_TIER
             elif not borrowed or not may_reclaim:
                 continue
             else:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM
-        since_checkpoint = expected_loss(run, now)
-        key = (category, not run.resumable, -run.tier.rank, since_checkpoint, -run.started_at, run.run_id)
-        loss = rota_loss(run, now)
-        out.append(Candidate(run, category, loss, key))
+        key = (category, not run.resumable, -p.rank, p.since_checkpoint, -run.started_at, run.run_id)
+        out.append(Candidate(run, category, p.loss, key))
     return out
 
 
