@@ -109,7 +109,8 @@ class Scorer:
             if quota > 0:
                 used = self._quota.used.get((team, flavor), 0)
                 headroom = self._headroom_w * max(0.0, 1.0 - used / quota)
-        return -(base + headroom + self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap)
+        age = self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
+        return -(base + headroom + age)
 
 
 def submit_key(job: PendingJob) -> float:

@@ -207,7 +207,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     eta = _Eta(cy)
     position: dict[str, int] = {}
     gpus_ahead: dict[str, int] = {}
-    out: list[PendingExplanation] = []
+    out: list[tuple[PendingJob, PendingExplanation]] = []
     now = cy.now
     for job in _order(cy):
         if job.job_id in admitted:
@@ -231,21 +231,17 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
         reasons = _reasons(cy, job, block, pos, ahead_gpus)
         if reasons[0].code in _NO_ETA:
             start = None
-        out.append(PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job)))
+        out.append((job, PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))))
         if remaining is not None:
             remaining.discard(job.job_id)
             if not remaining:
                 break
-    return tuple(out), _diagnose(cy, out)
+    return tuple(ex for _, ex in out), _diagnose(cy, out)
 
 
-def _diagnose(cy: Cycle, explained: list[PendingExplanation]) -> tuple[Diagnosis, ...]:
-    jobs = {j.job_id: j for q in cy.snapshot.pending for j in q.jobs} if explained else {}
+def _diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) -> tuple[Diagnosis, ...]:
     groups: dict[tuple[int, str, str], list[tuple[PendingJob, PendingExplanation]]] = {}
-    for ex in explained:
-        job = jobs.get(ex.job_id)
-        if job is None:
-            continue
+    for job, ex in explained:
         if cy.now - job.submitted_at > cy.config.tier(job.tier).long_wait_s:
             groups.setdefault((job.tier.rank, job.team, job.flavor), []).append((job, ex))
     out: list[Diagnosis] = []
