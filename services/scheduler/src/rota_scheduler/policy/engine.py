@@ -253,15 +253,29 @@ def _walk(cy: Cycle) -> None:
     misses: dict[tuple[str, str, str], int] = {}
     free_total = state.free_total
 
+    def quota_version() -> int:
+        return quota.version
+
     def reservations_full(flavor: str) -> bool:
         book = cy.books.get(flavor)
         return book is not None and len(book.reservations) >= limit
 
+    def reserved_out(q: PendingQueue) -> bool:
+        # Every job of the queue would delay a reservation: too big for its spare GPUs, and
+        # (even the shortest) still running at its start. Spare only shrinks within a cycle.
+        book = cy.books.get(q.flavor)
+        if book is None:
+            return False
+        end = cy.now + (q.min_runtime_s if q.min_runtime_s > 0 else 0.0)
+        return any(end > r.start and q.min_gpus > r.spare for r in book.reservations)
+
     def hopeless(q: PendingQueue) -> bool:
         # Nothing in this queue can start now and it cannot preempt: skip it whole, unless it
         # may still hold the line (no backfill) or earn a reservation (backfill with reserve).
-        if attempts > 0 or ready or q.min_gpus <= free_total.get(q.flavor, 0):
+        if attempts > 0 or ready:
             return False
+        if q.min_gpus <= free_total.get(q.flavor, 0):
+            return rules.backfill == "reserve" and reservations_full(q.flavor) and reserved_out(q)
         if rules.backfill == "none":
             return all_blocked or q.flavor in blocked_flavors
         if rules.backfill == "reserve":
@@ -274,7 +288,7 @@ def _walk(cy: Cycle) -> None:
         else list(tier_queues(cy.snapshot.pending).values())
     )
     for queues in groups:
-        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless)
+        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version)
         for job in walk:
             f, g = job.flavor, job.gpus
             if job.job_id in cy.planned:

@@ -124,10 +124,20 @@ class PendingQueue:
     jobs: tuple[PendingJob, ...]
     min_gpus: int = 0
     """The smallest request in the queue; 0 means unknown (computed on construction)."""
+    min_runtime_s: float = -1.0
+    """The shortest runtime estimate in the queue, 0 if a job has none (the config default
+    applies); negative means unknown (computed on construction). With `min_gpus` it lets a
+    cycle skip a queue that a backfill reservation blocks whole."""
 
     def __post_init__(self) -> None:
         if self.min_gpus <= 0 and self.jobs:
             object.__setattr__(self, "min_gpus", min(j.workers * j.gpus_per_worker for j in self.jobs))
+        if self.min_runtime_s < 0:
+            object.__setattr__(
+                self,
+                "min_runtime_s",
+                min((j.runtime_estimate_s or 0.0 for j in self.jobs), default=0.0),
+            )
 
 
 def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[PendingQueue, ...]:

@@ -126,7 +126,7 @@ class QueueWalk:
     proportional to the queues, not to the jobs.
     """
 
-    __slots__ = ("_drop", "_dynamic", "_heap", "_hopeless", "_key", "_queues")
+    __slots__ = ("_drop", "_dynamic", "_heap", "_hopeless", "_key", "_queues", "_version")
 
     def __init__(
         self,
@@ -135,17 +135,22 @@ class QueueWalk:
         *,
         dynamic: bool = False,
         hopeless: Callable[[PendingQueue], bool] | None = None,
+        version: Callable[[], int] | None = None,
     ) -> None:
+        """`version()`, if given, changes whenever a dynamic key may have changed: a head whose
+        key was computed at the current version is not recomputed when it surfaces."""
         self._queues = queues
         self._key = key
         self._dynamic = dynamic
         self._hopeless = hopeless
+        self._version = version
         self._drop = False
+        at = version() if version is not None else 0
         heap = []
         for i, q in enumerate(queues):
             if q.jobs:
                 head = q.jobs[0]
-                heap.append((key(head), head.submitted_at, head.job_id, i, 0))
+                heap.append((key(head), head.submitted_at, head.job_id, i, 0, at))
         heapq.heapify(heap)
         self._heap = heap
 
@@ -154,19 +159,23 @@ class QueueWalk:
 
     def __iter__(self) -> Iterator[PendingJob]:
         heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
+        version = self._version
+        dynamic = self._dynamic
         while heap:
-            k, submitted, job_id, qi, pos = heap[0]
+            k, submitted, job_id, qi, pos, at = heap[0]
             queue = queues[qi]
             if hopeless is not None and hopeless(queue):
                 heapq.heappop(heap)
                 continue
             jobs = queue.jobs
             job = jobs[pos]
-            if self._dynamic:
-                fresh = key(job)
-                if fresh > k + 1e-9:
-                    heapq.heapreplace(heap, (fresh, submitted, job_id, qi, pos))
-                    continue
+            if dynamic:
+                now_at = version() if version is not None else at + 1
+                if now_at != at:
+                    fresh = key(job)
+                    if fresh > k + 1e-9:
+                        heapq.heapreplace(heap, (fresh, submitted, job_id, qi, pos, now_at))
+                        continue
             self._drop = False
             yield job
             pos += 1
@@ -174,7 +183,8 @@ class QueueWalk:
                 heapq.heappop(heap)
             else:
                 nxt = jobs[pos]
-                heapq.heapreplace(heap, (key(nxt), nxt.submitted_at, nxt.job_id, qi, pos))
+                at = version() if version is not None else 0
+                heapq.heapreplace(heap, (key(nxt), nxt.submitted_at, nxt.job_id, qi, pos, at))
 
 
 def tier_queues(queues: Sequence[PendingQueue]) -> dict[Tier, list[PendingQueue]]:

@@ -67,6 +67,7 @@ class ClusterState:
         "buckets",
         "capacity",
         "empty_slots",
+        "fit_ever",
         "flavor_nodes",
         "flavors",
         "free",
@@ -107,6 +108,7 @@ class ClusterState:
         # The most workers of a given size one rack can ever host, for EXCEEDS_CLUSTER checks.
         self.rack_slots: dict[tuple[str, int], int] = {}
         self.empty_slots: dict[tuple[str, int], int] = {}
+        self.fit_ever: dict[tuple[str, int, int, RackAffinity], bool] = {}
 
     # ------------------------------------------------------------ queries
 
@@ -127,7 +129,15 @@ class ClusterState:
         return slots
 
     def can_ever_fit(self, job: PendingJob) -> bool:
-        """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER."""
+        """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER (memoized per
+        shape: the walk asks for every job it looks at)."""
+        shape = (job.flavor, job.workers, job.gpus_per_worker, job.rack)
+        fits = self.fit_ever.get(shape)
+        if fits is None:
+            fits = self.fit_ever[shape] = self._can_ever_fit(job)
+        return fits
+
+    def _can_ever_fit(self, job: PendingJob) -> bool:
         f = job.flavor
         if job.gpus_per_worker > self.max_node.get(f, 0) or job.gpus > self.capacity.get(f, 0):
             return False

@@ -74,8 +74,6 @@ class PoolRun:
 
     run: RunningRun
     rank: int
-    since_checkpoint: float
-    loss: float
 
 
 @dataclass(slots=True)
@@ -90,8 +88,10 @@ class PreemptionContext:
     taken: set[str]
     """Run ids already victims of a plan in flight or of this cycle."""
     pools: dict[str, list[PoolRun]] = field(default_factory=dict)
-    """Per flavor, the runs no rule protects, with their cycle-constant costs: built once per
-    cycle because every plan of the cycle filters the same runs."""
+    """Per flavor, the runs no rule protects: built once per cycle because every plan of the
+    cycle filters the same runs."""
+    costs: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per run id, (GPU-seconds since its checkpoint, Rota's loss): constant within a cycle."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -148,7 +148,7 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
     if pool is None:
         cfg, now = ctx.config, ctx.now
         pool = [
-            PoolRun(run, run.tier.rank, expected_loss(run, now), rota_loss(run, now))
+            PoolRun(run, run.tier.rank)
             for run in ctx.runs_by_flavor.get(flavor, ())
             if cfg.tier(run.tier).preemptible
             and now - run.started_at >= cfg.min_runtime_s
@@ -164,6 +164,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
     may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
     job_rank, job_team = job.tier.rank, job.team
     borrowing: dict[str, int] = {}
+    costs, now = ctx.costs, ctx.now
     out: list[Candidate] = []
     for p in victim_pool(ctx, flavor):
         run = p.run
@@ -187,8 +188,11 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
                 continue
             else:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM
-        key = (category, not run.resumable, -p.rank, p.since_checkpoint, -run.started_at, run.run_id)
-        out.append(Candidate(run, category, p.loss, key))
+        cost = costs.get(run.run_id)
+        if cost is None:
+            cost = costs[run.run_id] = (expected_loss(run, now), rota_loss(run, now))
+        key = (category, not run.resumable, -p.rank, cost[0], -run.started_at, run.run_id)
+        out.append(Candidate(run, category, cost[1], key))
     return out
 
 
@@ -196,7 +200,9 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     state = ctx.state
     nodes = state.flavor_nodes.get(job.flavor, [])
     cands = _rota_candidates(job, ctx)
-    if not cands:
+    # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
+    # no choice of nodes can fit the gang (the common case under overload).
+    if not cands or state.free_total.get(job.flavor, 0) + sum(c.run.gpus for c in cands) < job.gpus:
         return None
     index = state.index
     per_node: dict[int, list[Candidate]] = {}

@@ -30,7 +30,7 @@ _OK = QuotaCheck(True)
 class QuotaBook:
     """Per (team, flavor) GPUs in use, updated as the cycle admits and plans."""
 
-    __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "used")
+    __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "used", "version")
 
     def __init__(
         self, config: PolicyConfig, running: tuple[RunningRun, ...], capacity: dict[str, int]
@@ -38,6 +38,8 @@ class QuotaBook:
         self._config = config
         self._capacity = capacity
         self.used: dict[tuple[str, str], int] = {}
+        self.version = 0
+        """Bumped by every `add`: what reads usage (the headroom score) may cache until then."""
         used = self.used
         for run in running:
             key = (run.team, run.flavor)
@@ -106,5 +108,6 @@ class QuotaBook:
 
     def add(self, team: str, flavor: str, gpus: int) -> None:
         key = (team, flavor)
+        self.version += 1
         self.used[key] = self.used.get(key, 0) + gpus
         self._total[flavor] = self._total.get(flavor, 0) + gpus
