@@ -36,7 +36,7 @@ from rota_scheduler.policy.ordering import QueueWalk, Scorer, submit_key, tier_q
 from rota_scheduler.policy.placement import ClusterState
 from rota_scheduler.policy.preemption import PreemptionContext
 from rota_scheduler.policy.quota import QuotaBook
-from rota_scheduler.policy.reasons import Block, explain
+from rota_scheduler.policy.reasons import NO_ETA, Block, explain
 
 __all__ = ["Cycle", "Planner", "Rules", "run_cycle"]
 
@@ -70,6 +70,8 @@ class Cycle:
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
+        self.no_eta: list[PendingJob] = []
+        """Blocked jobs that get no ETA: explain leaves them out of the fluid ahead of others."""
         self.books: dict[str, ReservationBook] = {}
         self.taken: set[str] = set()
         self.planned: dict[str, tuple[Slot, ...] | None] = {}
@@ -161,6 +163,11 @@ class Cycle:
             book = ReservationBook(releases)
             self.books[flavor] = book
         return book
+
+    def block(self, job: PendingJob, block: Block) -> None:
+        self.blocks[job.job_id] = block
+        if block.code in NO_ETA:
+            self.no_eta.append(job)
 
     def admit(self, job: PendingJob, placement: tuple[Slot, ...], via_plan: bool) -> None:
         borrowed = self.quota.check(job.team, job.flavor, job.gpus).borrowed if not via_plan else 0
@@ -297,16 +304,16 @@ def _walk(cy: Cycle) -> None:
                     cy.admit(job, planned, via_plan=True)
                     ready.discard(job.job_id)
                 else:
-                    cy.blocks[job.job_id] = Block(Code.WAITING_FOR_PREEMPTION)
+                    cy.block(job, Block(Code.WAITING_FOR_PREEMPTION))
                 continue
             if f not in state.flavors:
-                cy.blocks[job.job_id] = Block(Code.NO_MATCHING_FLAVOR)
+                cy.block(job, Block(Code.NO_MATCHING_FLAVOR))
                 continue
             if not state.can_ever_fit(job):
-                cy.blocks[job.job_id] = Block(Code.EXCEEDS_CLUSTER)
+                cy.block(job, Block(Code.EXCEEDS_CLUSTER))
                 continue
             if all_blocked or f in blocked_flavors:
-                cy.blocks[job.job_id] = Block(Code.PRIORITY, cy.head_of_line)
+                cy.block(job, Block(Code.PRIORITY, cy.head_of_line))
                 continue
             code: Code
             detail = ""
@@ -332,9 +339,9 @@ def _walk(cy: Cycle) -> None:
                 plan = planner(job, cy.preemption, cy)
                 if plan is not None:
                     cy.accept_plan(job, plan)
-                    cy.blocks[job.job_id] = Block(Code.WAITING_FOR_PREEMPTION, plan.message)
+                    cy.block(job, Block(Code.WAITING_FOR_PREEMPTION, plan.message))
                     continue
-            cy.blocks[job.job_id] = Block(code, detail)
+            cy.block(job, Block(code, detail))
             # Phase 5: hold the line behind it, or reserve, or let others pass.
             if code is Code.QUOTA_EXCEEDED:
                 pass

@@ -24,6 +24,7 @@ __all__ = [
     "PendingQueue",
     "PlanInFlight",
     "PreemptionPlan",
+    "QueueSums",
     "Reason",
     "RunningRun",
     "ScoreBreakdown",
@@ -109,6 +110,17 @@ class PendingJob:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSums:
+    """Prefix sums of a queue: entry i covers its first i jobs."""
+
+    gpus: list[int]
+    work: list[float]
+    """GPU-seconds of the jobs with a runtime estimate."""
+    unknown_gpus: list[int]
+    """GPUs of the jobs without one (their runtime is the config's default)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PendingQueue:
     """The pending jobs of one (tier, team, flavor), oldest submit first.
 
@@ -128,6 +140,28 @@ class PendingQueue:
     """The shortest runtime estimate in the queue, 0 if a job has none (the config default
     applies); negative means unknown (computed on construction). With `min_gpus` it lets a
     cycle skip a queue that a backfill reservation blocks whole."""
+
+    _sums: QueueSums | None = field(default=None, init=False, repr=False, compare=False)
+
+    def sums(self) -> QueueSums:
+        """Prefix sums over the jobs, computed once per queue object: a caller that keeps an
+        unchanged queue across cycles (the simulator does) pays for them once."""
+        sums = self._sums
+        if sums is None:
+            gpus, work, unknown = [0], [0.0], [0]
+            for j in self.jobs:
+                g = j.workers * j.gpus_per_worker
+                est = j.runtime_estimate_s
+                gpus.append(gpus[-1] + g)
+                if est is not None and est > 0:
+                    work.append(work[-1] + g * est)
+                    unknown.append(unknown[-1])
+                else:
+                    work.append(work[-1])
+                    unknown.append(unknown[-1] + g)
+            sums = QueueSums(gpus, work, unknown)
+            object.__setattr__(self, "_sums", sums)
+        return sums
 
     def __post_init__(self) -> None:
         if self.min_gpus <= 0 and self.jobs:
