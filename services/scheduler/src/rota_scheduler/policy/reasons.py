@@ -171,7 +171,8 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
         return (), ()
     # Jobs asked about that lie past EXACT_DEPTH of their flavor are answered from prefix
     # sums once the exact walk has gone that deep in every flavor asked about.
-    shallow = {j.flavor for j in _targets(cy, remaining)} if remaining is not None else set()
+    targets = _targets(cy, remaining) if remaining is not None else []
+    shallow = {j.flavor for j in targets}
     stop = bool(shallow)
     eta = Eta(cy)
     position: dict[str, int] = {}
@@ -215,7 +216,8 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
         if stop and not shallow:
             break
     if remaining:
-        out.extend(_deep(cy, remaining, groups, done, key, eta, position, gpus_ahead))
+        deep = [j for j in targets if j.job_id in remaining]
+        out.extend(_deep(cy, deep, groups, done, key, eta, position, gpus_ahead))
     return tuple(ex for _, ex in out), _diagnose(cy, out)
 
 
@@ -230,7 +232,7 @@ def _explanation(
 
 def _deep(
     cy: Cycle,
-    remaining: set[str],
+    targets: list[PendingJob],
     groups: list[list[PendingQueue]],
     done: dict[tuple[object, str, str], int],
     key: Callable[[PendingJob], float],
@@ -244,7 +246,7 @@ def _deep(
     deep = DeepQueues(groups, done, key, skipped)
     default = cy.config.default_runtime_s
     out: list[tuple[PendingJob, PendingExplanation]] = []
-    for job in _targets(cy, remaining):
+    for job in targets:
         f = job.flavor
         count, gpus, work = deep.ahead(job, default)
         pos = position.get(f, 0) + count
