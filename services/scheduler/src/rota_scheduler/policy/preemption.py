@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rota.contracts.common import Tier
+from rota.contracts.common import TIER_ORDER, Tier
 from rota.contracts.job import RackAffinity
 
 from rota_scheduler.policy.config import PolicyConfig
@@ -146,13 +146,13 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
     """The runs of `flavor` that no rule protects, whoever the preemptor (memoized per cycle)."""
     pool = ctx.pools.get(flavor)
     if pool is None:
-        cfg, now = ctx.config, ctx.now
+        cfg = ctx.config
+        rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
+        now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
         pool = [
-            PoolRun(run, run.tier.rank)
+            PoolRun(run, rank[run.tier])
             for run in ctx.runs_by_flavor.get(flavor, ())
-            if cfg.tier(run.tier).preemptible
-            and now - run.started_at >= cfg.min_runtime_s
-            and run.preemptions < cfg.max_preemptions_per_job
+            if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
         ]
         ctx.pools[flavor] = pool
     return pool
@@ -205,6 +205,8 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     if not cands or state.free_total.get(job.flavor, 0) + sum(c.run.gpus for c in cands) < job.gpus:
         return None
     index = state.index
+    # Sorted once, so that every node's list is already in victim order.
+    cands.sort(key=lambda c: c.key)
     per_node: dict[int, list[Candidate]] = {}
     for c in cands:
         for slot in c.run.placement:
@@ -220,7 +222,7 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
             continue
         prefix: list[Candidate] = []
         gained = free
-        for c in sorted(per_node.get(node, ()), key=lambda c: c.key):
+        for c in per_node.get(node, ()):
             prefix.append(c)
             gained += sum(len(s.gpus) for s in c.run.placement if index[s.node] == node)
             if gained >= per_worker:
