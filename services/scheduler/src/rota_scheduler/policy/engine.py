@@ -150,11 +150,16 @@ class Cycle:
     def book(self, flavor: str) -> ReservationBook:
         book = self.books.get(flavor)
         if book is None:
-            releases = [
-                (self.run_end(r), r.gpus)
-                for r in self.runs_by_flavor.get(flavor, ())
-                if r.run_id not in self.taken
-            ]
+            # run_end, inlined: a book is built per flavor in most cycles, over every run.
+            now, default, taken = self.now, self.config.default_runtime_s, self.taken
+            releases: list[tuple[float, int]] = []
+            for r in self.runs_by_flavor.get(flavor, ()):
+                if r.run_id in taken:
+                    continue
+                end = r.expected_end
+                if end is None:
+                    end = r.started_at + default
+                releases.append((end if end >= now else now, r.gpus))
             releases.extend(
                 (self.now + self.runtime(job), job.gpus)
                 for job in self._admitted_jobs
