@@ -164,8 +164,8 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
     may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
     job_rank, job_team = job.tier.rank, job.team
     borrowing: dict[str, int] = {}
-    costs, now = ctx.costs, ctx.now
-    out: list[Candidate] = []
+    picked: list[tuple[RunningRun, int, int]] = []
+    picked_gpus = 0
     for p in victim_pool(ctx, flavor):
         run = p.run
         if run.run_id in taken:
@@ -188,10 +188,19 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
                 continue
             else:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM
+        picked.append((run, p.rank, category))
+        picked_gpus += run.gpus
+    # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
+    # no choice of nodes can fit the gang (the common case under load), so stop before costing.
+    if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
+        return []
+    costs, now = ctx.costs, ctx.now
+    out: list[Candidate] = []
+    for run, rank, category in picked:
         cost = costs.get(run.run_id)
         if cost is None:
             cost = costs[run.run_id] = (expected_loss(run, now), rota_loss(run, now))
-        key = (category, not run.resumable, -p.rank, cost[0], -run.started_at, run.run_id)
+        key = (category, not run.resumable, -rank, cost[0], -run.started_at, run.run_id)
         out.append(Candidate(run, category, cost[1], key))
     return out
 
@@ -200,9 +209,7 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     state = ctx.state
     nodes = state.flavor_nodes.get(job.flavor, [])
     cands = _rota_candidates(job, ctx)
-    # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
-    # no choice of nodes can fit the gang (the common case under overload).
-    if not cands or state.free_total.get(job.flavor, 0) + sum(c.run.gpus for c in cands) < job.gpus:
+    if not cands:
         return None
     index = state.index
     # Sorted once, so that every node's list is already in victim order.
