@@ -26,7 +26,7 @@ def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
     cached = cy.memo.get(key)
     if isinstance(cached, int):
         return cached
-    rank = max((p.rank for p in victim_pool(cy.preemption, flavor)), default=-1)
+    rank = max((r for _, r in victim_pool(cy.preemption, flavor)), default=-1)
     cy.memo[key] = rank
     return rank
 

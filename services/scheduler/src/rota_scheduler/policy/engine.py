@@ -71,6 +71,7 @@ class Cycle:
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
         self.no_eta: list[PendingJob] = []
+        self._block_cache: dict[tuple[Code, str], Block] = {}
         """Blocked jobs that get no ETA: explain leaves them out of the fluid ahead of others."""
         self.books: dict[str, ReservationBook] = {}
         self.taken: set[str] = set()
@@ -169,9 +170,14 @@ class Cycle:
             self.books[flavor] = book
         return book
 
-    def block(self, job: PendingJob, block: Block) -> None:
+    def block(self, job: PendingJob, code: Code, detail: str = "") -> None:
+        # Blocks are immutable and a cycle records one per job it looks at, mostly the same
+        # few: share them.
+        block = self._block_cache.get((code, detail))
+        if block is None:
+            block = self._block_cache[(code, detail)] = Block(code, detail)
         self.blocks[job.job_id] = block
-        if block.code in NO_ETA:
+        if code in NO_ETA:
             self.no_eta.append(job)
 
     def admit(self, job: PendingJob, placement: tuple[Slot, ...], via_plan: bool) -> None:
@@ -309,16 +315,16 @@ def _walk(cy: Cycle) -> None:
                     cy.admit(job, planned, via_plan=True)
                     ready.discard(job.job_id)
                 else:
-                    cy.block(job, Block(Code.WAITING_FOR_PREEMPTION))
+                    cy.block(job, Code.WAITING_FOR_PREEMPTION)
                 continue
             if f not in state.flavors:
-                cy.block(job, Block(Code.NO_MATCHING_FLAVOR))
+                cy.block(job, Code.NO_MATCHING_FLAVOR)
                 continue
             if not state.can_ever_fit(job):
-                cy.block(job, Block(Code.EXCEEDS_CLUSTER))
+                cy.block(job, Code.EXCEEDS_CLUSTER)
                 continue
             if all_blocked or f in blocked_flavors:
-                cy.block(job, Block(Code.PRIORITY, cy.head_of_line))
+                cy.block(job, Code.PRIORITY, cy.head_of_line)
                 continue
             code: Code
             detail = ""
@@ -344,9 +350,9 @@ def _walk(cy: Cycle) -> None:
                 plan = planner(job, cy.preemption, cy)
                 if plan is not None:
                     cy.accept_plan(job, plan)
-                    cy.block(job, Block(Code.WAITING_FOR_PREEMPTION, plan.message))
+                    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
                     continue
-            cy.block(job, Block(code, detail))
+            cy.block(job, code, detail)
             # Phase 5: hold the line behind it, or reserve, or let others pass.
             if code is Code.QUOTA_EXCEEDED:
                 pass

@@ -68,12 +68,9 @@ class Candidate:
     key: tuple[object, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PoolRun:
-    """A run that may be a victim this cycle (not too young, within its preemption budget)."""
-
-    run: RunningRun
-    rank: int
+PoolRun = tuple[RunningRun, int]
+"""A run that may be a victim this cycle (not too young, within its preemption budget), and
+its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
 
 
 @dataclass(slots=True)
@@ -150,7 +147,7 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
         rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
         now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
         pool = [
-            PoolRun(run, rank[run.tier])
+            (run, rank[run.tier])
             for run in ctx.runs_by_flavor.get(flavor, ())
             if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
         ]
@@ -166,11 +163,10 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
     borrowing: dict[str, int] = {}
     picked: list[tuple[RunningRun, int, int]] = []
     picked_gpus = 0
-    for p in victim_pool(ctx, flavor):
-        run = p.run
+    for run, run_rank in victim_pool(ctx, flavor):
         if run.run_id in taken:
             continue
-        lower = p.rank > job_rank
+        lower = run_rank > job_rank
         if run.team == job_team:
             if not lower:
                 continue
@@ -188,7 +184,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
                 continue
             else:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM
-        picked.append((run, p.rank, category))
+        picked.append((run, run_rank, category))
         picked_gpus += run.gpus
     # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
