@@ -328,8 +328,8 @@ def _walk(cy: Cycle) -> None:
                 continue
             code: Code
             detail = ""
-            if rules.quotas and not (qc := quota.check(job.team, f, g)).ok:
-                code, detail = Code.QUOTA_EXCEEDED, qc.message
+            if rules.quotas and not quota.allows(job.team, f, g):
+                code, detail = Code.QUOTA_EXCEEDED, quota.check(job.team, f, g).message
             elif free_total.get(f, 0) >= g:
                 end = cy.now + cy.runtime(job)
                 book = cy.books.get(f)

@@ -74,6 +74,17 @@ class QuotaBook:
         """GPUs the team uses above its nominal quota (what its owners may reclaim)."""
         return max(0, self.in_use(team, flavor) - self.limits(team, flavor).quota)
 
+    def allows(self, team: str, flavor: str, gpus: int) -> bool:
+        """`check(team, flavor, gpus).ok` without building the answer: the admission walk asks
+        this of every job it looks at, and most are within quota or freely borrowing."""
+        lim = self.limits(team, flavor)
+        after = self.used.get((team, flavor), 0) + gpus
+        if after <= lim.quota:
+            return True
+        if lim.borrowing_limit is not None and after > lim.quota + lim.borrowing_limit:
+            return False
+        return not self._protected or self.check(team, flavor, gpus).ok
+
     def check(self, team: str, flavor: str, gpus: int, released: int = 0) -> QuotaCheck:
         """May `team` take `gpus` more, after `released` of its own GPUs are given back?"""
         lim = self.limits(team, flavor)
