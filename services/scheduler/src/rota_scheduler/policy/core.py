@@ -7,12 +7,17 @@ affinity; EASY backfill behind the head job; checkpoint-aware preemption (see `p
 
 from __future__ import annotations
 
+from rota.contracts.common import TIER_ORDER
+
 from rota_scheduler.policy.config import PolicyConfig
 from rota_scheduler.policy.engine import Cycle, Rules, run_cycle
-from rota_scheduler.policy.model import Decisions, PendingJob, PreemptionPlan, RunningRun, Snapshot
-from rota_scheduler.policy.preemption import PreemptionContext, rota_plan
+from rota_scheduler.policy.model import Decisions, PendingJob, PreemptionPlan, Snapshot
+from rota_scheduler.policy.preemption import PreemptionContext, rota_plan, victim_pool
 
 __all__ = ["ROTA_RULES", "schedule"]
+
+
+_LOWEST = len(TIER_ORDER) - 1
 
 
 def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
@@ -21,32 +26,22 @@ def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
     cached = cy.memo.get(key)
     if isinstance(cached, int):
         return cached
-    cfg, now = cy.config, cy.now
-    ranks = [run.tier.rank for run in cy.runs_by_flavor.get(flavor, ()) if _protected(run, cfg, now) is False]
-    rank = max(ranks, default=-1)
+    rank = max((r for _, r in victim_pool(cy.preemption, flavor)), default=-1)
     cy.memo[key] = rank
     return rank
-
-
-def _protected(run: RunningRun, cfg: PolicyConfig, now: float) -> bool:
-    return (
-        not cfg.tier(run.tier).preemptible
-        or now - run.started_at < cfg.min_runtime_s
-        or run.preemptions >= cfg.max_preemptions_per_job
-    )
 
 
 def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> PreemptionPlan | None:
     # Cheap gate first: a plan needs either lower-tier work to stop, or room in the team's own
     # quota that borrowers are using (reclaim). Most blocked jobs have neither.
-    quota = ctx.quota
-    lower = _victim_pool_rank(cy, job.flavor) > job.tier.rank
-    reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
-    if not lower and not reclaim:
-        return None
+    # The victim pool costs a pass over the running runs, so it is looked at last.
     memo_key = ("rota-miss", job.tier, job.team, job.flavor, job.gpus_per_worker, job.rack)
     missed = cy.memo.get(memo_key)
     if isinstance(missed, int) and job.workers >= missed:
+        return None
+    quota = ctx.quota
+    reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
+    if not reclaim and not (job.tier.rank < _LOWEST and _victim_pool_rank(cy, job.flavor) > job.tier.rank):
         return None
     plan = rota_plan(job, ctx)
     if plan is None:

@@ -36,7 +36,7 @@ from rota_scheduler.policy.ordering import QueueWalk, Scorer, submit_key, tier_q
 from rota_scheduler.policy.placement import ClusterState
 from rota_scheduler.policy.preemption import PreemptionContext
 from rota_scheduler.policy.quota import QuotaBook
-from rota_scheduler.policy.reasons import Block, explain
+from rota_scheduler.policy.reasons import NO_ETA, Block, explain
 
 __all__ = ["Cycle", "Planner", "Rules", "run_cycle"]
 
@@ -70,6 +70,9 @@ class Cycle:
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
+        self.no_eta: list[PendingJob] = []
+        self._block_cache: dict[tuple[Code, str], Block] = {}
+        """Blocked jobs that get no ETA: explain leaves them out of the fluid ahead of others."""
         self.books: dict[str, ReservationBook] = {}
         self.taken: set[str] = set()
         self.planned: dict[str, tuple[Slot, ...] | None] = {}
@@ -80,6 +83,7 @@ class Cycle:
         self.free_at_start = dict(self.state.free_total)
         self._runs_by_flavor: dict[str, list[RunningRun]] | None = None
         self._fs: dict[str, float] | None = None
+        self._preemption: PreemptionContext | None = None
         self.memo: dict[object, object] = {}
         """Per-cycle caches for planners (e.g. the victim pool of a flavor)."""
         self.scorer = Scorer(
@@ -102,6 +106,15 @@ class Cycle:
         if end is None:
             end = run.started_at + self.config.default_runtime_s
         return max(end, self.now)
+
+    @property
+    def preemption(self) -> PreemptionContext:
+        # One context per cycle, so that planners share its per-cycle victim pools.
+        if self._preemption is None:
+            self._preemption = PreemptionContext(
+                self.now, self.config, self.state, self.quota, self.runs_by_flavor, self.taken
+            )
+        return self._preemption
 
     @property
     def runs_by_flavor(self) -> dict[str, list[RunningRun]]:
@@ -138,11 +151,16 @@ class Cycle:
     def book(self, flavor: str) -> ReservationBook:
         book = self.books.get(flavor)
         if book is None:
-            releases = [
-                (self.run_end(r), r.gpus)
-                for r in self.runs_by_flavor.get(flavor, ())
-                if r.run_id not in self.taken
-            ]
+            # run_end, inlined: a book is built per flavor in most cycles, over every run.
+            now, default, taken = self.now, self.config.default_runtime_s, self.taken
+            releases: list[tuple[float, int]] = []
+            for r in self.runs_by_flavor.get(flavor, ()):
+                if r.run_id in taken:
+                    continue
+                end = r.expected_end
+                if end is None:
+                    end = r.started_at + default
+                releases.append((end if end >= now else now, r.gpus))
             releases.extend(
                 (self.now + self.runtime(job), job.gpus)
                 for job in self._admitted_jobs
@@ -151,6 +169,16 @@ class Cycle:
             book = ReservationBook(releases)
             self.books[flavor] = book
         return book
+
+    def block(self, job: PendingJob, code: Code, detail: str = "") -> None:
+        # Blocks are immutable and a cycle records one per job it looks at, mostly the same
+        # few: share them.
+        block = self._block_cache.get((code, detail))
+        if block is None:
+            block = self._block_cache[(code, detail)] = Block(code, detail)
+        self.blocks[job.job_id] = block
+        if code in NO_ETA:
+            self.no_eta.append(job)
 
     def admit(self, job: PendingJob, placement: tuple[Slot, ...], via_plan: bool) -> None:
         borrowed = self.quota.check(job.team, job.flavor, job.gpus).borrowed if not via_plan else 0
@@ -243,15 +271,29 @@ def _walk(cy: Cycle) -> None:
     misses: dict[tuple[str, str, str], int] = {}
     free_total = state.free_total
 
+    def quota_version() -> int:
+        return quota.version
+
     def reservations_full(flavor: str) -> bool:
         book = cy.books.get(flavor)
         return book is not None and len(book.reservations) >= limit
 
+    def reserved_out(q: PendingQueue) -> bool:
+        # Every job of the queue would delay a reservation: too big for its spare GPUs, and
+        # (even the shortest) still running at its start. Spare only shrinks within a cycle.
+        book = cy.books.get(q.flavor)
+        if book is None:
+            return False
+        end = cy.now + (q.min_runtime_s if q.min_runtime_s > 0 else 0.0)
+        return any(end > r.start and q.min_gpus > r.spare for r in book.reservations)
+
     def hopeless(q: PendingQueue) -> bool:
         # Nothing in this queue can start now and it cannot preempt: skip it whole, unless it
         # may still hold the line (no backfill) or earn a reservation (backfill with reserve).
-        if attempts > 0 or ready or q.min_gpus <= free_total.get(q.flavor, 0):
+        if attempts > 0 or ready:
             return False
+        if q.min_gpus <= free_total.get(q.flavor, 0):
+            return rules.backfill == "reserve" and reservations_full(q.flavor) and reserved_out(q)
         if rules.backfill == "none":
             return all_blocked or q.flavor in blocked_flavors
         if rules.backfill == "reserve":
@@ -264,7 +306,7 @@ def _walk(cy: Cycle) -> None:
         else list(tier_queues(cy.snapshot.pending).values())
     )
     for queues in groups:
-        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless)
+        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version)
         for job in walk:
             f, g = job.flavor, job.gpus
             if job.job_id in cy.planned:
@@ -273,21 +315,21 @@ def _walk(cy: Cycle) -> None:
                     cy.admit(job, planned, via_plan=True)
                     ready.discard(job.job_id)
                 else:
-                    cy.blocks[job.job_id] = Block(Code.WAITING_FOR_PREEMPTION)
+                    cy.block(job, Code.WAITING_FOR_PREEMPTION)
                 continue
             if f not in state.flavors:
-                cy.blocks[job.job_id] = Block(Code.NO_MATCHING_FLAVOR)
+                cy.block(job, Code.NO_MATCHING_FLAVOR)
                 continue
             if not state.can_ever_fit(job):
-                cy.blocks[job.job_id] = Block(Code.EXCEEDS_CLUSTER)
+                cy.block(job, Code.EXCEEDS_CLUSTER)
                 continue
             if all_blocked or f in blocked_flavors:
-                cy.blocks[job.job_id] = Block(Code.PRIORITY, cy.head_of_line)
+                cy.block(job, Code.PRIORITY, cy.head_of_line)
                 continue
             code: Code
             detail = ""
-            if rules.quotas and not (qc := quota.check(job.team, f, g)).ok:
-                code, detail = Code.QUOTA_EXCEEDED, qc.message
+            if rules.quotas and not quota.allows(job.team, f, g):
+                code, detail = Code.QUOTA_EXCEEDED, quota.check(job.team, f, g).message
             elif free_total.get(f, 0) >= g:
                 end = cy.now + cy.runtime(job)
                 book = cy.books.get(f)
@@ -305,13 +347,12 @@ def _walk(cy: Cycle) -> None:
             # Blocked. Phase 4: preempt, if this job may and it really helps.
             if attempts > 0 and planner is not None and code is not Code.RESERVED_FOR_HIGHER_PRIORITY:
                 attempts -= 1
-                ctx = PreemptionContext(cy.now, config, state, quota, cy.runs_by_flavor, cy.taken)
-                plan = planner(job, ctx, cy)
+                plan = planner(job, cy.preemption, cy)
                 if plan is not None:
                     cy.accept_plan(job, plan)
-                    cy.blocks[job.job_id] = Block(Code.WAITING_FOR_PREEMPTION, plan.message)
+                    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
                     continue
-            cy.blocks[job.job_id] = Block(code, detail)
+            cy.block(job, code, detail)
             # Phase 5: hold the line behind it, or reserve, or let others pass.
             if code is Code.QUOTA_EXCEEDED:
                 pass

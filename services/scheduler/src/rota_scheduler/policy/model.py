@@ -24,6 +24,7 @@ __all__ = [
     "PendingQueue",
     "PlanInFlight",
     "PreemptionPlan",
+    "QueueSums",
     "Reason",
     "RunningRun",
     "ScoreBreakdown",
@@ -109,6 +110,17 @@ class PendingJob:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSums:
+    """Prefix sums of a queue: entry i covers its first i jobs."""
+
+    gpus: list[int]
+    work: list[float]
+    """GPU-seconds of the jobs with a runtime estimate."""
+    unknown_gpus: list[int]
+    """GPUs of the jobs without one (their runtime is the config's default)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PendingQueue:
     """The pending jobs of one (tier, team, flavor), oldest submit first.
 
@@ -124,10 +136,42 @@ class PendingQueue:
     jobs: tuple[PendingJob, ...]
     min_gpus: int = 0
     """The smallest request in the queue; 0 means unknown (computed on construction)."""
+    min_runtime_s: float = -1.0
+    """The shortest runtime estimate in the queue, 0 if a job has none (the config default
+    applies); negative means unknown (computed on construction). With `min_gpus` it lets a
+    cycle skip a queue that a backfill reservation blocks whole."""
+
+    _sums: QueueSums | None = field(default=None, init=False, repr=False, compare=False)
+
+    def sums(self) -> QueueSums:
+        """Prefix sums over the jobs, computed once per queue object: a caller that keeps an
+        unchanged queue across cycles (the simulator does) pays for them once."""
+        sums = self._sums
+        if sums is None:
+            gpus, work, unknown = [0], [0.0], [0]
+            for j in self.jobs:
+                g = j.workers * j.gpus_per_worker
+                est = j.runtime_estimate_s
+                gpus.append(gpus[-1] + g)
+                if est is not None and est > 0:
+                    work.append(work[-1] + g * est)
+                    unknown.append(unknown[-1])
+                else:
+                    work.append(work[-1])
+                    unknown.append(unknown[-1] + g)
+            sums = QueueSums(gpus, work, unknown)
+            object.__setattr__(self, "_sums", sums)
+        return sums
 
     def __post_init__(self) -> None:
         if self.min_gpus <= 0 and self.jobs:
             object.__setattr__(self, "min_gpus", min(j.workers * j.gpus_per_worker for j in self.jobs))
+        if self.min_runtime_s < 0:
+            object.__setattr__(
+                self,
+                "min_runtime_s",
+                min((j.runtime_estimate_s or 0.0 for j in self.jobs), default=0.0),
+            )
 
 
 def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[PendingQueue, ...]:

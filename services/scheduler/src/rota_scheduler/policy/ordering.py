@@ -33,7 +33,19 @@ KeyFn = Callable[[PendingJob], float]
 class Scorer:
     """Computes Rota's score factors for one cycle; headroom reads the live quota book."""
 
-    __slots__ = ("_age_w", "_cap", "_config", "_fs", "_headroom_w", "_now", "_queue", "_quota", "dynamic")
+    __slots__ = (
+        "_age_w",
+        "_base",
+        "_cap",
+        "_config",
+        "_fs",
+        "_headroom_w",
+        "_now",
+        "_queue",
+        "_quota",
+        "_quotas",
+        "dynamic",
+    )
 
     def __init__(
         self,
@@ -57,6 +69,8 @@ class Scorer:
         self._cap = config.age_cap_s
         self._headroom_w = w.quota_headroom if headroom else 0.0
         self.dynamic = headroom and self._headroom_w > 0
+        self._base: dict[tuple[Tier, str], float] = {}
+        self._quotas: dict[tuple[str, str], int] = {}
 
     def headroom(self, team: str, flavor: str) -> float:
         if not self._headroom_w:
@@ -78,13 +92,25 @@ class Scorer:
         )
 
     def key(self, job: PendingJob) -> float:
-        """Lower is earlier: the negated total."""
-        return -(
-            self._queue[job.tier]
-            + self._fs.get(job.team, 0.0)
-            + self.headroom(job.team, job.flavor)
-            + self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
-        )
+        """Lower is earlier: the negated total.
+
+        The hottest function of a replay, so it memoizes what is constant in a cycle; the sum
+        keeps the order queue, fair share, headroom, age, so that ties break as they always did.
+        """
+        team, flavor = job.team, job.flavor
+        base = self._base.get((job.tier, team))
+        if base is None:
+            base = self._base[(job.tier, team)] = self._queue[job.tier] + self._fs.get(team, 0.0)
+        headroom = 0.0
+        if self._headroom_w:
+            quota = self._quotas.get((team, flavor))
+            if quota is None:
+                quota = self._quotas[(team, flavor)] = self._quota.limits(team, flavor).quota
+            if quota > 0:
+                used = self._quota.used.get((team, flavor), 0)
+                headroom = self._headroom_w * max(0.0, 1.0 - used / quota)
+        age = self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
+        return -(base + headroom + age)
 
 
 def submit_key(job: PendingJob) -> float:
@@ -100,7 +126,7 @@ class QueueWalk:
     proportional to the queues, not to the jobs.
     """
 
-    __slots__ = ("_drop", "_dynamic", "_heap", "_hopeless", "_key", "_queues")
+    __slots__ = ("_drop", "_dynamic", "_heap", "_hopeless", "_key", "_queues", "_version")
 
     def __init__(
         self,
@@ -109,17 +135,22 @@ class QueueWalk:
         *,
         dynamic: bool = False,
         hopeless: Callable[[PendingQueue], bool] | None = None,
+        version: Callable[[], int] | None = None,
     ) -> None:
+        """`version()`, if given, changes whenever a dynamic key may have changed: a head whose
+        key was computed at the current version is not recomputed when it surfaces."""
         self._queues = queues
         self._key = key
         self._dynamic = dynamic
         self._hopeless = hopeless
+        self._version = version
         self._drop = False
+        at = version() if version is not None else 0
         heap = []
         for i, q in enumerate(queues):
             if q.jobs:
                 head = q.jobs[0]
-                heap.append((key(head), head.submitted_at, head.job_id, i, 0))
+                heap.append((key(head), head.submitted_at, head.job_id, i, 0, at))
         heapq.heapify(heap)
         self._heap = heap
 
@@ -128,19 +159,23 @@ class QueueWalk:
 
     def __iter__(self) -> Iterator[PendingJob]:
         heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
+        version = self._version
+        dynamic = self._dynamic
         while heap:
-            k, submitted, job_id, qi, pos = heap[0]
+            k, submitted, job_id, qi, pos, at = heap[0]
             queue = queues[qi]
             if hopeless is not None and hopeless(queue):
                 heapq.heappop(heap)
                 continue
             jobs = queue.jobs
             job = jobs[pos]
-            if self._dynamic:
-                fresh = key(job)
-                if fresh > k + 1e-9:
-                    heapq.heapreplace(heap, (fresh, submitted, job_id, qi, pos))
-                    continue
+            if dynamic:
+                now_at = version() if version is not None else at + 1
+                if now_at != at:
+                    fresh = key(job)
+                    if fresh > k + 1e-9:
+                        heapq.heapreplace(heap, (fresh, submitted, job_id, qi, pos, now_at))
+                        continue
             self._drop = False
             yield job
             pos += 1
@@ -148,7 +183,8 @@ class QueueWalk:
                 heapq.heappop(heap)
             else:
                 nxt = jobs[pos]
-                heapq.heapreplace(heap, (key(nxt), nxt.submitted_at, nxt.job_id, qi, pos))
+                at = version() if version is not None else 0
+                heapq.heapreplace(heap, (key(nxt), nxt.submitted_at, nxt.job_id, qi, pos, at))
 
 
 def tier_queues(queues: Sequence[PendingQueue]) -> dict[Tier, list[PendingQueue]]:

@@ -67,6 +67,7 @@ class ClusterState:
         "buckets",
         "capacity",
         "empty_slots",
+        "fit_ever",
         "flavor_nodes",
         "flavors",
         "free",
@@ -87,26 +88,35 @@ class ClusterState:
         self.racks = [n.rack for n in nodes]
         self.size = [n.gpus for n in nodes]
         self.free: list[list[int]] = [list(n.free) for n in nodes]
-        self.capacity: dict[str, int] = {}
-        self.free_total: dict[str, int] = {}
-        self.max_node: dict[str, int] = {}
-        self.flavor_nodes: dict[str, list[int]] = {}
-        self.buckets: dict[str, list[dict[int, None]]] = {}
+        capacity: dict[str, int] = {}
+        free_total: dict[str, int] = {}
+        max_node: dict[str, int] = {}
+        flavor_nodes: dict[str, list[int]] = {}
+        # Built every cycle, so one pass with locals rather than attribute updates per node.
         for i, n in enumerate(nodes):
             f = n.flavor
-            self.capacity[f] = self.capacity.get(f, 0) + n.gpus
-            self.free_total[f] = self.free_total.get(f, 0) + len(n.free)
-            self.max_node[f] = max(self.max_node.get(f, 0), n.gpus)
-            self.flavor_nodes.setdefault(f, []).append(i)
-        for f, members in self.flavor_nodes.items():
-            buckets: list[dict[int, None]] = [{} for _ in range(self.max_node[f] + 1)]
+            if f in capacity:
+                capacity[f] += n.gpus
+                free_total[f] += len(n.free)
+                if n.gpus > max_node[f]:
+                    max_node[f] = n.gpus
+                flavor_nodes[f].append(i)
+            else:
+                capacity[f], free_total[f], max_node[f], flavor_nodes[f] = n.gpus, len(n.free), n.gpus, [i]
+        self.capacity, self.free_total, self.max_node = capacity, free_total, max_node
+        self.flavor_nodes = flavor_nodes
+        self.buckets: dict[str, list[dict[int, None]]] = {}
+        free = self.free
+        for f, members in flavor_nodes.items():
+            buckets: list[dict[int, None]] = [{} for _ in range(max_node[f] + 1)]
             for i in members:
-                buckets[len(self.free[i])][i] = None
+                buckets[len(free[i])][i] = None
             self.buckets[f] = buckets
         self.flavors = frozenset(self.capacity)
         # The most workers of a given size one rack can ever host, for EXCEEDS_CLUSTER checks.
         self.rack_slots: dict[tuple[str, int], int] = {}
         self.empty_slots: dict[tuple[str, int], int] = {}
+        self.fit_ever: dict[tuple[str, int, int, RackAffinity], bool] = {}
 
     # ------------------------------------------------------------ queries
 
@@ -127,7 +137,15 @@ class ClusterState:
         return slots
 
     def can_ever_fit(self, job: PendingJob) -> bool:
-        """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER."""
+        """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER (memoized per
+        shape: the walk asks for every job it looks at)."""
+        shape = (job.flavor, job.workers, job.gpus_per_worker, job.rack)
+        fits = self.fit_ever.get(shape)
+        if fits is None:
+            fits = self.fit_ever[shape] = self._can_ever_fit(job)
+        return fits
+
+    def _can_ever_fit(self, job: PendingJob) -> bool:
         f = job.flavor
         if job.gpus_per_worker > self.max_node.get(f, 0) or job.gpus > self.capacity.get(f, 0):
             return False

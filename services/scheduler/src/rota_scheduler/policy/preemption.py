@@ -24,9 +24,9 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rota.contracts.common import Tier
+from rota.contracts.common import TIER_ORDER, Tier
 from rota.contracts.job import RackAffinity
 
 from rota_scheduler.policy.config import PolicyConfig
@@ -34,7 +34,15 @@ from rota_scheduler.policy.model import PendingJob, PreemptionPlan, RunningRun, 
 from rota_scheduler.policy.placement import ClusterState, Fit, fit_on_counts
 from rota_scheduler.policy.quota import QuotaBook
 
-__all__ = ["Candidate", "PreemptionContext", "expected_loss", "greedy_plan", "rota_plan"]
+__all__ = [
+    "Candidate",
+    "PoolRun",
+    "PreemptionContext",
+    "expected_loss",
+    "greedy_plan",
+    "rota_plan",
+    "victim_pool",
+]
 
 LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
 WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
@@ -60,6 +68,11 @@ class Candidate:
     key: tuple[object, ...]
 
 
+PoolRun = tuple[RunningRun, int]
+"""A run that may be a victim this cycle (not too young, within its preemption budget), and
+its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
+
+
 @dataclass(slots=True)
 class PreemptionContext:
     """What every plan of one cycle shares: state, accounting, and who is already a victim."""
@@ -71,6 +84,11 @@ class PreemptionContext:
     runs_by_flavor: dict[str, list[RunningRun]]
     taken: set[str]
     """Run ids already victims of a plan in flight or of this cycle."""
+    pools: dict[str, list[PoolRun]] = field(default_factory=dict)
+    """Per flavor, the runs no rule protects: built once per cycle because every plan of the
+    cycle filters the same runs."""
+    costs: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per run id, (GPU-seconds since its checkpoint, Rota's loss): constant within a cycle."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -121,35 +139,65 @@ def _plan(
 # ---------------------------------------------------------------- Rota
 
 
+def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
+    """The runs of `flavor` that no rule protects, whoever the preemptor (memoized per cycle)."""
+    pool = ctx.pools.get(flavor)
+    if pool is None:
+        cfg = ctx.config
+        rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
+        now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
+        pool = [
+            (run, rank[run.tier])
+            for run in ctx.runs_by_flavor.get(flavor, ())
+            if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
+        ]
+        ctx.pools[flavor] = pool
+    return pool
+
+
 def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]:
-    cfg, quota, now = ctx.config, ctx.quota, ctx.now
-    team_quota = quota.limits(job.team, job.flavor).quota
-    may_reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= team_quota
-    out: list[Candidate] = []
-    for run in ctx.runs_by_flavor.get(job.flavor, ()):
-        if run.run_id in ctx.taken or not cfg.tier(run.tier).preemptible:
+    quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
+    team_quota = quota.limits(job.team, flavor).quota
+    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
+    job_rank, job_team = job.tier.rank, job.team
+    borrowing: dict[str, int] = {}
+    picked: list[tuple[RunningRun, int, int]] = []
+    picked_gpus = 0
+    for run, run_rank in victim_pool(ctx, flavor):
+        if run.run_id in taken:
             continue
-        if now - run.started_at < cfg.min_runtime_s or run.preemptions >= cfg.max_preemptions_per_job:
-            continue
-        lower = run.tier.rank > job.tier.rank
-        if run.team == job.team:
+        lower = run_rank > job_rank
+        if run.team == job_team:
             if not lower:
                 continue
             category = LOWER_TIER
         else:
             # Another team's in-quota work is guaranteed, except experiment work, which only
             # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
-            borrowed = quota.borrowing(run.team, job.flavor) >= run.gpus
+            lent = borrowing.get(run.team)
+            if lent is None:
+                lent = borrowing[run.team] = quota.borrowing(run.team, flavor)
+            borrowed = lent >= run.gpus
             if lower and (borrowed or run.tier is Tier.experiment):
                 category = LOWER_TIER
             elif not borrowed or not may_reclaim:
                 continue
             else:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM
-        since_checkpoint = expected_loss(run, now)
-        key = (category, not run.resumable, -run.tier.rank, since_checkpoint, -run.started_at, run.run_id)
-        loss = rota_loss(run, now)
-        out.append(Candidate(run, category, loss, key))
+        picked.append((run, run_rank, category))
+        picked_gpus += run.gpus
+    # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
+    # no choice of nodes can fit the gang (the common case under load), so stop before costing.
+    if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
+        return []
+    costs, now = ctx.costs, ctx.now
+    out: list[Candidate] = []
+    for run, rank, category in picked:
+        cost = costs.get(run.run_id)
+        if cost is None:
+            cost = costs[run.run_id] = (expected_loss(run, now), rota_loss(run, now))
+        key = (category, not run.resumable, -rank, cost[0], -run.started_at, run.run_id)
+        out.append(Candidate(run, category, cost[1], key))
     return out
 
 
@@ -160,6 +208,8 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     if not cands:
         return None
     index = state.index
+    # Sorted once, so that every node's list is already in victim order.
+    cands.sort(key=lambda c: c.key)
     per_node: dict[int, list[Candidate]] = {}
     for c in cands:
         for slot in c.run.placement:
@@ -175,7 +225,7 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
             continue
         prefix: list[Candidate] = []
         gained = free
-        for c in sorted(per_node.get(node, ()), key=lambda c: c.key):
+        for c in per_node.get(node, ()):
             prefix.append(c)
             gained += sum(len(s.gpus) for s in c.run.placement if index[s.node] == node)
             if gained >= per_worker:

@@ -30,7 +30,7 @@ _OK = QuotaCheck(True)
 class QuotaBook:
     """Per (team, flavor) GPUs in use, updated as the cycle admits and plans."""
 
-    __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "used")
+    __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "used", "version")
 
     def __init__(
         self, config: PolicyConfig, running: tuple[RunningRun, ...], capacity: dict[str, int]
@@ -38,6 +38,8 @@ class QuotaBook:
         self._config = config
         self._capacity = capacity
         self.used: dict[tuple[str, str], int] = {}
+        self.version = 0
+        """Bumped by every `add`: what reads usage (the headroom score) may cache until then."""
         used = self.used
         for run in running:
             key = (run.team, run.flavor)
@@ -71,6 +73,17 @@ class QuotaBook:
     def borrowing(self, team: str, flavor: str) -> int:
         """GPUs the team uses above its nominal quota (what its owners may reclaim)."""
         return max(0, self.in_use(team, flavor) - self.limits(team, flavor).quota)
+
+    def allows(self, team: str, flavor: str, gpus: int) -> bool:
+        """`check(team, flavor, gpus).ok` without building the answer: the admission walk asks
+        this of every job it looks at, and most are within quota or freely borrowing."""
+        lim = self.limits(team, flavor)
+        after = self.used.get((team, flavor), 0) + gpus
+        if after <= lim.quota:
+            return True
+        if lim.borrowing_limit is not None and after > lim.quota + lim.borrowing_limit:
+            return False
+        return not self._protected or self.check(team, flavor, gpus).ok
 
     def check(self, team: str, flavor: str, gpus: int, released: int = 0) -> QuotaCheck:
         """May `team` take `gpus` more, after `released` of its own GPUs are given back?"""
@@ -106,5 +119,6 @@ class QuotaBook:
 
     def add(self, team: str, flavor: str, gpus: int) -> None:
         key = (team, flavor)
+        self.version += 1
         self.used[key] = self.used.get(key, 0) + gpus
         self._total[flavor] = self._total.get(flavor, 0) + gpus

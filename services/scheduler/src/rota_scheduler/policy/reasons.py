@@ -9,22 +9,29 @@ whose start depends on another team's usage (quota), get no ETA rather than a wr
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
 
-from rota_scheduler.policy.model import Diagnosis, PendingExplanation, PendingJob, Reason, ScoreBreakdown
+from rota_scheduler.policy.eta import EXACT_DEPTH, DeepQueues, Eta
+from rota_scheduler.policy.model import (
+    Diagnosis,
+    PendingExplanation,
+    PendingJob,
+    PendingQueue,
+    Reason,
+    ScoreBreakdown,
+)
 from rota_scheduler.policy.ordering import QueueWalk, submit_key, tier_queues
 
 if TYPE_CHECKING:
     from rota_scheduler.policy.engine import Cycle
 
-__all__ = ["Block", "explain"]
+__all__ = ["NO_ETA", "Block", "explain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +42,7 @@ class Block:
     detail: str = ""
 
 
-_NO_ETA = frozenset({Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER, Code.QUOTA_EXCEEDED})
+NO_ETA = frozenset({Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER, Code.QUOTA_EXCEEDED})
 _CAUSE = {
     Code.QUOTA_EXCEEDED: "quota_too_low",
     Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
@@ -43,16 +50,6 @@ _CAUSE = {
     Code.FRAGMENTATION: "fragmentation",
     Code.PRIORITY: "queue_weight",
 }
-
-
-def _order(cy: Cycle) -> Iterator[PendingJob]:
-    queues = cy.snapshot.pending
-    if cy.rules.order == "submit":
-        yield from QueueWalk(queues, submit_key)
-        return
-    key = cy.order_key()
-    for tier_list in tier_queues(queues).values():
-        yield from QueueWalk(tier_list, key)
 
 
 def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
@@ -66,76 +63,27 @@ def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
     return ScoreBreakdown(age=age)
 
 
-class _Eta:
-    """Per-flavor list scheduling: start each job, in order, when enough GPUs have come back.
-
-    Past `EXACT_DEPTH` jobs of a flavor the queue is treated as a fluid: each further job adds
-    its GPU-seconds over the flavor's capacity. It keeps a cycle's cost bounded on very long
-    queues, where the exact answer is not more accurate than the runtime estimates anyway.
-    """
-
-    EXACT_DEPTH = 128
-
-    def __init__(self, cy: Cycle) -> None:
-        self.cy = cy
-        self.scale = cy.snapshot.runtime_scale
-        self.free: dict[str, int] = dict(cy.state.free_total)
-        self.clock: dict[str, float] = {}
-        self.depth: dict[str, int] = {}
-        self.releases: dict[str, list[tuple[float, int]]] = {}
-        scale = self.scale
-        now = cy.now
-        for run in cy.snapshot.running:
-            if run.run_id in cy.taken:
-                continue
-            end = max(now, run.started_at + (cy.run_end(run) - run.started_at) * scale)
-            self.releases.setdefault(run.flavor, []).append((end, run.gpus))
-        for job in cy._admitted_jobs:
-            self.releases.setdefault(job.flavor, []).append((now + cy.runtime(job) * scale, job.gpus))
-        for heap in self.releases.values():
-            heapq.heapify(heap)
-
-    def start(self, job: PendingJob, not_before: float | None = None) -> float | None:
-        f, g, cy = job.flavor, job.workers * job.gpus_per_worker, self.cy
-        depth = self.depth.get(f, 0)
-        self.depth[f] = depth + 1
-        clock = self.clock.get(f, cy.now)
-        runtime = cy.runtime(job) * self.scale
-        if depth >= self.EXACT_DEPTH:
-            capacity = cy.state.capacity.get(f, 0) or 1
-            self.clock[f] = clock + g * runtime / capacity
-            return clock
-        heap = self.releases.setdefault(f, [])
-        if not_before is not None:
-            clock = max(clock, not_before)
-        else:
-            free = self.free.get(f, 0)
-            while free < g and heap:
-                t, back = heapq.heappop(heap)
-                free += back
-                clock = max(clock, t)
-            if free < g:
-                return None
-            self.free[f] = free - g
-            self.clock[f] = clock
-        heapq.heappush(heap, (clock + runtime, g))
-        return clock
-
-
 Details = tuple[tuple[str, int | float | str], ...]
 
 
 @dataclass(slots=True)
 class _Shared:
-    """Immutable parts that many jobs' reasons have in common within one explain pass.
+    """Immutable parts that many jobs' reasons have in common within one cycle.
 
     With a million jobs waiting, most of them carry the same capacity numbers and the same
-    INSUFFICIENT_CAPACITY reason; sharing one object instead of a copy per job is most of the
+    INSUFFICIENT_CAPACITY reason; one shared object instead of a copy per job is most of the
     memory an explain-everything cycle needs.
     """
 
     details: dict[tuple[int, int, int], Details]
     capacity_reasons: dict[tuple[str, str, int, int], Reason]
+
+    @staticmethod
+    def of(cy: Cycle) -> _Shared:
+        found = cy.memo.get(_Shared)
+        if not isinstance(found, _Shared):
+            found = cy.memo[_Shared] = _Shared({}, {})
+        return found
 
     def base(self, gpus: int, free: int, capacity: int) -> Details:
         key = (gpus, free, capacity)
@@ -144,22 +92,22 @@ class _Shared:
             found = self.details[key] = (("gpus", gpus), ("free", free), ("capacity", capacity))
         return found
 
-    def capacity_reason(self, need: str, flavor: str, details: Details) -> Reason:
-        free, capacity = int(details[1][1]), int(details[2][1])
+    def capacity_reason(self, need: str, flavor: str, gpus: int, free: int, capacity: int) -> Reason:
         key = (need, flavor, free, capacity)
         found = self.capacity_reasons.get(key)
         if found is None:
             found = self.capacity_reasons[key] = Reason(
                 Code.INSUFFICIENT_CAPACITY,
                 f"needs {need} {flavor} GPUs; {free} of {capacity} are free",
-                details,
+                self.base(gpus, free, capacity),
             )
         return found
 
 
 def _reasons(
-    cy: Cycle, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int, shared: _Shared
+    cy: Cycle, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
 ) -> tuple[Reason, ...]:
+    shared = _Shared.of(cy)
     f, g, state = job.flavor, job.gpus, cy.state
     free = state.free_total.get(f, 0)
     cap = state.capacity.get(f, 0)
@@ -208,12 +156,12 @@ def _reasons(
     else:
         msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
         details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
-    out = [shared.capacity_reason(need, f, details) if code is Code.INSUFFICIENT_CAPACITY
+    out = [shared.capacity_reason(need, f, g, free, cap) if code is Code.INSUFFICIENT_CAPACITY
            else Reason(code, msg, details)]
     if (
         code is not Code.PRIORITY
         and ahead > 0
-        and code not in _NO_ETA
+        and code not in NO_ETA
         and code is not Code.WAITING_FOR_PREEMPTION
     ):
         out.append(
@@ -224,8 +172,32 @@ def _reasons(
             )
         )
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
-        out.append(shared.capacity_reason(need, f, shared.base(g, free, cap)))
+        out.append(shared.capacity_reason(need, f, g, free, cap))
     return tuple(out)
+
+
+def _groups(cy: Cycle) -> list[list[PendingQueue]]:
+    queues = cy.snapshot.pending
+    if cy.rules.order == "submit":
+        return [list(queues)]
+    return list(tier_queues(queues).values())
+
+
+def _targets(cy: Cycle, remaining: set[str]) -> list[PendingJob]:
+    """The pending jobs named in `remaining`: a caller that asks about new submissions finds
+    them at the tails of their queues, so look there before scanning everything."""
+    found: list[PendingJob] = []
+    missing = set(remaining)
+    for q in cy.snapshot.pending:
+        for job in reversed(q.jobs):
+            if job.job_id not in missing:
+                break
+            missing.discard(job.job_id)
+            found.append(job)
+    if missing:
+        for q in cy.snapshot.pending:
+            found.extend(j for j in q.jobs if j.job_id in missing)
+    return found
 
 
 def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis, ...]]:
@@ -236,49 +208,100 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     remaining = None if wanted is None else set(wanted) - admitted
     if remaining is not None and not remaining:
         return (), ()
-    eta = _Eta(cy)
+    # Jobs asked about that lie past EXACT_DEPTH of their flavor are answered from prefix
+    # sums once the exact walk has gone that deep in every flavor asked about.
+    targets = _targets(cy, remaining) if remaining is not None else []
+    shallow = {j.flavor for j in targets}
+    stop = bool(shallow)
+    eta = Eta(cy)
     position: dict[str, int] = {}
     gpus_ahead: dict[str, int] = {}
-    out: list[PendingExplanation] = []
-    shared = _Shared({}, {})
+    done: dict[tuple[object, str, str], int] = {}
+    out: list[tuple[PendingJob, PendingExplanation]] = []
     now = cy.now
-    for job in _order(cy):
-        if job.job_id in admitted:
-            continue
+    groups = _groups(cy)
+    key = submit_key if cy.rules.order == "submit" else cy.order_key()
+    for group in groups:
+        for job in QueueWalk(group, key):
+            f = job.flavor
+            qkey = (job.tier, job.team, f)
+            done[qkey] = done.get(qkey, 0) + 1
+            if job.job_id in admitted:
+                continue
+            pos = position.get(f, 0)
+            ahead_gpus = gpus_ahead.get(f, 0)
+            position[f] = pos + 1
+            gpus_ahead[f] = ahead_gpus + job.gpus
+            block = cy.blocks.get(job.job_id)
+            code = block.code if block is not None else None
+            start: float | None
+            if code is Code.WAITING_FOR_PREEMPTION:
+                start = eta.start(job, not_before=now + cy.config.checkpoint_save_s)
+            elif code in NO_ETA:
+                start = None
+            else:
+                start = eta.start(job)
+            if remaining is None:
+                out.append((job, _explanation(cy, job, block, start, pos, ahead_gpus)))
+            elif job.job_id in remaining:
+                out.append((job, _explanation(cy, job, block, start, pos, ahead_gpus)))
+                remaining.discard(job.job_id)
+                if not remaining:
+                    return tuple(ex for _, ex in out), _diagnose(cy, out)
+            if f in shallow and eta.depth.get(f, 0) >= EXACT_DEPTH:
+                shallow.discard(f)
+                if not shallow:
+                    break
+        if stop and not shallow:
+            break
+    if remaining:
+        deep = [j for j in targets if j.job_id in remaining]
+        out.extend(_deep(cy, deep, groups, done, key, eta, position, gpus_ahead))
+    return tuple(ex for _, ex in out), _diagnose(cy, out)
+
+
+def _explanation(
+    cy: Cycle, job: PendingJob, block: Block | None, start: float | None, pos: int, ahead_gpus: int
+) -> PendingExplanation:
+    reasons = _reasons(cy, job, block, pos, ahead_gpus)
+    if reasons[0].code in NO_ETA:
+        start = None
+    return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
+
+
+def _deep(
+    cy: Cycle,
+    targets: list[PendingJob],
+    groups: list[list[PendingQueue]],
+    done: dict[tuple[object, str, str], int],
+    key: Callable[[PendingJob], float],
+    eta: Eta,
+    position: dict[str, int],
+    gpus_ahead: dict[str, int],
+) -> list[tuple[PendingJob, PendingExplanation]]:
+    """Jobs past the exact walk: what is ahead comes from prefix sums, the ETA from the fluid."""
+    skipped = [(j, False) for j in cy._admitted_jobs]
+    skipped.extend((j, True) for j in cy.no_eta)
+    deep = DeepQueues(groups, done, key, skipped)
+    default = cy.config.default_runtime_s
+    out: list[tuple[PendingJob, PendingExplanation]] = []
+    for job in targets:
         f = job.flavor
-        pos = position.get(f, 0)
-        ahead_gpus = gpus_ahead.get(f, 0)
-        position[f] = pos + 1
-        gpus_ahead[f] = ahead_gpus + job.gpus
+        count, gpus, work = deep.ahead(job, default)
+        pos = position.get(f, 0) + count
         block = cy.blocks.get(job.job_id)
         code = block.code if block is not None else None
-        start: float | None
-        if code is Code.WAITING_FOR_PREEMPTION:
-            start = eta.start(job, not_before=now + cy.config.checkpoint_save_s)
-        elif code in _NO_ETA:
-            start = None
-        else:
-            start = eta.start(job)
-        if remaining is not None and job.job_id not in remaining:
-            continue
-        reasons = _reasons(cy, job, block, pos, ahead_gpus, shared)
-        if reasons[0].code in _NO_ETA:
-            start = None
-        out.append(PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job)))
-        if remaining is not None:
-            remaining.discard(job.job_id)
-            if not remaining:
-                break
-    return tuple(out), _diagnose(cy, out)
+        start: float | None = None
+        if code not in NO_ETA:
+            capacity = cy.state.capacity.get(f, 0) or 1
+            start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
+        out.append((job, _explanation(cy, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
+    return out
 
 
-def _diagnose(cy: Cycle, explained: list[PendingExplanation]) -> tuple[Diagnosis, ...]:
-    jobs = {j.job_id: j for q in cy.snapshot.pending for j in q.jobs} if explained else {}
+def _diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) -> tuple[Diagnosis, ...]:
     groups: dict[tuple[int, str, str], list[tuple[PendingJob, PendingExplanation]]] = {}
-    for ex in explained:
-        job = jobs.get(ex.job_id)
-        if job is None:
-            continue
+    for job, ex in explained:
         if cy.now - job.submitted_at > cy.config.tier(job.tier).long_wait_s:
             groups.setdefault((job.tier.rank, job.team, job.flavor), []).append((job, ex))
     out: list[Diagnosis] = []
