@@ -346,13 +346,14 @@ def _():  # type: ignore[no-untyped-def]
     return build, check
 
 
+def _three_jobs_on_a_busy_node():  # type: ignore[no-untyped-def]
+    w = World(nodes=1)
+    w.run("cv", "production", node=0)
+    return w.snapshot(gpu_jobs("nlp", n=3)), team_config({"nlp": 8})
+
+
 @case("jobs short of the same GPUs share one INSUFFICIENT_CAPACITY reason (memory at 1M pending)")
 def _():  # type: ignore[no-untyped-def]
-    def build():  # type: ignore[no-untyped-def]
-        w = World(nodes=1)
-        w.run("cv", "production", node=0)
-        return w.snapshot(gpu_jobs("nlp", n=3)), team_config({"nlp": 8})
-
     def check(d: Decisions) -> None:
         capacity = [
             next(r for r in explanation(d, job).reasons if r.code is Code.INSUFFICIENT_CAPACITY)
@@ -362,22 +363,17 @@ def _():  # type: ignore[no-untyped-def]
         assert capacity[0].message == "needs 8 gpu GPUs; 0 of 8 are free"
         assert capacity[0].detail("free") == 0 and capacity[0].detail("capacity") == 8
 
-    return build, check
+    return _three_jobs_on_a_busy_node, check
 
 
 @case("PRIORITY counts the jobs and GPUs ahead")
 def _():  # type: ignore[no-untyped-def]
-    def build():  # type: ignore[no-untyped-def]
-        w = World(nodes=1)
-        w.run("cv", "production", node=0)
-        return w.snapshot(gpu_jobs("nlp", n=3)), team_config({"nlp": 8})
-
     def check(d: Decisions) -> None:
         reasons = explanation(d, "nlp-trai-1x8-2").reasons
         prio = next(r for r in reasons if r.code is Code.PRIORITY)
         assert prio.detail("jobs_ahead") == 2 and prio.detail("gpus_ahead") == 16
 
-    return build, check
+    return _three_jobs_on_a_busy_node, check
 
 
 @case("queue diagnosis: long waits on quota are blamed on the quota")
