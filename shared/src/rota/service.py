@@ -8,7 +8,6 @@ subscribers → relay. Shutdown reverses it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -170,15 +169,8 @@ class RotaService:
         log.info("%s: ready", self.name)
 
     async def _on_shutdown(self) -> None:
-        for task in self._consumer_tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for background in (self._relay_task, self._prune_task):
-            if background is not None:
-                background.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await background
+        tasks = [*self._consumer_tasks, self._relay_task, self._prune_task]
+        await stop_tasks([t for t in tasks if t is not None])
 
     async def _after_shutdown(self) -> None:
         # After every handler's own shutdown hook, which may still need the database.
@@ -191,6 +183,23 @@ class RotaService:
             level=self.settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
         )
         await self.app.run(log_level=logging.getLevelName(self.settings.log_level))
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]], *, patience_s: float = 0.5) -> None:
+    """Cancel `tasks` and wait for them, cancelling again whatever is still running.
+
+    A single cancel is not always enough: on Python 3.11 `asyncio.wait_for` (inside nats-py's
+    `fetch`) can swallow a cancellation that arrives as its inner wait completes, and the
+    consumer loop then fetches again; a stop that awaited such a task would hang until killed.
+    """
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=patience_s)
+    for task in tasks:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.warning("%s had failed: %s: %s", task.get_name(), type(error).__name__, error)
 
 
 def run_forever(service: RotaService) -> None:

@@ -10,6 +10,7 @@ returns as soon as messages are there, which is the latency we want.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -53,16 +54,22 @@ class PullConsumer:
             self.subject, durable=self.durable, stream=self.stream,
             config=ConsumerConfig(ack_wait=ack_wait_s, max_ack_pending=self.max_ack_pending),
         )
-        while True:
-            try:
-                batch = await sub.fetch(self.batch_size, timeout=FETCH_WAIT_S)
-            except TimeoutError:
-                continue
-            except (ConnectionClosedError, ServiceUnavailableError) as exc:
-                log.warning("%s: fetch failed (%s); retrying", self.durable, exc)
-                await asyncio.sleep(retry_delay_s)
-                continue
-            await self.handle(batch, retry_delay_s)
+        try:
+            while True:
+                try:
+                    batch = await sub.fetch(self.batch_size, timeout=FETCH_WAIT_S)
+                except TimeoutError:
+                    continue
+                except (ConnectionClosedError, ServiceUnavailableError) as exc:
+                    log.warning("%s: fetch failed (%s); retrying", self.durable, exc)
+                    await asyncio.sleep(retry_delay_s)
+                    continue
+                await self.handle(batch, retry_delay_s)
+        finally:
+            # Messages fetched but never handled would make the connection's drain at shutdown
+            # wait its whole timeout (30 s) for them; unacked, JetStream redelivers them anyway.
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
 
 def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
