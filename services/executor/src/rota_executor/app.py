@@ -11,7 +11,6 @@ Durable consumers, each handler thin (the work is in `runs.Executor`):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from nats.js.errors import NotFoundError
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
 from rota.endpoints import resolve
-from rota.service import RotaService
+from rota.service import RotaService, stop_tasks
 
 from rota_executor.backend import Backend
 from rota_executor.local import LocalBackend
@@ -118,10 +117,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
 
     @service.app.on_shutdown
     async def stop_backend() -> None:
-        for task in background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(background)
         if executor.backend is not None:
             await executor.backend.close()
 

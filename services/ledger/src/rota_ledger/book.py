@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_ledger.domain import Gpu, Seat, Snapshot
-from rota_ledger.store import RunInfo, allocations, entries, holds
+from rota_ledger.store import RunInfo, allocations, entries, entry_row, holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +148,7 @@ async def add_grant_entries(conn: AsyncConnection,
     if grants:
         await conn.execute(
             insert(entries).values([
-                dict(kind="grant", run_id=run.run_id, job_id=run.job_id, team=run.team,
-                     user_name=run.user, flavor=run.flavor, gpus=gpus, borrowed_gpus=borrowed,
-                     gpu_seconds=0.0, at=at, cause_id=run.proposal_id)
+                entry_row("grant", run, gpus, borrowed, 0.0, at, run.proposal_id)
                 for run, gpus, borrowed, at in grants
             ]).on_conflict_do_nothing(constraint="entries_once_per_run")
         )

@@ -112,13 +112,17 @@ async def add_entry(
 ) -> bool:
     """Append one ledger entry; False if this run already has an entry of this kind."""
     result = await conn.execute(
-        insert(entries).values(
-            kind=kind, run_id=run.run_id, job_id=run.job_id, team=run.team, user_name=run.user,
-            flavor=run.flavor, gpus=gpus, borrowed_gpus=borrowed_gpus, gpu_seconds=gpu_seconds,
-            at=at, cause_id=cause_id,
-        ).on_conflict_do_nothing(constraint="entries_once_per_run")
+        insert(entries).values(entry_row(kind, run, gpus, borrowed_gpus, gpu_seconds, at, cause_id))
+        .on_conflict_do_nothing(constraint="entries_once_per_run")
     )
     return bool(result.rowcount)
+
+
+def entry_row(kind: str, run: RunInfo, gpus: int, borrowed_gpus: int, gpu_seconds: float,
+              at: datetime, cause_id: str) -> dict[str, object]:
+    return dict(kind=kind, run_id=run.run_id, job_id=run.job_id, team=run.team,
+                user_name=run.user, flavor=run.flavor, gpus=gpus, borrowed_gpus=borrowed_gpus,
+                gpu_seconds=gpu_seconds, at=at, cause_id=cause_id)
 
 
 @dataclass(frozen=True, slots=True)

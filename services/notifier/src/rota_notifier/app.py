@@ -11,7 +11,6 @@ itself, and only then publishes `PreemptionNoticed`, which is all the notifier s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -24,7 +23,7 @@ from rota.clock import Clock
 from rota.config import RotaConfig, load_config
 from rota.contracts.subjects import STREAM_EVT
 from rota.db.outbox import Outbox
-from rota.service import RotaService
+from rota.service import RotaService, stop_tasks
 from rota.settings import Settings
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -113,10 +112,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
 
     @service.app.on_shutdown
     async def stop_dispatcher() -> None:
-        for task in dispatching:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(dispatching)
         await notifier.aclose()
 
     return service

@@ -10,14 +10,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
-from rota.service import RotaService
+from rota.service import RotaService, stop_tasks
 
 from rota_preemption.api import PLANS_SUBJECT, answer
 from rota_preemption.coordinator import (
@@ -89,9 +88,6 @@ def build(
 
     @service.app.on_shutdown
     async def stop_timers() -> None:
-        for task in timers:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(timers)
 
     return service

@@ -11,7 +11,6 @@ A cycle, in numbered phases:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, STREAM_EVT
 from rota.ids import new_id
 from rota.retention import prune_periodically
-from rota.service import RotaService
+from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
 
 from rota_scheduler import metrics, store
@@ -248,9 +247,6 @@ def build() -> RotaService:
 
     @service.app.on_shutdown
     async def stop_leading() -> None:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(tasks)
 
     return service

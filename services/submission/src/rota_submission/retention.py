@@ -7,11 +7,10 @@ behind `rota trace` goes. A job still waiting or running keeps all of its histor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import datetime
 
 from rota.retention import prune_periodically
-from rota.service import RotaService
+from rota.service import RotaService, stop_tasks
 
 from rota_submission import store
 
@@ -32,7 +31,4 @@ def install(service: RotaService) -> None:
 
     @service.app.on_shutdown
     async def stop_pruning() -> None:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(tasks)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faststream.nats import JStream, NatsBroker
+from faststream.nats import NatsBroker
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
@@ -39,11 +39,6 @@ def make_broker(settings: Settings, url: str, *, name: str) -> NatsBroker:
         reconnect_time_wait=1,
         **connect_options(settings),
     )
-
-
-def jstream(name: str) -> JStream:
-    """A stream reference for subscribers. Streams are created by `ensure_streams`, not here."""
-    return JStream(name, subjects=STREAM_SUBJECTS[name], declare=False)
 
 
 def stream_config(name: str, replicas: int = 1) -> StreamConfig:
