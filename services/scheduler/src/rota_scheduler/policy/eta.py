@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from rota_scheduler.policy.model import PendingJob, PendingQueue
 
 if TYPE_CHECKING:
-    from rota_scheduler.policy.engine import Cycle
+    from rota_scheduler.policy.cycle import Cycle
 
 __all__ = ["EXACT_DEPTH", "DeepQueues", "Eta"]
 

@@ -126,7 +126,17 @@ class QueueWalk:
     proportional to the queues, not to the jobs.
     """
 
-    __slots__ = ("_drop", "_dynamic", "_heap", "_hopeless", "_key", "_queues", "_version")
+    __slots__ = (
+        "_current",
+        "_drop",
+        "_dynamic",
+        "_heap",
+        "_hopeless",
+        "_key",
+        "_passed",
+        "_queues",
+        "_version",
+    )
 
     def __init__(
         self,
@@ -145,6 +155,8 @@ class QueueWalk:
         self._hopeless = hopeless
         self._version = version
         self._drop = False
+        self._current: tuple[PendingJob, ...] = ()
+        self._passed = 0
         at = version() if version is not None else 0
         heap = []
         for i, q in enumerate(queues):
@@ -156,6 +168,19 @@ class QueueWalk:
 
     def drop_current(self) -> None:
         self._drop = True
+
+    def pass_over(self, blocked: Callable[[PendingJob], bool], limit: int) -> list[PendingJob]:
+        """Consume the jobs right after the one just yielded, in its queue, while `blocked`
+        says yes (at most `limit`); the walk then resumes after them. The caller vouches that
+        nothing it does before their turn would come could change what happens to them."""
+        jobs = self._current
+        start = self._passed
+        pos = start
+        end = min(len(jobs), start + limit)
+        while pos < end and blocked(jobs[pos]):
+            pos += 1
+        self._passed = pos
+        return list(jobs[start:pos])
 
     def __iter__(self) -> Iterator[PendingJob]:
         heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
@@ -177,8 +202,9 @@ class QueueWalk:
                         heapq.heapreplace(heap, (fresh, submitted, job_id, qi, pos, now_at))
                         continue
             self._drop = False
+            self._current, self._passed = jobs, pos + 1
             yield job
-            pos += 1
+            pos = self._passed
             if self._drop or pos >= len(jobs):
                 heapq.heappop(heap)
             else:

@@ -29,7 +29,7 @@ from rota_scheduler.policy.model import (
 from rota_scheduler.policy.ordering import QueueWalk, submit_key, tier_queues
 
 if TYPE_CHECKING:
-    from rota_scheduler.policy.engine import Cycle
+    from rota_scheduler.policy.cycle import Cycle
 
 __all__ = ["NO_ETA", "Block", "explain"]
 

@@ -1,0 +1,187 @@
+"""Phases 2-5 of a cycle: nominate, admit, preempt, reserve (see `engine`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rota.contracts.messages import WaitReasonCode as Code
+
+from rota_scheduler.policy.backfill import ReservationBook
+from rota_scheduler.policy.cycle import Cycle
+from rota_scheduler.policy.model import PendingJob, PendingQueue
+from rota_scheduler.policy.ordering import QueueWalk, tier_queues
+
+__all__ = ["walk"]
+
+
+def _key(cy: Cycle) -> tuple[Callable[[PendingJob], float], bool]:
+    return cy.order_key(), cy.rules.order == "score" and cy.scorer.dynamic
+
+
+def walk(cy: Cycle) -> None:
+    rules, config, state, quota = cy.rules, cy.config, cy.state, cy.quota
+    key, dynamic = _key(cy)
+    limit = rules.reservations if rules.reservations is not None else config.backfill_reservations
+    planner = rules.planner if config.preemption else None
+    attempts = config.max_preemption_attempts if planner is not None else 0
+    ready = {j for j, t in cy.planned.items() if t is not None}
+    blocked_flavors: set[str] = set()
+    all_blocked = False
+    misses: dict[tuple[str, str, str], int] = {}
+    depth = rules.per_queue_depth
+    free_total = state.free_total
+
+    def quota_version() -> int:
+        return quota.version
+
+    def reservations_full(flavor: str) -> bool:
+        book = cy.books.get(flavor)
+        return book is not None and len(book.reservations) >= limit
+
+    def reserved_out(q: PendingQueue) -> bool:
+        # Every job of the queue would delay a reservation: too big for its spare GPUs, and
+        # (even the shortest) still running at its start. Spare only shrinks within a cycle.
+        book = cy.books.get(q.flavor)
+        if book is None:
+            return False
+        end = cy.now + (q.min_runtime_s if q.min_runtime_s > 0 else 0.0)
+        return any(end > r.start and q.min_gpus > r.spare for r in book.reservations)
+
+    def hopeless(q: PendingQueue) -> bool:
+        # Nothing in this queue can start now and it cannot preempt: skip it whole, unless it
+        # may still hold the line (no backfill) or earn a reservation (backfill with reserve).
+        if attempts > 0 or ready:
+            return False
+        if q.min_gpus <= free_total.get(q.flavor, 0):
+            return rules.backfill == "reserve" and reservations_full(q.flavor) and reserved_out(q)
+        if rules.backfill == "none":
+            return all_blocked or q.flavor in blocked_flavors
+        if rules.backfill == "reserve":
+            return reservations_full(q.flavor)
+        return True
+
+    groups = (
+        [list(cy.snapshot.pending)]
+        if rules.order == "submit"
+        else list(tier_queues(cy.snapshot.pending).values())
+    )
+    for queues in groups:
+        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version)
+        for job in walk:
+            f, g = job.flavor, job.gpus
+            if job.job_id in cy.planned:
+                planned = cy.planned[job.job_id]
+                if planned is not None:
+                    cy.admit(job, planned, via_plan=True)
+                    ready.discard(job.job_id)
+                else:
+                    cy.block(job, Code.WAITING_FOR_PREEMPTION)
+                continue
+            if f not in state.flavors:
+                cy.block(job, Code.NO_MATCHING_FLAVOR)
+                continue
+            if not state.can_ever_fit(job):
+                cy.block(job, Code.EXCEEDS_CLUSTER)
+                continue
+            if all_blocked or f in blocked_flavors:
+                cy.block(job, Code.PRIORITY, cy.head_of_line)
+                continue
+            code: Code
+            detail = ""
+            if rules.quotas and not quota.allows(job.team, f, g):
+                code, detail = Code.QUOTA_EXCEEDED, quota.check(job.team, f, g).message
+            elif free_total.get(f, 0) >= g:
+                end = cy.now + cy.runtime(job)
+                book = cy.books.get(f)
+                res = book.blocking(g, end) if book is not None else None
+                if res is None:
+                    fit = state.find(job)
+                    if fit is not None:
+                        cy.admit(job, state.allocate(fit), via_plan=False)
+                        continue
+                    code = Code.FRAGMENTATION
+                else:
+                    code, detail = Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id
+            else:
+                code = Code.INSUFFICIENT_CAPACITY
+            # Blocked. Phase 4: preempt, if this job may and it really helps.
+            if attempts > 0 and planner is not None and code is not Code.RESERVED_FOR_HIGHER_PRIORITY:
+                attempts -= 1
+                plan = planner(job, cy.preemption, cy)
+                if plan is not None:
+                    cy.accept_plan(job, plan)
+                    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
+                    continue
+            cy.block(job, code, detail)
+            # Phase 5: hold the line behind it, or reserve, or let others pass.
+            if code is Code.QUOTA_EXCEEDED:
+                pass
+            elif rules.backfill == "none":
+                cy.head_of_line = cy.head_of_line or job.job_id
+                if rules.order == "submit":
+                    all_blocked = True
+                    break
+                blocked_flavors.add(f)
+            elif rules.backfill == "reserve" and code is not Code.RESERVED_FOR_HIGHER_PRIORITY:
+                book = cy.book(f)
+                if len(book.reservations) < limit:
+                    book.reserve(job.job_id, job.tier.rank, g, free_total.get(f, 0), cy.now, cy.runtime(job))
+            qkey = (job.tier.value, job.team, f)
+            missed = misses[qkey] = misses.get(qkey, 0) + 1
+            if missed >= depth:
+                walk.drop_current()
+            if (
+                attempts <= 0
+                and not ready
+                and not any(free_total.values())
+                and (rules.backfill != "reserve" or all(reservations_full(fl) for fl in state.flavors))
+            ):
+                break
+            if (
+                rules.pass_over
+                and code is Code.RESERVED_FOR_HIGHER_PRIORITY
+                and attempts <= 0
+                and missed < depth
+                and reservations_full(f)
+            ):
+                # The jobs right behind it in its queue that a reservation also blocks stay
+                # blocked all cycle (reservations stay, their spare only shrinks), and with no
+                # preemption attempt or reservation left to give, being blocked has no effect
+                # but the miss: pass over them in one step.
+                book = cy.books[f]
+                passed = walk.pass_over(_behind(cy, book), depth - missed)
+                if passed:
+                    _block_passed_over(cy, passed, book)
+                    misses[qkey] = missed + len(passed)
+                    if missed + len(passed) >= depth:
+                        walk.drop_current()
+        if all_blocked and attempts <= 0 and not ready:
+            break
+
+
+def _behind(cy: Cycle, book: ReservationBook) -> Callable[[PendingJob], bool]:
+    now, planned, state, runtime = cy.now, cy.planned, cy.state, cy.runtime
+
+    def blocked(job: PendingJob) -> bool:
+        return (
+            job.job_id not in planned
+            and state.can_ever_fit(job)
+            and book.blocking(job.gpus, now + runtime(job)) is not None
+        )
+
+    return blocked
+
+
+def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook) -> None:
+    """Each job passed over gets the reason its own turn would most likely have given it: the
+    state has not moved since the job ahead of it was blocked."""
+    quota, free_total, quotas = cy.quota, cy.state.free_total, cy.rules.quotas
+    for job in jobs:
+        f, g = job.flavor, job.gpus
+        if quotas and not quota.allows(job.team, f, g):
+            cy.block(job, Code.QUOTA_EXCEEDED, quota.check(job.team, f, g).message)
+        elif free_total.get(f, 0) < g:
+            cy.block(job, Code.INSUFFICIENT_CAPACITY)
+        else:
+            res = book.blocking(g, cy.now + cy.runtime(job))
+            cy.block(job, Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id if res is not None else "")

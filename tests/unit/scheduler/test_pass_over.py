@@ -1,0 +1,89 @@
+"""Passing over jobs that a reservation blocks changes no decision.
+
+With no preemption attempt and no reservation left to give in a cycle, a blocked job has no
+effect but counting against its queue's depth; the walk then skips, in one step, the jobs right
+behind it that a reservation also blocks. The reference walk (`pass_over=False`) tries each one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rota.contracts.messages import WaitReasonCode as Code
+from rota_scheduler.policy import Decisions, PolicyConfig, Snapshot
+from rota_scheduler.policy.baselines.slurm import SLURM_RULES
+from rota_scheduler.policy.core import ROTA_RULES
+from rota_scheduler.policy.engine import Rules, run_cycle
+
+from tests.unit.scheduler.builders import World, gpu_jobs, team_config
+
+NOW = 50_000.0
+TEAMS = ("a", "b", "c")
+
+
+def _decided(d: Decisions) -> tuple[object, ...]:
+    return (d.admissions, d.plans, d.abandoned_plans)
+
+
+def _both(snap: Snapshot, config: PolicyConfig, rules: Rules) -> tuple[Decisions, Decisions]:
+    return run_cycle(snap, NOW, config, rules), run_cycle(snap, NOW, config, replace(rules, pass_over=False))
+
+
+@st.composite
+def behind_a_reservation(draw: st.DrawFn) -> tuple[Snapshot, PolicyConfig]:
+    """Half the GPUs busy until different times, a big head job, many jobs of mixed size and
+    length behind it: some backfill, most wait on the head's reservation."""
+    world = World(nodes=4, racks=2)
+    for node in range(4):
+        busy = draw(st.sampled_from((0, 4, 8)))
+        if busy:
+            world.run(
+                draw(st.sampled_from(TEAMS)), draw(st.sampled_from(("training", "experiment"))), node=node,
+                gpus=busy, started=NOW - draw(st.integers(0, 4000)), end=NOW + draw(st.integers(0, 20_000)),
+                resumable=draw(st.booleans()),
+            )  # fmt: skip
+    pending = gpu_jobs("a", "training", gpus=8, workers=4, runtime=3600.0, name="head")
+    for i in range(draw(st.integers(5, 120))):
+        pending += gpu_jobs(
+            draw(st.sampled_from(TEAMS)), draw(st.sampled_from(("training", "experiment"))),
+            gpus=draw(st.sampled_from((1, 2, 4, 8, 16))), submitted=float(draw(st.integers(0, 40_000))),
+            runtime=draw(st.one_of(st.none(), st.sampled_from((60.0, 600.0, 7200.0, 50_000.0)))),
+            name=f"p{i:03d}",
+        )  # fmt: skip
+    config = team_config(
+        dict.fromkeys(TEAMS, 8),
+        borrowing={t: draw(st.sampled_from((4, 16, 32))) for t in TEAMS},
+        max_preemption_attempts=draw(st.sampled_from((0, 1, 8))),
+    )
+    return world.snapshot(pending), config
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(behind_a_reservation(), st.sampled_from((ROTA_RULES, SLURM_RULES)), st.sampled_from((2, 5, 64)))
+def test_passing_over_changes_no_decision(
+    world: tuple[Snapshot, PolicyConfig], rules: Rules, depth: int
+) -> None:
+    snap, config = world
+    fast, reference = _both(snap, config, replace(rules, per_queue_depth=depth))
+    assert _decided(fast) == _decided(reference)
+    assert {e.job_id for e in fast.pending} == {e.job_id for e in reference.pending}
+    assert all(e.reasons for e in fast.pending)
+
+
+def test_jobs_passed_over_are_told_which_reservation_blocks_them() -> None:
+    world = World(nodes=2)
+    world.run("b", "training", node=0, gpus=8, end=NOW + 3600.0)
+    world.run("b", "training", node=1, gpus=4, end=NOW + 3600.0)
+    head = gpu_jobs("a", "training", gpus=7, workers=2, runtime=3600.0, name="head")
+    behind = gpu_jobs("c", "experiment", n=6, gpus=4, submitted=100.0, runtime=50_000.0, name="long")
+    short = gpu_jobs("c", "experiment", gpus=4, submitted=200.0, runtime=60.0, name="short")
+    config = team_config({"a": 8, "b": 8, "c": 8}, max_preemption_attempts=0)
+    fast, reference = _both(world.snapshot(head + behind + short), config, ROTA_RULES)
+    assert _decided(fast) == _decided(reference)
+    assert [a.job_id for a in fast.admissions] == ["short"]
+    reasons = {e.job_id: e.reasons[0] for e in fast.pending}
+    for job in behind:
+        assert reasons[job.job_id].code is Code.RESERVED_FOR_HIGHER_PRIORITY
+        assert reasons[job.job_id].detail("reserved_for") == "head"
