@@ -30,11 +30,14 @@ def _resolve_plans(cy: Cycle) -> None:
     plans = cy.snapshot.plans
     if not plans:
         return
-    pending_ids = {j.job_id for q in cy.snapshot.pending for j in q.jobs} if plans else set()
+    # A plan's preemptor is still pending if some queue holds it; its queue gives its team.
+    wanted = {plan.preemptor_job_id for plan in plans}
+    owner = {job_id: q for q in cy.snapshot.pending for job_id in wanted & q.ids()}
     runs = {r.run_id: r for r in cy.snapshot.running}
     state = cy.state
     for plan in plans:
-        if plan.preemptor_job_id not in pending_ids:
+        queue = owner.get(plan.preemptor_job_id)
+        if queue is None:
             continue
         victim_gpus: set[tuple[str, int]] = set()
         for run_id in plan.victim_run_ids:
@@ -67,10 +70,7 @@ def _resolve_plans(cy: Cycle) -> None:
         cy.planned[plan.preemptor_job_id] = plan.target if complete else None
         gpus = sum(len(s.gpus) for s in plan.target)
         flavor = state.node_flavor[state.index[plan.target[0].node]] if plan.target else ""
-        team = next(
-            (j.team for q in cy.snapshot.pending for j in q.jobs if j.job_id == plan.preemptor_job_id), ""
-        )
-        cy.quota.add(team, flavor, gpus)
+        cy.quota.add(queue.team, flavor, gpus)
 
 
 def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Decisions:

@@ -142,6 +142,15 @@ class PendingQueue:
     cycle skip a queue that a backfill reservation blocks whole."""
 
     _sums: QueueSums | None = field(default=None, init=False, repr=False, compare=False)
+    _ids: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def ids(self) -> frozenset[str]:
+        """The queue's job ids, computed once per queue object (as `sums`)."""
+        ids = self._ids
+        if ids is None:
+            ids = frozenset(j.job_id for j in self.jobs)
+            object.__setattr__(self, "_ids", ids)
+        return ids
 
     def sums(self) -> QueueSums:
         """Prefix sums over the jobs, computed once per queue object: a caller that keeps an
