@@ -35,12 +35,12 @@ def _both(snap: Snapshot, config: PolicyConfig, rules: Rules) -> tuple[Decisions
 def behind_a_reservation(draw: st.DrawFn) -> tuple[Snapshot, PolicyConfig]:
     """Half the GPUs busy until different times, a big head job, many jobs of mixed size and
     length behind it: some backfill, most wait on the head's reservation."""
-    world = World(nodes=4, racks=2)
+    world = World(nodes=4, racks=2, usage={"b": 1e12, "c": 1e12})  # a's head comes first
     for node in range(4):
         busy = draw(st.sampled_from((0, 4, 8)))
         if busy:
             world.run(
-                draw(st.sampled_from(TEAMS)), draw(st.sampled_from(("training", "experiment"))), node=node,
+                "a", "training", node=node,
                 gpus=busy, started=NOW - draw(st.integers(0, 4000)), end=NOW + draw(st.integers(0, 20_000)),
                 resumable=draw(st.booleans()),
             )  # fmt: skip
@@ -48,14 +48,14 @@ def behind_a_reservation(draw: st.DrawFn) -> tuple[Snapshot, PolicyConfig]:
     for i in range(draw(st.integers(5, 120))):
         pending += gpu_jobs(
             draw(st.sampled_from(TEAMS)), draw(st.sampled_from(("training", "experiment"))),
-            gpus=draw(st.sampled_from((1, 2, 4, 8, 16))), submitted=float(draw(st.integers(0, 40_000))),
-            runtime=draw(st.one_of(st.none(), st.sampled_from((60.0, 600.0, 7200.0, 50_000.0)))),
+            gpus=draw(st.sampled_from((1, 1, 2, 3, 4, 8))), submitted=float(draw(st.integers(0, 40_000))),
+            runtime=draw(st.one_of(st.none(), st.sampled_from((60.0, 600.0, 50_000.0, 50_000.0)))),
             name=f"p{i:03d}",
         )  # fmt: skip
     config = team_config(
         dict.fromkeys(TEAMS, 8),
-        borrowing={t: draw(st.sampled_from((4, 16, 32))) for t in TEAMS},
-        max_preemption_attempts=draw(st.sampled_from((0, 1, 8))),
+        borrowing=draw(st.sampled_from(({}, {t: 16 for t in TEAMS}))),
+        max_preemption_attempts=draw(st.sampled_from((0, 1, 64))),
     )
     return world.snapshot(pending), config
 
@@ -87,3 +87,22 @@ def test_jobs_passed_over_are_told_which_reservation_blocks_them() -> None:
     for job in behind:
         assert reasons[job.job_id].code is Code.RESERVED_FOR_HIGHER_PRIORITY
         assert reasons[job.job_id].detail("reserved_for") == "head"
+
+
+def test_a_job_passed_over_that_would_have_preempted_at_its_turn_gets_its_turn() -> None:
+    # k was passed over behind j with 4 GPUs free; x, whose turn comes between them, takes 2,
+    # so at k's turn it is short of GPUs and, with attempts left, stops the experiment run.
+    world = World(nodes=2)
+    world.run("b", "training", node=0, gpus=8, end=NOW + 3600.0)
+    world.run("b", "experiment", node=1, gpus=4, end=NOW + 3600.0, started=NOW - 3600.0)
+    pending = (
+        gpu_jobs("a", "training", gpus=7, workers=2, runtime=3600.0, name="head")
+        + gpu_jobs("c", "training", gpus=3, submitted=100.0, runtime=50_000.0, name="j")
+        + gpu_jobs("a", "training", gpus=2, submitted=200.0, runtime=60.0, name="x")
+        + gpu_jobs("c", "training", gpus=3, submitted=300.0, runtime=50_000.0, name="k")
+    )
+    config = team_config({"a": 8, "b": 8, "c": 8})
+    fast, reference = _both(world.snapshot(pending), config, ROTA_RULES)
+    assert _decided(fast) == _decided(reference)
+    assert [a.job_id for a in fast.admissions] == ["x"]
+    assert [p.preemptor_job_id for p in fast.plans] == ["k"]

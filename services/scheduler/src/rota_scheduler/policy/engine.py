@@ -14,6 +14,8 @@ in `reasons`; `cycle` holds the state they share.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rota_scheduler.policy.config import PolicyConfig
 from rota_scheduler.policy.cycle import Cycle, Planner, Rules
 from rota_scheduler.policy.model import Decisions, Snapshot
@@ -73,10 +75,18 @@ def _resolve_plans(cy: Cycle) -> None:
         cy.quota.add(queue.team, flavor, gpus)
 
 
-def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Decisions:
+def _prepared(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Cycle:
     cy = Cycle(snapshot, now, config, rules)
     _resolve_plans(cy)
-    walk(cy)
+    return cy
+
+
+def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Decisions:
+    cy = _prepared(snapshot, now, config, rules)
+    if not walk(cy):
+        # A job it passed over would have searched for victims: decide again, one job at a time.
+        cy = _prepared(snapshot, now, config, replace(rules, pass_over=False))
+        walk(cy)
     pending, diagnoses = explain(cy)
     return Decisions(
         admissions=tuple(cy.admissions),

@@ -136,6 +136,7 @@ class QueueWalk:
         "_passed",
         "_queues",
         "_version",
+        "current_key",
     )
 
     def __init__(
@@ -157,6 +158,8 @@ class QueueWalk:
         self._drop = False
         self._current: tuple[PendingJob, ...] = ()
         self._passed = 0
+        self.current_key: tuple[float, float, str] = (0.0, 0.0, "")
+        """The heap key of the job just yielded: jobs come out in this order."""
         at = version() if version is not None else 0
         heap = []
         for i, q in enumerate(queues):
@@ -203,6 +206,7 @@ class QueueWalk:
                         continue
             self._drop = False
             self._current, self._passed = jobs, pos + 1
+            self.current_key = (k, submitted, job_id)
             yield job
             pos = self._passed
             if self._drop or pos >= len(jobs):

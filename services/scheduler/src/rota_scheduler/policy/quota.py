@@ -85,6 +85,11 @@ class QuotaBook:
             return False
         return not self._protected or self.check(team, flavor, gpus).ok
 
+    def never_refuses(self, team: str, flavor: str) -> bool:
+        """True when no amount of use can make `allows` say no: no borrowing limit, and no team
+        keeps part of its quota back from lending."""
+        return self.limits(team, flavor).borrowing_limit is None and not self._protected
+
     def check(self, team: str, flavor: str, gpus: int, released: int = 0) -> QuotaCheck:
         """May `team` take `gpus` more, after `released` of its own GPUs are given back?"""
         lim = self.limits(team, flavor)

@@ -13,12 +13,19 @@ from rota_scheduler.policy.ordering import QueueWalk, tier_queues
 
 __all__ = ["walk"]
 
+Turn = tuple[int, float, float, str]
+"""When a job's turn comes: (tier group, key, submit time, id), the order the walk yields in."""
+Change = tuple[Turn, int, dict[str, int]]
+"""(the turn it happened in, attempts left after it, free GPUs per flavor after it)"""
+
 
 def _key(cy: Cycle) -> tuple[Callable[[PendingJob], float], bool]:
     return cy.order_key(), cy.rules.order == "score" and cy.scorer.dynamic
 
 
-def walk(cy: Cycle) -> None:
+def walk(cy: Cycle) -> bool:
+    """Phases 2-5. False when a job passed over would have had its own turn at preempting: the
+    cycle must then be decided again without passing over (`Rules.pass_over=False`)."""
     rules, config, state, quota = cy.rules, cy.config, cy.state, cy.quota
     key, dynamic = _key(cy)
     limit = rules.reservations if rules.reservations is not None else config.backfill_reservations
@@ -29,6 +36,9 @@ def walk(cy: Cycle) -> None:
     all_blocked = False
     misses: dict[tuple[str, str, str], int] = {}
     depth = rules.per_queue_depth
+    changes: list[Change] = []
+    # Jobs passed over while preemption attempts were left: (their turn, job, len(changes) then).
+    unsure: list[tuple[Turn, PendingJob, int]] = []
     free_total = state.free_total
 
     def quota_version() -> int:
@@ -65,7 +75,7 @@ def walk(cy: Cycle) -> None:
         if rules.order == "submit"
         else list(tier_queues(cy.snapshot.pending).values())
     )
-    for queues in groups:
+    for group, queues in enumerate(groups):
         walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version)
         for job in walk:
             f, g = job.flavor, job.gpus
@@ -98,6 +108,7 @@ def walk(cy: Cycle) -> None:
                     fit = state.find(job)
                     if fit is not None:
                         cy.admit(job, state.allocate(fit), via_plan=False)
+                        changes.append(((group, *walk.current_key), attempts, dict(free_total)))
                         continue
                     code = Code.FRAGMENTATION
                 else:
@@ -110,6 +121,8 @@ def walk(cy: Cycle) -> None:
                 plan = planner(job, cy.preemption, cy)
                 if plan is not None:
                     cy.accept_plan(job, plan)
+                changes.append(((group, *walk.current_key), attempts, dict(free_total)))
+                if plan is not None:
                     cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
                     continue
             cy.block(job, code, detail)
@@ -140,36 +153,66 @@ def walk(cy: Cycle) -> None:
             if (
                 rules.pass_over
                 and code is Code.RESERVED_FOR_HIGHER_PRIORITY
-                and attempts <= 0
                 and missed < depth
                 and reservations_full(f)
+                and (attempts <= 0 or not rules.quotas or quota.never_refuses(job.team, f))
             ):
                 # The jobs right behind it in its queue that a reservation also blocks stay
-                # blocked all cycle (reservations stay, their spare only shrinks), and with no
-                # preemption attempt or reservation left to give, being blocked has no effect
-                # but the miss: pass over them in one step.
+                # blocked all cycle (reservations stay, their spare only shrinks). With no
+                # reservation left to give, being blocked has no effect but the miss, unless
+                # it is their turn at preempting: with attempts left, that happens only if free
+                # GPUs fall below their size before their turn, which the log below tells.
                 book = cy.books[f]
-                passed = walk.pass_over(_behind(cy, book), depth - missed)
+                sure = attempts <= 0
+                passed = walk.pass_over(
+                    _behind(cy, book, None if sure else free_total.get(f, 0)), depth - missed
+                )
                 if passed:
                     _block_passed_over(cy, passed, book)
+                    if not sure:
+                        mark = len(changes)
+                        unsure.extend(((group, key(p), p.submitted_at, p.job_id), p, mark) for p in passed)
                     misses[qkey] = missed + len(passed)
                     if missed + len(passed) >= depth:
                         walk.drop_current()
         if all_blocked and attempts <= 0 and not ready:
             break
+    return _confirm(cy, unsure, changes)
 
 
-def _behind(cy: Cycle, book: ReservationBook) -> Callable[[PendingJob], bool]:
+def _behind(cy: Cycle, book: ReservationBook, free: int | None) -> Callable[[PendingJob], bool]:
+    """Blocked by a reservation now, hence all cycle; with `free`, also small enough for it."""
     now, planned, state, runtime = cy.now, cy.planned, cy.state, cy.runtime
+    most = free if free is not None else 1 << 62
 
     def blocked(job: PendingJob) -> bool:
         return (
-            job.job_id not in planned
+            job.gpus <= most
+            and job.job_id not in planned
             and state.can_ever_fit(job)
             and book.blocking(job.gpus, now + runtime(job)) is not None
         )
 
     return blocked
+
+
+def _confirm(cy: Cycle, unsure: list[tuple[Turn, PendingJob, int]], changes: list[Change]) -> bool:
+    """Replay each unsure job's turn against the log: the state at its turn is the one after the
+    last change the walk made before reaching its key. If free GPUs had fallen below its size
+    by then, it was short of capacity, not blocked by the reservation; with attempts left, that
+    turn would have searched for victims, which passing over skipped."""
+    for job_key, job, mark in unsure:
+        last: Change | None = None
+        for change in changes[mark:]:
+            if change[0] >= job_key:
+                break
+            last = change
+        if last is None or last[2].get(job.flavor, 0) >= job.gpus:
+            continue
+        if last[1] > 0:
+            return False
+        cy.block(job, Code.INSUFFICIENT_CAPACITY)
+    return True
 
 
 def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook) -> None:
