@@ -17,6 +17,9 @@ Turn = tuple[int, float, float, str]
 """When a job's turn comes: (tier group, key, submit time, id), the order the walk yields in."""
 Change = tuple[Turn, int, dict[str, int]]
 """(the turn it happened in, attempts left after it, free GPUs per flavor after it)"""
+Unsure = tuple[Turn, Turn, list[PendingJob], int]
+"""Jobs passed over while preemption attempts were left: (the first's turn, the last's turn,
+the jobs, how many changes had been logged then)."""
 
 
 def _key(cy: Cycle) -> tuple[Callable[[PendingJob], float], bool]:
@@ -37,8 +40,7 @@ def walk(cy: Cycle) -> bool:
     misses: dict[tuple[str, str, str], int] = {}
     depth = rules.per_queue_depth
     changes: list[Change] = []
-    # Jobs passed over while preemption attempts were left: (their turn, job, len(changes) then).
-    unsure: list[tuple[Turn, PendingJob, int]] = []
+    unsure: list[Unsure] = []
     free_total = state.free_total
 
     def quota_version() -> int:
@@ -168,10 +170,17 @@ def walk(cy: Cycle) -> bool:
                     _behind(cy, book, None if sure else free_total.get(f, 0)), depth - missed
                 )
                 if passed:
-                    _block_passed_over(cy, passed, book)
+                    _block_passed_over(cy, passed, book, sure)
                     if not sure:
-                        mark = len(changes)
-                        unsure.extend(((group, key(p), p.submitted_at, p.job_id), p, mark) for p in passed)
+                        first, last = passed[0], passed[-1]
+                        unsure.append(
+                            (
+                                (group, key(first), first.submitted_at, first.job_id),
+                                (group, key(last), last.submitted_at, last.job_id),
+                                passed,
+                                len(changes),
+                            )
+                        )
                     misses[qkey] = missed + len(passed)
                     if missed + len(passed) >= depth:
                         walk.drop_current()
@@ -196,35 +205,45 @@ def _behind(cy: Cycle, book: ReservationBook, free: int | None) -> Callable[[Pen
     return blocked
 
 
-def _confirm(cy: Cycle, unsure: list[tuple[Turn, PendingJob, int]], changes: list[Change]) -> bool:
-    """Replay each unsure job's turn against the log: the state at its turn is the one after the
-    last change the walk made before reaching its key. If free GPUs had fallen below its size
-    by then, it was short of capacity, not blocked by the reservation; with attempts left, that
-    turn would have searched for victims, which passing over skipped."""
-    for job_key, job, mark in unsure:
-        last: Change | None = None
+def _confirm(cy: Cycle, unsure: list[Unsure], changes: list[Change]) -> bool:
+    """Check each run of jobs passed over with attempts left against the changes logged after
+    it: a change before the last one's turn that leaves fewer free GPUs than one of them needs
+    may have made that job short of capacity at its turn, and with attempts left then, that
+    turn would have searched for victims, which passing over skipped. Jobs' turns within a run
+    are not told apart, so any such change counts against the whole run (the caller decides
+    the cycle again: exact, only slower, and rare)."""
+    for first, last, jobs, mark in unsure:
+        flavor, most = jobs[0].flavor, max(j.gpus for j in jobs)
+        short: Change | None = None
         for change in changes[mark:]:
-            if change[0] >= job_key:
+            if change[0] >= last:
                 break
-            last = change
-        if last is None or last[2].get(job.flavor, 0) >= job.gpus:
-            continue
-        if last[1] > 0:
-            return False
-        cy.block(job, Code.INSUFFICIENT_CAPACITY)
+            if change[2].get(flavor, 0) < most:
+                if change[1] > 0:
+                    return False
+                short = change
+        if short is not None and short[0] < first:
+            # Attempts were spent by then, and every job of the run had its turn after it: only
+            # the reason changes, for those too big for what was left free.
+            free = short[2].get(flavor, 0)
+            for job in jobs:
+                if job.gpus > free:
+                    cy.block(job, Code.INSUFFICIENT_CAPACITY)
     return True
 
 
-def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook) -> None:
+def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook, sure: bool) -> None:
     """Each job passed over gets the reason its own turn would most likely have given it: the
-    state has not moved since the job ahead of it was blocked."""
+    state has not moved since the job ahead of it was blocked. Unless `sure`, `_behind` already
+    checked that quota cannot refuse them and that they fit in the free GPUs."""
     quota, free_total, quotas = cy.quota, cy.state.free_total, cy.rules.quotas
+    now, runtime = cy.now, cy.runtime
     for job in jobs:
         f, g = job.flavor, job.gpus
-        if quotas and not quota.allows(job.team, f, g):
+        if sure and quotas and not quota.allows(job.team, f, g):
             cy.block(job, Code.QUOTA_EXCEEDED, quota.check(job.team, f, g).message)
-        elif free_total.get(f, 0) < g:
+        elif sure and free_total.get(f, 0) < g:
             cy.block(job, Code.INSUFFICIENT_CAPACITY)
         else:
-            res = book.blocking(g, cy.now + cy.runtime(job))
+            res = book.blocking(g, now + runtime(job))
             cy.block(job, Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id if res is not None else "")
