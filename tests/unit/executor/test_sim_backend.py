@@ -58,3 +58,27 @@ async def test_a_notice_is_saved_and_acknowledged_then_the_stop_ends_the_run() -
     assert (ack.uri, ack.notice_id) == (f"sim://{run.job_id}/90", notice)
     await backend.stop(replace(run, state="stopping"))
     assert reporter.ends == [(run.run_id, Exit(None, "simulation stopped at progress 90 s"))]
+
+
+async def test_a_notice_that_arrives_while_a_checkpoint_is_being_reported_is_not_lost() -> None:
+    # The notice lands while the tick awaits the report of a periodic checkpoint, as it did in
+    # a demo run: the tick then stored the plan it held, without the notice, and no ack came.
+    clock = FakeClock(T0)
+    notice = "0190aaaa-0000-7000-8000-0000000000bb"
+    run = record(sim={"duration_s": 6000, "checkpoint_interval_s": 60, "checkpoint_save_s": 30})
+
+    class NoticedDuringReport(Recorder):
+        async def checkpointed(self, run_: RunRecord, checkpoint: Checkpoint) -> None:
+            if checkpoint.notice_id is None and not self.checkpoints:
+                backend.noticed(replace(run, notice_id=notice, notice_at=clock.now()))
+            await super().checkpointed(run_, checkpoint)
+
+    reporter = NoticedDuringReport()
+    backend = SimBackend(reporter, clock, speed=60, tick_s=0.1)
+    await backend.start(run)
+    clock.advance(1.5)  # 90 simulated seconds: the periodic checkpoint at 60 s is due
+    await backend.tick()
+    assert [c.notice_id for c in reporter.checkpoints] == [None]
+    clock.advance(0.5)  # the 30 s save is done (the periodic one at 120 s comes first)
+    await backend.tick()
+    assert [c.notice_id for c in reporter.checkpoints][-1] == notice

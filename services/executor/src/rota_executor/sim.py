@@ -31,6 +31,8 @@ class SimBackend:
         self.time_scale = speed
         self.tick_s = tick_s
         self.plans: dict[str, SimPlan] = {}
+        self._notices: dict[str, RunRecord] = {}
+        """Notice changes not yet folded into their plan (see `noticed`)."""
         self._lock = asyncio.Lock()
 
     def unsupported(self, spec: JobSpec) -> str | None:
@@ -50,13 +52,14 @@ class SimBackend:
     async def stop(self, run: RunRecord) -> None:
         async with self._lock:  # never in the middle of reporting this run's tick
             plan = self.plans.pop(run.run_id, None)
+            self._notices.pop(run.run_id, None)
         progress = f" at progress {plan.progress(self.clock.now()):.0f} s" if plan else ""
         await self.reporter.ended(run.run_id, Exit(None, f"simulation stopped{progress}"))
 
     def noticed(self, run: RunRecord) -> None:
-        plan = self.plans.get(run.run_id)
-        if plan is not None:
-            self.plans[run.run_id] = plan.with_notice(run)
+        # Folded in by the next tick, not here: a tick that is reporting this run holds its
+        # older plan across the report and stores it afterwards, which would drop the notice.
+        self._notices[run.run_id] = run
 
     async def tick(self) -> None:
         """Report everything due by now. A failed report is retried at the next tick."""
@@ -66,12 +69,16 @@ class SimBackend:
                 plan = self.plans.get(run_id)
                 if plan is None:
                     continue
+                noticed = self._notices.pop(run_id, None)
+                if noticed is not None:
+                    plan = self.plans[run_id] = plan.with_notice(noticed)
                 try:
                     for action in plan.due(now):
                         await self._report(plan, action)
                         plan = plan.after(action)
                         if isinstance(action, Ended):
                             self.plans.pop(run_id, None)
+                            self._notices.pop(run_id, None)
                         else:
                             self.plans[run_id] = plan
                 except Exception:
@@ -99,3 +106,4 @@ class SimBackend:
 
     async def close(self) -> None:
         self.plans.clear()
+        self._notices.clear()
