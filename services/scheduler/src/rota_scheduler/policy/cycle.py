@@ -62,8 +62,8 @@ class Cycle:
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
         self.no_eta: list[PendingJob] = []
-        self._block_cache: dict[tuple[Code, str], Block] = {}
         """Blocked jobs that get no ETA: explain leaves them out of the fluid ahead of others."""
+        self._block_cache: dict[tuple[Code, str], Block] = {}
         self.books: dict[str, ReservationBook] = {}
         self.taken: set[str] = set()
         self.planned: dict[str, tuple[Slot, ...] | None] = {}

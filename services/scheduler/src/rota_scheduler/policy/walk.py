@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from rota.contracts.messages import WaitReasonCode as Code
 
-from rota_scheduler.policy.backfill import ReservationBook
+from rota_scheduler.policy.backfill import Reservation, ReservationBook
 from rota_scheduler.policy.cycle import Cycle
 from rota_scheduler.policy.model import PendingJob, PendingQueue
 from rota_scheduler.policy.ordering import QueueWalk, tier_queues
@@ -164,13 +164,11 @@ def walk(cy: Cycle) -> bool:
                 # reservation left to give, being blocked has no effect but the miss, unless
                 # it is their turn at preempting: with attempts left, that happens only if free
                 # GPUs fall below their size before their turn, which the log below tells.
-                book = cy.books[f]
                 sure = attempts <= 0
-                passed = walk.pass_over(
-                    _behind(cy, book, None if sure else free_total.get(f, 0)), depth - missed
-                )
+                blocked, blockers = _behind(cy, cy.books[f], None if sure else free_total.get(f, 0))
+                passed = walk.pass_over(blocked, depth - missed)
                 if passed:
-                    _block_passed_over(cy, passed, book, sure)
+                    _block_passed_over(cy, passed, blockers, sure)
                     if not sure:
                         first, last = passed[0], passed[-1]
                         unsure.append(
@@ -189,20 +187,25 @@ def walk(cy: Cycle) -> bool:
     return _confirm(cy, unsure, changes)
 
 
-def _behind(cy: Cycle, book: ReservationBook, free: int | None) -> Callable[[PendingJob], bool]:
-    """Blocked by a reservation now, hence all cycle; with `free`, also small enough for it."""
+def _behind(
+    cy: Cycle, book: ReservationBook, free: int | None
+) -> tuple[Callable[[PendingJob], bool], list[Reservation]]:
+    """Blocked by a reservation now, hence all cycle; with `free`, also small enough for it.
+    The list gets the reservation that blocks each job the predicate says yes to."""
     now, planned, state, runtime = cy.now, cy.planned, cy.state, cy.runtime
     most = free if free is not None else 1 << 62
+    blockers: list[Reservation] = []
 
     def blocked(job: PendingJob) -> bool:
-        return (
-            job.gpus <= most
-            and job.job_id not in planned
-            and state.can_ever_fit(job)
-            and book.blocking(job.gpus, now + runtime(job)) is not None
-        )
+        if job.gpus > most or job.job_id in planned or not state.can_ever_fit(job):
+            return False
+        res = book.blocking(job.gpus, now + runtime(job))
+        if res is None:
+            return False
+        blockers.append(res)
+        return True
 
-    return blocked
+    return blocked, blockers
 
 
 def _confirm(cy: Cycle, unsure: list[Unsure], changes: list[Change]) -> bool:
@@ -232,18 +235,18 @@ def _confirm(cy: Cycle, unsure: list[Unsure], changes: list[Change]) -> bool:
     return True
 
 
-def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook, sure: bool) -> None:
+def _block_passed_over(
+    cy: Cycle, jobs: list[PendingJob], blockers: list[Reservation], sure: bool
+) -> None:
     """Each job passed over gets the reason its own turn would most likely have given it: the
     state has not moved since the job ahead of it was blocked. Unless `sure`, `_behind` already
     checked that quota cannot refuse them and that they fit in the free GPUs."""
     quota, free_total, quotas = cy.quota, cy.state.free_total, cy.rules.quotas
-    now, runtime = cy.now, cy.runtime
-    for job in jobs:
+    for job, res in zip(jobs, blockers, strict=True):
         f, g = job.flavor, job.gpus
         if sure and quotas and not quota.allows(job.team, f, g):
             cy.block(job, Code.QUOTA_EXCEEDED, quota.check(job.team, f, g).message)
         elif sure and free_total.get(f, 0) < g:
             cy.block(job, Code.INSUFFICIENT_CAPACITY)
         else:
-            res = book.blocking(g, now + runtime(job))
-            cy.block(job, Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id if res is not None else "")
+            cy.block(job, Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id)
