@@ -48,17 +48,20 @@ def worlds(draw: st.DrawFn) -> tuple[Snapshot, PolicyConfig]:
     free = [list(range(gpus)) for _ in range(n_nodes)]
     running: list[RunningRun] = []
     for i in range(draw(st.integers(0, 8))):
-        node = draw(st.integers(0, n_nodes - 1))
+        # A gang's workers may share a node: a victim then frees GPUs there more than once.
+        workers = draw(st.lists(st.integers(0, n_nodes - 1), min_size=1, max_size=3))
         want = draw(st.integers(1, gpus))
-        if len(free[node]) < want:
+        if any(len(free[node]) < want * workers.count(node) for node in workers):
             continue
-        taken = tuple(free[node][:want])
-        del free[node][:want]
+        placement = []
+        for w, node in enumerate(workers):
+            placement.append(Slot(w, f"n{node}", tuple(free[node][:want])))
+            del free[node][:want]
         running.append(
             RunningRun(
                 run_id=f"r{i}", job_id=f"rj{i}", team=draw(st.sampled_from(TEAMS)),
-                tier=draw(st.sampled_from(TIERS)), flavor="gpu", placement=(Slot(0, f"n{node}", taken),),
-                gpus=want, started_at=NOW - draw(st.sampled_from((10.0, 1000.0, 50_000.0))),
+                tier=draw(st.sampled_from(TIERS)), flavor="gpu", placement=tuple(placement),
+                gpus=want * len(workers), started_at=NOW - draw(st.sampled_from((10.0, 1000.0, 50_000.0))),
                 last_checkpoint_at=NOW - 500.0, resumable=draw(st.booleans()),
                 preemptions=draw(st.integers(0, 4)), expected_end=NOW + draw(st.integers(0, 20_000)),
             )

@@ -420,6 +420,22 @@ def _():  # type: ignore[no-untyped-def]
     return build, lambda d: (victims(d) == ["exp"]) or pytest.fail(str(d.plans))
 
 
+@case("a victim with two workers on one node frees its GPUs there once, not twice")
+def _():  # type: ignore[no-untyped-def]
+    def build():  # type: ignore[no-untyped-def]
+        w = World(nodes=1)
+        # Cheapest first (least work since its checkpoint), but only 4 of the 8 GPUs needed.
+        w.run("nlp", "experiment", node=[0, 0], gpus=2, checkpoint=NOW - 10, run_id="pair")
+        w.run("nlp", "experiment", node=0, gpus=4, checkpoint=NOW - 3600, run_id="quad")
+        return w.snapshot(gpu_jobs("nlp", "training")), team_config({"nlp": 8})
+
+    def check(d: Decisions) -> None:
+        assert sorted(victims(d)) == ["pair", "quad"], d.plans
+        assert d.plans[0].target[0].gpus == tuple(range(8))
+
+    return build, check
+
+
 @case("minimum runtime: a run that just started is never a victim")
 def _():  # type: ignore[no-untyped-def]
     def build():  # type: ignore[no-untyped-def]

@@ -73,6 +73,18 @@ PoolRun = tuple[RunningRun, int]
 its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
 
 
+Ranked = tuple[tuple[bool, int, float, float, str], RunningRun, int, float, tuple[tuple[int, int], ...]]
+"""A pool run ready for Rota's search: (its victim order within a category: not resumable,
+lower tier, least work since its checkpoint, youngest, id; the run; its tier's rank; Rota's
+loss; the GPUs it holds on each node it spans, by node index)."""
+
+Choice = tuple[int, Ranked]
+"""A candidate of one search: (its category for this preemptor, the pool run)."""
+
+Offer = tuple[tuple[object, ...], int, int, tuple[Choice, ...]]
+"""What a node offers a gang: (cost, node index, worker slots, the victims to stop for them)."""
+
+
 @dataclass(slots=True)
 class PreemptionContext:
     """What every plan of one cycle shares: state, accounting, and who is already a victim."""
@@ -87,8 +99,8 @@ class PreemptionContext:
     pools: dict[str, list[PoolRun]] = field(default_factory=dict)
     """Per flavor, the runs no rule protects: built once per cycle because every plan of the
     cycle filters the same runs."""
-    costs: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Per run id, (GPU-seconds since its checkpoint, Rota's loss): constant within a cycle."""
+    ranked: dict[str, Ranked] = field(default_factory=dict)
+    """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -155,7 +167,24 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
     return pool
 
 
-def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]:
+def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
+    """What every search needs of a pool run, computed once per cycle and only for the runs
+    some search looks at."""
+    found = ctx.ranked.get(run.run_id)
+    if found is None:
+        index, now = ctx.state.index, ctx.now
+        on: dict[int, int] = {}
+        for slot in run.placement:
+            node = index[slot.node]
+            on[node] = on.get(node, 0) + len(slot.gpus)
+        key = (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
+        found = ctx.ranked[run.run_id] = (key, run, rank, rota_loss(run, now), tuple(on.items()))
+    return found
+
+
+def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
+    """The runs this job may stop, in Rota's victim order (category first); empty when even
+    all of them together with the free GPUs are too few."""
     quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
     team_quota = quota.limits(job.team, flavor).quota
     may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
@@ -190,85 +219,91 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Candidate]
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
     if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
         return []
-    costs, now = ctx.costs, ctx.now
-    out: list[Candidate] = []
-    for run, rank, category in picked:
-        cost = costs.get(run.run_id)
-        if cost is None:
-            cost = costs[run.run_id] = (expected_loss(run, now), rota_loss(run, now))
-        key = (category, not run.resumable, -rank, cost[0], -run.started_at, run.run_id)
-        out.append(Candidate(run, category, cost[1], key))
-    return out
+    choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
+    # Keys end with the run id, so the sort never compares further than (category, key).
+    choices.sort()
+    return choices
+
+
+def _worst(choice: Choice) -> tuple[int, bool, int]:
+    key = choice[1][0]
+    return (choice[0], key[0], key[1])
+
+
+def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice]) -> list[Offer]:
+    """Each node's offer: its free worker slots at no cost, or one slot after its cheapest
+    prefix of victims. Costs compare worst category first, then loss, then victim count."""
+    state, per_worker = ctx.state, job.gpus_per_worker
+    offers: list[Offer] = []
+    gained: dict[int, int] = {}
+    prefixes: dict[int, list[Choice]] = {}
+    for node in state.flavor_nodes.get(job.flavor, []):
+        free = len(state.free[node])
+        if free >= per_worker:
+            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
+        else:
+            gained[node] = free
+    for choice in choices:
+        for node, gpus in choice[1][4]:
+            have = gained.get(node)
+            if have is None:
+                continue  # enough free already, or its offer is made
+            prefix = prefixes.setdefault(node, [])
+            prefix.append(choice)
+            if have + gpus < per_worker:
+                gained[node] = have + gpus
+                continue
+            del gained[node]
+            cost = (max(_worst(c) for c in prefix), sum(c[1][3] for c in prefix), len(prefix))
+            offers.append((cost, node, 1, tuple(prefix)))
+    offers.sort(key=lambda o: (o[0], o[1]))
+    return offers
 
 
 def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     state = ctx.state
-    nodes = state.flavor_nodes.get(job.flavor, [])
-    cands = _rota_candidates(job, ctx)
-    if not cands:
+    choices = _rota_candidates(job, ctx)
+    if not choices:
         return None
-    index = state.index
-    # Sorted once, so that every node's list is already in victim order.
-    cands.sort(key=lambda c: c.key)
-    per_node: dict[int, list[Candidate]] = {}
-    for c in cands:
-        for slot in c.run.placement:
-            per_node.setdefault(index[slot.node], []).append(c)
-    per_worker = job.gpus_per_worker
-    # Each node offers worker slots: free ones at no cost, or one slot after its cheapest
-    # prefix of victims. Costs compare worst category first, then loss, then victim count.
-    offers: list[tuple[tuple[object, ...], int, int, tuple[Candidate, ...]]] = []
-    for node in nodes:
-        free = len(state.free[node])
-        if free >= per_worker:
-            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
-            continue
-        prefix: list[Candidate] = []
-        gained = free
-        for c in per_node.get(node, ()):
-            prefix.append(c)
-            gained += sum(len(s.gpus) for s in c.run.placement if index[s.node] == node)
-            if gained >= per_worker:
-                worst = max(p.key[:3] for p in prefix)
-                cost = (worst, sum(p.loss for p in prefix), len(prefix))
-                offers.append((cost, node, 1, tuple(prefix)))
-                break
-    offers.sort(key=lambda o: (o[0], o[1]))
-    groups: list[list[tuple[tuple[object, ...], int, int, tuple[Candidate, ...]]]]
+    offers = _node_offers(job, ctx, choices)
+    groups: list[list[Offer]]
     if job.rack is RackAffinity.none:
         groups = [offers]
     else:
-        by_rack: dict[str, list[tuple[tuple[object, ...], int, int, tuple[Candidate, ...]]]] = {}
+        by_rack: dict[str, list[Offer]] = {}
         for offer in offers:
             by_rack.setdefault(state.racks[offer[1]], []).append(offer)
         groups = list(by_rack.values())
         if job.rack is RackAffinity.preferred:
             groups.append(offers)
-    best: tuple[tuple[object, ...], Fit, tuple[Candidate, ...]] | None = None
+    per_worker = job.gpus_per_worker
+    best: tuple[tuple[object, ...], Fit, list[Choice]] | None = None
     for group in groups:
         fit: Fit = []
-        chosen: dict[str, Candidate] = {}
+        chosen: dict[str, Choice] = {}
         for _, node, slots, node_victims in group:
             take = min(slots, job.workers - len(fit))
             fit.extend((node, per_worker) for _ in range(take))
             for c in node_victims:
-                chosen[c.run.run_id] = c
+                chosen[c[1][1].run_id] = c
             if len(fit) == job.workers:
                 break
         if len(fit) < job.workers or not chosen:
             continue
-        victims = tuple(sorted(chosen.values(), key=lambda c: c.key))
-        cost = (max(c.key[:3] for c in victims), sum(c.loss for c in victims), len(victims))
+        ordered = sorted(chosen.values(), key=lambda c: (c[0], c[1][0]))
+        cost = (max(_worst(c) for c in ordered), sum(c[1][3] for c in ordered), len(ordered))
         if best is None or cost < best[0]:
-            best = (cost, fit, victims)
+            best = (cost, fit, ordered)
     if best is None:
         return None
-    _, fit, victims = best
+    _, fit, ordered = best
+    victims = tuple(Candidate(c[1][1], c[0], c[1][3], (c[0], *c[1][0])) for c in ordered)
     if not _admissible(job, victims, ctx):
         return None
+    index = state.index
     freed: dict[int, list[int]] = {}
-    for c in victims:
-        for slot in c.run.placement:
+    for victim in victims:
+        for slot in victim.run.placement:
             freed.setdefault(index[slot.node], []).extend(slot.gpus)
     return _plan(job, victims, _slots_from(state, fit, freed), "rota")
 
