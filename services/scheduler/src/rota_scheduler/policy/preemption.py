@@ -219,10 +219,41 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
     if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
         return []
+    cap = ctx.config.max_lost_gpu_s_per_plan
+    if cap is not None and job.tier is not Tier.production and _must_lose_too_much(job, ctx, picked, cap):
+        return []
     choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
     # Keys end with the run id, so the sort never compares further than (category, key).
     choices.sort()
     return choices
+
+
+def _must_lose_too_much(
+    job: PendingJob, ctx: PreemptionContext, picked: list[tuple[RunningRun, int, int]], cap: float
+) -> bool:
+    """True when every placement the search could find stops a run that alone loses more than
+    `cap`, so that `_admissible` would refuse whichever plan it found. A node offers a worker
+    slot without such a run only from its free GPUs plus the allowed victims on it; if those
+    slots are too few for the gang, there is no point in searching. (Most searches by
+    non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
+    state, now, per_worker = ctx.state, ctx.now, job.gpus_per_worker
+    index = state.index
+    allowed: dict[int, int] = {}
+    for run, _, _ in picked:
+        if run.resumable or run.gpus * max(0.0, now - run.started_at) <= cap:
+            for slot in run.placement:
+                node = index[slot.node]
+                allowed[node] = allowed.get(node, 0) + len(slot.gpus)
+    slots = 0
+    for node in state.flavor_nodes.get(job.flavor, []):
+        free = len(state.free[node])
+        if free >= per_worker:
+            slots += free // per_worker
+        elif free + allowed.get(node, 0) >= per_worker:
+            slots += 1
+        if slots >= job.workers:
+            return False
+    return True
 
 
 def _worst(choice: Choice) -> tuple[int, bool, int]:
