@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rota.config import load_config
 from rota.contracts.common import Tier
+from rota_scheduler.policy import Decisions, PolicyConfig, Snapshot, policy_config_from
 from rota_scheduler.policy.fairshare import accrue, decay, fairshare_factors, water_fill
 from rota_scheduler.sim.metrics import METRIC_KEYS
-from rota_scheduler.sim.replay import find_scenario, replay_run
+from rota_scheduler.sim.replay import find_scenario, nodes_from, replay_run
+from rota_scheduler.sim.simulator import Simulator
 from rota_scheduler.sim.workload import load_philly, scenario_quotas
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -89,6 +93,32 @@ def test_short_replay_reports_exactly_the_metric_keys(policy: str) -> None:
     assert 0.0 <= run.result["utilization"] <= 1.0
     if policy == "fifo":
         assert run.result["preemptions"] == 0
+
+
+def test_the_simulator_hands_over_usage_that_matches_its_runs() -> None:
+    """The simulator keeps GPUs in use per team as runs start and stop, and passes them in the
+    snapshot (`Snapshot.in_use`) instead of letting each cycle add them up: every cycle, they
+    must match the runs, and decide exactly as the cycle's own count would."""
+    jobs = load_philly(HEAD)
+    config = load_config(find_scenario("philly-512"))
+    sim = Simulator(jobs, nodes_from(config), policy_config_from(config), "rota")
+    policy = sim.policy
+    cycles = 0
+
+    def checked(snapshot: Snapshot, now: float, pcfg: PolicyConfig) -> Decisions:
+        nonlocal cycles
+        cycles += 1
+        counted: Counter[tuple[str, str]] = Counter()
+        for run in snapshot.running:
+            counted[(run.team, run.flavor)] += run.gpus
+        assert snapshot.in_use == dict(counted)
+        decisions = policy(snapshot, now, pcfg)
+        assert decisions == policy(replace(snapshot, in_use=None), now, pcfg)
+        return decisions
+
+    sim.policy = checked
+    sim.run()
+    assert cycles > 100 and sum(1 for j in sim.jobs if j.finish is not None) == 800
 
 
 def test_water_fill_is_weighted_max_min() -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from rota.config.model import RotaConfig
@@ -98,6 +99,20 @@ class PolicyConfig:
     """Unsaved GPU-seconds a plan for a non-production job may destroy (None: no cap). With
     save-on-notice a resumable victim loses nothing, so by default only production may stop a
     job that cannot checkpoint."""
+
+    _shares: dict[str, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Every cycle weighs usage against shares: add up each configured team's quotas once.
+        object.__setattr__(self, "_shares", {name: team.shares for name, team in self.teams.items()})
+
+    def shares(self, teams: Iterable[str]) -> dict[str, float]:
+        """Fair-share shares of every configured team and of `teams` (1 for a team without one)."""
+        out = dict(self._shares)
+        for team in teams:
+            if team not in out:
+                out[team] = TeamPolicy(team).shares
+        return out
 
     def team(self, name: str) -> TeamPolicy:
         found = self.teams.get(name)

@@ -56,7 +56,7 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> None:
         self.snapshot, self.now, self.config, self.rules = snapshot, now, config, rules
         self.state = ClusterState(snapshot.nodes)
-        self.quota = QuotaBook(config, snapshot.running, self.state.capacity)
+        self.quota = QuotaBook(config, snapshot.running, self.state.capacity, snapshot.in_use)
         self._admitted_jobs: list[PendingJob] = []
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
@@ -119,7 +119,7 @@ class Cycle:
     def fairshare(self) -> dict[str, float]:
         if self._fs is None:
             teams = {r.team for r in self.snapshot.running} | {q.team for q in self.snapshot.pending}
-            shares = {t: self.config.team(t).shares for t in teams | set(self.config.teams)}
+            shares = self.config.shares(teams)
             self._fs = fairshare_factors(self.snapshot.usage, shares)
         return self._fs
 

@@ -7,6 +7,7 @@ where events are parsed, not in the hot loop. Time is float seconds on the calle
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -223,6 +224,10 @@ class Snapshot:
     """
     runtime_scale: float = 1.0
     """Observed actual ÷ declared runtime, learned from finished jobs; scales ETA estimates only."""
+    in_use: Mapping[tuple[str, str], int] | None = None
+    """GPUs that `running` holds per (team, flavor); None: the cycle adds them up. A caller
+    that keeps these totals as runs start and stop (the simulator) passes them, so that a
+    cycle's cost does not grow with the number of runs just to count them again."""
 
 
 # ---------------------------------------------------------------- decisions

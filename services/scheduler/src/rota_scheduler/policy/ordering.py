@@ -63,7 +63,7 @@ class Scorer:
         w = config.weights
         top = max((config.tier(t).weight for t in TIER_ORDER), default=1.0) or 1.0
         self._queue = {t: w.queue * config.tier(t).weight / top for t in TIER_ORDER}
-        shares = {team: config.team(team).shares for team in set(teams) | set(config.teams)}
+        shares = config.shares(teams)
         self._fs = {team: w.fairshare * f for team, f in fairshare_factors(usage, shares).items()}
         self._age_w = w.age
         self._cap = config.age_cap_s

@@ -7,6 +7,7 @@ that their lending limit keeps back. Capacity that no team owns can be borrowed 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rota_scheduler.policy.config import PolicyConfig, TeamLimits
@@ -33,19 +34,26 @@ class QuotaBook:
     __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "used", "version")
 
     def __init__(
-        self, config: PolicyConfig, running: tuple[RunningRun, ...], capacity: dict[str, int]
+        self,
+        config: PolicyConfig,
+        running: tuple[RunningRun, ...],
+        capacity: dict[str, int],
+        in_use: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
+        """`in_use`, if given, is what `running` holds per (team, flavor) (`Snapshot.in_use`)."""
         self._config = config
         self._capacity = capacity
-        self.used: dict[tuple[str, str], int] = {}
         self.version = 0
         """Bumped by every `add`: what reads usage (the headroom score) may cache until then."""
-        used = self.used
-        for run in running:
-            key = (run.team, run.flavor)
-            used[key] = used.get(key, 0) + run.gpus
+        if in_use is not None:
+            self.used: dict[tuple[str, str], int] = dict(in_use)
+        else:
+            used = self.used = {}
+            for run in running:
+                key = (run.team, run.flavor)
+                used[key] = used.get(key, 0) + run.gpus
         self._total: dict[str, int] = {}
-        for (_, flavor), gpus in used.items():
+        for (_, flavor), gpus in self.used.items():
             self._total[flavor] = self._total.get(flavor, 0) + gpus
         self._limits: dict[tuple[str, str], TeamLimits] = {}
         # Only teams with a lending limit keep anything back; most configs have none.

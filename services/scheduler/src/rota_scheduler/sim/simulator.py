@@ -425,6 +425,7 @@ class Simulator:
             plans=tuple(self.plans.values()),
             explain=explain,
             runtime_scale=self.runtime_scale,
+            in_use={(team, "gpu"): gpus for team, gpus in self.running_gpus.items() if gpus},
         )
 
     def _cycle(self, t: float) -> None:
