@@ -3,7 +3,7 @@ a policy uses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,6 +50,14 @@ class Rules:
     decision; False tries them one by one (the reference the tests compare with)."""
 
 
+class _EveryJob:
+    def __contains__(self, job_id: object) -> bool:
+        return True
+
+
+_EVERY_JOB = _EveryJob()
+
+
 class Cycle:
     """The mutable state of one cycle, shared by the phases."""
 
@@ -61,6 +69,7 @@ class Cycle:
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
+        self._asked: Container[str] = _EVERY_JOB if snapshot.explain is None else snapshot.explain
         self.no_eta: list[PendingJob] = []
         """Blocked jobs that get no ETA: explain leaves them out of the fluid ahead of others."""
         self._block_cache: dict[tuple[Code, str], Block] = {}
@@ -162,14 +171,18 @@ class Cycle:
         return book
 
     def block(self, job: PendingJob, code: Code, detail: str = "") -> None:
+        if code in NO_ETA:
+            self.no_eta.append(job)
+        elif code is not Code.WAITING_FOR_PREEMPTION and job.job_id not in self._asked:
+            # Explain treats this job as one with no block unless it is asked about: only its
+            # reason would differ, and nobody asks for it (a replay asks about new jobs only).
+            return
         # Blocks are immutable and a cycle records one per job it looks at, mostly the same
         # few: share them.
         block = self._block_cache.get((code, detail))
         if block is None:
             block = self._block_cache[(code, detail)] = Block(code, detail)
         self.blocks[job.job_id] = block
-        if code in NO_ETA:
-            self.no_eta.append(job)
 
     def admit(self, job: PendingJob, placement: tuple[Slot, ...], via_plan: bool) -> None:
         borrowed = self.quota.check(job.team, job.flavor, job.gpus).borrowed if not via_plan else 0
