@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rota.config import load_config
 from rota.contracts.common import Tier
-from rota_scheduler.policy import Decisions, PolicyConfig, Snapshot, policy_config_from
+from rota_scheduler.policy import Decisions, PendingQueue, PolicyConfig, Snapshot, policy_config_from
 from rota_scheduler.policy.fairshare import accrue, decay, fairshare_factors, water_fill
 from rota_scheduler.sim.metrics import METRIC_KEYS
 from rota_scheduler.sim.replay import find_scenario, nodes_from, replay_run
@@ -95,10 +95,11 @@ def test_short_replay_reports_exactly_the_metric_keys(policy: str) -> None:
         assert run.result["preemptions"] == 0
 
 
-def test_the_simulator_hands_over_usage_that_matches_its_runs() -> None:
-    """The simulator keeps GPUs in use per team as runs start and stop, and passes them in the
-    snapshot (`Snapshot.in_use`) instead of letting each cycle add them up: every cycle, they
-    must match the runs, and decide exactly as the cycle's own count would."""
+def test_what_the_simulator_keeps_between_cycles_matches_its_snapshot() -> None:
+    """The simulator keeps GPUs in use per team as runs start and stop, and each queue's
+    smallest request, shortest runtime and prefix sums as jobs come and go, instead of letting
+    each cycle count them again: every cycle, they must match the runs and jobs, and the cycle
+    must decide exactly as with its own count."""
     jobs = load_philly(HEAD)
     config = load_config(find_scenario("philly-512"))
     sim = Simulator(jobs, nodes_from(config), policy_config_from(config), "rota")
@@ -112,6 +113,11 @@ def test_the_simulator_hands_over_usage_that_matches_its_runs() -> None:
         for run in snapshot.running:
             counted[(run.team, run.flavor)] += run.gpus
         assert snapshot.in_use == dict(counted)
+        for queue in snapshot.pending:
+            fresh = PendingQueue(queue.tier, queue.team, queue.flavor, queue.jobs)
+            assert (queue.min_gpus, queue.min_runtime_s) == (fresh.min_gpus, fresh.min_runtime_s)
+            everything = (0, len(queue.jobs))
+            assert queue.sums().between(*everything) == fresh.sums().between(*everything)
         decisions = policy(snapshot, now, pcfg)
         assert decisions == policy(replace(snapshot, in_use=None), now, pcfg)
         return decisions

@@ -137,12 +137,10 @@ class DeepQueues:
                 hi = len(q.jobs) if gj < gi else self._index(q, job)
                 if hi <= lo:
                     continue
-                sums = q.sums()
+                span_gpus, span_work, span_unknown = q.sums().between(lo, hi)
                 count += hi - lo
-                gpus += sums.gpus[hi] - sums.gpus[lo]
-                work += sums.work[hi] - sums.work[lo] + default_runtime_s * (
-                    sums.unknown_gpus[hi] - sums.unknown_gpus[lo]
-                )
+                gpus += span_gpus
+                work += span_work + default_runtime_s * span_unknown
         target = self._order(job)
         for other, counts in self.skipped:
             if other.flavor != f or other.job_id == job.job_id:

@@ -7,7 +7,7 @@ where events are parsed, not in the hot loop. Time is float seconds on the calle
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -112,13 +112,46 @@ class PendingJob:
 
 @dataclass(frozen=True, slots=True)
 class QueueSums:
-    """Prefix sums of a queue: entry i covers its first i jobs."""
+    """Prefix sums of a queue, read through `between`. Entry `offset + i` of each list covers
+    the queue's first i jobs (plus jobs that have left its head since the lists were built)."""
 
     gpus: list[int]
     work: list[float]
     """GPU-seconds of the jobs with a runtime estimate."""
     unknown_gpus: list[int]
     """GPUs of the jobs without one (their runtime is the config's default)."""
+    offset: int = 0
+
+    def between(self, lo: int, hi: int) -> tuple[int, float, int]:
+        """GPUs, GPU-seconds with an estimate, and GPUs without one, of jobs lo..hi-1."""
+        a, b = lo + self.offset, hi + self.offset
+        return (
+            self.gpus[b] - self.gpus[a],
+            self.work[b] - self.work[a],
+            self.unknown_gpus[b] - self.unknown_gpus[a],
+        )
+
+    def extended(self, jobs: Iterable[PendingJob]) -> QueueSums:
+        gpus, work, unknown = list(self.gpus), list(self.work), list(self.unknown_gpus)
+        _accumulate(jobs, gpus, work, unknown)
+        return QueueSums(gpus, work, unknown, self.offset)
+
+
+def _accumulate(jobs: Iterable[PendingJob], gpus: list[int], work: list[float], unknown: list[int]) -> None:
+    for j in jobs:
+        g = j.workers * j.gpus_per_worker
+        est = j.runtime_estimate_s
+        gpus.append(gpus[-1] + g)
+        if est is not None and est > 0:
+            work.append(work[-1] + g * est)
+            unknown.append(unknown[-1])
+        else:
+            work.append(work[-1])
+            unknown.append(unknown[-1] + g)
+
+
+_HEAD_LOOKAHEAD = 8
+"""How many jobs may leave a queue's head between two snapshots for its sums to carry over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,19 +192,34 @@ class PendingQueue:
         sums = self._sums
         if sums is None:
             gpus, work, unknown = [0], [0.0], [0]
-            for j in self.jobs:
-                g = j.workers * j.gpus_per_worker
-                est = j.runtime_estimate_s
-                gpus.append(gpus[-1] + g)
-                if est is not None and est > 0:
-                    work.append(work[-1] + g * est)
-                    unknown.append(unknown[-1])
-                else:
-                    work.append(work[-1])
-                    unknown.append(unknown[-1] + g)
+            _accumulate(self.jobs, gpus, work, unknown)
             sums = QueueSums(gpus, work, unknown)
             object.__setattr__(self, "_sums", sums)
         return sums
+
+    def followed_by(
+        self, jobs: tuple[PendingJob, ...], min_gpus: int = 0, min_runtime_s: float = -1.0
+    ) -> PendingQueue:
+        """The same queue after some jobs left its head and others joined its tail: the prefix
+        sums carry over instead of being computed again (under overload a queue holds
+        thousands of jobs and changes a little in each cycle). Any other change: a new queue."""
+        queue = PendingQueue(self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s)
+        sums, old = self._sums, self.jobs
+        if sums is None or not jobs:
+            return queue
+        first = jobs[0]
+        left = next((k for k in range(min(_HEAD_LOOKAHEAD, len(old))) if old[k] is first), None)
+        if left is None:
+            return queue
+        kept = len(old) - left
+        # Tuples compare element identity first, so this is a C-speed check of the kept part.
+        if len(jobs) < kept or jobs[:kept] != old[left:]:
+            return queue
+        sums = QueueSums(sums.gpus, sums.work, sums.unknown_gpus, sums.offset + left)
+        if len(jobs) > kept:
+            sums = sums.extended(jobs[kept:])
+        object.__setattr__(queue, "_sums", sums)
+        return queue
 
     def __post_init__(self) -> None:
         if self.min_gpus <= 0 and self.jobs:

@@ -136,6 +136,9 @@ class Simulator:
         self.plans: dict[str, PlanInFlight] = {}
         self.queues: dict[tuple[Tier, str, str], list[PendingJob]] = {}
         self.queue_sizes: dict[tuple[Tier, str, str], dict[int, int]] = {}
+        """Per queue, how many jobs ask for each GPU count (the queue's smallest request)."""
+        self.queue_runtimes: dict[tuple[Tier, str, str], dict[float, int]] = {}
+        """Per queue, how many jobs have each runtime estimate, 0 for none (its shortest)."""
         self.queue_cache: dict[tuple[Tier, str, str], PendingQueue] = {}
         self.dirty_queues: set[tuple[Tier, str, str]] = set()
         self.new_ids: set[str] = set()
@@ -265,6 +268,9 @@ class Simulator:
             bisect.insort(queue, pj, key=lambda p: (p.submitted_at, p.job_id))
         sizes = self.queue_sizes.setdefault(key, {})
         sizes[tj.gpus] = sizes.get(tj.gpus, 0) + 1
+        runtimes = self.queue_runtimes.setdefault(key, {})
+        runtime = pj.runtime_estimate_s or 0.0
+        runtimes[runtime] = runtimes.get(runtime, 0) + 1
         self.dirty_queues.add(key)
         self.pending_count += 1
         self.pending_gpus[tj.team] += tj.gpus
@@ -282,6 +288,11 @@ class Simulator:
         sizes[job.t.gpus] -= 1
         if not sizes[job.t.gpus]:
             del sizes[job.t.gpus]
+        runtimes = self.queue_runtimes[key]
+        runtime = pj.runtime_estimate_s or 0.0
+        runtimes[runtime] -= 1
+        if not runtimes[runtime]:
+            del runtimes[runtime]
         self.dirty_queues.add(key)
         job.pending = None
         self.pending_count -= 1
@@ -406,7 +417,14 @@ class Simulator:
             queue = self.queues[key]
             sizes = self.queue_sizes[key]
             if queue:
-                self.queue_cache[key] = PendingQueue(key[0], key[1], key[2], tuple(queue), min(sizes))
+                jobs, least = tuple(queue), min(sizes)
+                shortest = min(self.queue_runtimes[key])
+                before = self.queue_cache.get(key)
+                self.queue_cache[key] = (
+                    before.followed_by(jobs, least, shortest)
+                    if before is not None
+                    else PendingQueue(key[0], key[1], key[2], jobs, least, shortest)
+                )
             else:
                 self.queue_cache.pop(key, None)
         self.dirty_queues.clear()
