@@ -69,7 +69,8 @@ class Cycle:
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
-        self._asked: Container[str] = _EVERY_JOB if snapshot.explain is None else snapshot.explain
+        self.asked: Container[str] = _EVERY_JOB if snapshot.explain is None else snapshot.explain
+        """The jobs explain will answer for (`Snapshot.explain`)."""
         self.no_eta: list[PendingJob] = []
         """Blocked jobs that get no ETA: explain leaves them out of the fluid ahead of others."""
         self._block_cache: dict[tuple[Code, str], Block] = {}
@@ -173,7 +174,7 @@ class Cycle:
     def block(self, job: PendingJob, code: Code, detail: str = "") -> None:
         if code in NO_ETA:
             self.no_eta.append(job)
-        elif code is not Code.WAITING_FOR_PREEMPTION and job.job_id not in self._asked:
+        elif code is not Code.WAITING_FOR_PREEMPTION and job.job_id not in self.asked:
             # Explain treats this job as one with no block unless it is asked about: only its
             # reason would differ, and nobody asks for it (a replay asks about new jobs only).
             return

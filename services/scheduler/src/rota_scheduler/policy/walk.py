@@ -247,13 +247,24 @@ def _block_passed_over(
 ) -> None:
     """Each job passed over gets the reason its own turn would most likely have given it: the
     state has not moved since the job ahead of it was blocked. Unless `sure`, `_behind` already
-    checked that quota cannot refuse them and that they fit in the free GPUs."""
-    quota, free_total, quotas = cy.quota, cy.state.free_total, cy.rules.quotas
+    checked that quota cannot refuse them and that they fit in the free GPUs. The jobs share
+    one queue, hence one team and flavor: quota's answer depends only on their size."""
+    quota, asked = cy.quota, cy.asked
+    quotas = sure and cy.rules.quotas
+    free = cy.state.free_total.get(jobs[0].flavor, 0)
+    refused: dict[int, bool] = {}
     for job, res in zip(jobs, blockers, strict=True):
-        f, g = job.flavor, job.gpus
-        if sure and quotas and not quota.allows(job.team, f, g):
-            cy.block(job, Code.QUOTA_EXCEEDED, quota.check(job.team, f, g).message)
-        elif sure and free_total.get(f, 0) < g:
+        g = job.workers * job.gpus_per_worker
+        if quotas:
+            no = refused.get(g)
+            if no is None:
+                no = refused[g] = not quota.allows(job.team, job.flavor, g)
+            if no:
+                cy.block(job, Code.QUOTA_EXCEEDED, quota.check(job.team, job.flavor, g).message)
+                continue
+        if job.job_id not in asked:
+            continue  # what `cy.block` would drop anyway
+        if sure and free < g:
             cy.block(job, Code.INSUFFICIENT_CAPACITY)
         else:
             cy.block(job, Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id)
