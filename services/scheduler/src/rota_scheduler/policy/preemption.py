@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rota.contracts.common import TIER_ORDER, Tier
 from rota.contracts.job import RackAffinity
@@ -73,13 +74,24 @@ PoolRun = tuple[RunningRun, int]
 its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
 
 
-Ranked = tuple[tuple[bool, int, float, float, str], RunningRun, int, float, tuple[tuple[int, int], ...]]
-"""A pool run ready for Rota's search: (its victim order within a category: not resumable,
-lower tier, least work since its checkpoint, youngest, id; the run; its tier's rank; Rota's
-loss; the GPUs it holds on each node it spans, by node index)."""
+class Ranked(NamedTuple):
+    """A pool run ready for Rota's search (a tuple: built per run in most cycles, and sorted)."""
+
+    key: tuple[bool, int, float, float, str]
+    """Its victim order within a category: not resumable, lower tier, least work since its
+    checkpoint, youngest, id."""
+    run: RunningRun
+    rank: int
+    """Its tier's rank."""
+    loss: float
+    """Rota's loss: GPU-seconds destroyed if it stops now."""
+    on_nodes: tuple[tuple[int, int], ...]
+    """The GPUs it holds on each node it spans, by node index."""
+
 
 Choice = tuple[int, Ranked]
-"""A candidate of one search: (its category for this preemptor, the pool run)."""
+"""A candidate of one search: (its category for this preemptor, the pool run). Keys end with
+the run id, so sorting choices never compares further than (category, key)."""
 
 Offer = tuple[tuple[object, ...], int, int, tuple[Choice, ...]]
 """What a node offers a gang: (cost, node index, worker slots, the victims to stop for them)."""
@@ -178,7 +190,7 @@ def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
             node = index[slot.node]
             on[node] = on.get(node, 0) + len(slot.gpus)
         key = (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
-        found = ctx.ranked[run.run_id] = (key, run, rank, rota_loss(run, now), tuple(on.items()))
+        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, rota_loss(run, now), tuple(on.items()))
     return found
 
 
@@ -223,7 +235,6 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     if cap is not None and job.tier is not Tier.production and _must_lose_too_much(job, ctx, picked, cap):
         return []
     choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
-    # Keys end with the run id, so the sort never compares further than (category, key).
     choices.sort()
     return choices
 
@@ -240,7 +251,7 @@ def _must_lose_too_much(
     index = state.index
     allowed: dict[int, int] = {}
     for run, _, _ in picked:
-        if run.resumable or run.gpus * max(0.0, now - run.started_at) <= cap:
+        if rota_loss(run, now) <= cap:
             for slot in run.placement:
                 node = index[slot.node]
                 allowed[node] = allowed.get(node, 0) + len(slot.gpus)
@@ -257,8 +268,14 @@ def _must_lose_too_much(
 
 
 def _worst(choice: Choice) -> tuple[int, bool, int]:
-    key = choice[1][0]
-    return (choice[0], key[0], key[1])
+    """How bad a victim is, worst first: its category, whether it cannot checkpoint, its tier."""
+    category, ranked = choice
+    return (category, ranked.key[0], ranked.key[1])
+
+
+def _cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
+    """Costs compare the worst victim first, then the loss, then how many runs stop."""
+    return (max(_worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
 
 
 def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice]) -> list[Offer]:
@@ -275,7 +292,7 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
         else:
             gained[node] = free
     for choice in choices:
-        for node, gpus in choice[1][4]:
+        for node, gpus in choice[1].on_nodes:
             have = gained.get(node)
             if have is None:
                 continue  # enough free already, or its offer is made
@@ -285,8 +302,7 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
                 gained[node] = have + gpus
                 continue
             del gained[node]
-            cost = (max(_worst(c) for c in prefix), sum(c[1][3] for c in prefix), len(prefix))
-            offers.append((cost, node, 1, tuple(prefix)))
+            offers.append((_cost(prefix), node, 1, tuple(prefix)))
     offers.sort(key=lambda o: (o[0], o[1]))
     return offers
 
@@ -316,19 +332,19 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
             take = min(slots, job.workers - len(fit))
             fit.extend((node, per_worker) for _ in range(take))
             for c in node_victims:
-                chosen[c[1][1].run_id] = c
+                chosen[c[1].run.run_id] = c
             if len(fit) == job.workers:
                 break
         if len(fit) < job.workers or not chosen:
             continue
-        ordered = sorted(chosen.values(), key=lambda c: (c[0], c[1][0]))
-        cost = (max(_worst(c) for c in ordered), sum(c[1][3] for c in ordered), len(ordered))
+        ordered = sorted(chosen.values(), key=lambda c: (c[0], c[1].key))
+        cost = _cost(ordered)
         if best is None or cost < best[0]:
             best = (cost, fit, ordered)
     if best is None:
         return None
     _, fit, ordered = best
-    victims = tuple(Candidate(c[1][1], c[0], c[1][3], (c[0], *c[1][0])) for c in ordered)
+    victims = tuple(Candidate(r.run, category, r.loss, (category, *r.key)) for category, r in ordered)
     if not _admissible(job, victims, ctx):
         return None
     index = state.index
