@@ -184,14 +184,22 @@ def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
     some search looks at."""
     found = ctx.ranked.get(run.run_id)
     if found is None:
-        index, now = ctx.state.index, ctx.now
-        on: dict[int, int] = {}
-        for slot in run.placement:
-            node = index[slot.node]
-            on[node] = on.get(node, 0) + len(slot.gpus)
+        now = ctx.now
         key = (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
-        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, rota_loss(run, now), tuple(on.items()))
+        on_nodes = tuple(_gpus_by_node(run, ctx.state.index).items())
+        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, rota_loss(run, now), on_nodes)
     return found
+
+
+def _gpus_by_node(
+    run: RunningRun, index: dict[str, int], into: dict[int, int] | None = None
+) -> dict[int, int]:
+    """The GPUs `run` holds on each node (several of its workers may share one), added to `into`."""
+    out = {} if into is None else into
+    for slot in run.placement:
+        node = index[slot.node]
+        out[node] = out.get(node, 0) + len(slot.gpus)
+    return out
 
 
 def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
@@ -248,13 +256,10 @@ def _must_lose_too_much(
     slots are too few for the gang, there is no point in searching. (Most searches by
     non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
     state, now, per_worker = ctx.state, ctx.now, job.gpus_per_worker
-    index = state.index
     allowed: dict[int, int] = {}
     for run, _, _ in picked:
         if rota_loss(run, now) <= cap:
-            for slot in run.placement:
-                node = index[slot.node]
-                allowed[node] = allowed.get(node, 0) + len(slot.gpus)
+            _gpus_by_node(run, state.index, allowed)
     slots = 0
     for node in state.flavor_nodes.get(job.flavor, []):
         free = len(state.free[node])

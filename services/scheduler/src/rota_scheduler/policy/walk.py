@@ -192,25 +192,19 @@ def _behind(
 ) -> tuple[Callable[[PendingJob], bool], list[Reservation]]:
     """Blocked by a reservation now, hence all cycle; with `free`, also small enough for it.
     The list gets the reservation that blocks each job the predicate says yes to."""
-    now, planned, can_ever_fit = cy.now, cy.planned, cy.state.can_ever_fit
-    default = cy.config.default_runtime_s
+    now, planned, can_ever_fit, runtime = cy.now, cy.planned, cy.state.can_ever_fit, cy.runtime
     most = free if free is not None else 1 << 62
-    # Nothing starts or reserves while the walk passes over jobs: the reservations stay as
-    # they are, so `book.blocking` is inlined (with `cy.runtime`): it runs for every job passed.
-    reservations = book.reservations
     blockers: list[Reservation] = []
 
     def blocked(job: PendingJob) -> bool:
-        gpus = job.workers * job.gpus_per_worker
+        gpus = job.gpus
         if gpus > most or job.job_id in planned or not can_ever_fit(job):
             return False
-        est = job.runtime_estimate_s
-        end = now + (est if est is not None and est > 0 else default)
-        for res in reservations:
-            if end > res.start and gpus > res.spare:
-                blockers.append(res)
-                return True
-        return False
+        res = book.blocking(gpus, now + runtime(job))
+        if res is None:
+            return False
+        blockers.append(res)
+        return True
 
     return blocked, blockers
 

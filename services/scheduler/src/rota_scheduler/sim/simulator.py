@@ -15,6 +15,7 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rota.contracts.common import Tier
 
@@ -37,6 +38,7 @@ __all__ = ["EVICTIONS", "Eviction", "SimJob", "Simulator"]
 FAIRNESS_SAMPLE_S = 300.0
 TIMELINE_S = 3600.0
 _FINISH, _STOP, _CYCLE = 0, 1, 2
+_V = TypeVar("_V", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,15 @@ EVICTIONS: dict[str, Eviction] = {
     "slurm": Eviction(CHECKPOINT_SAVE_S, True, 0.0),
     "fifo": Eviction(0.0, False, 0.0),
 }
+
+
+def _count(counts: dict[_V, int], value: _V, delta: int) -> None:
+    """Add `delta` to a multiset kept as value -> count; a count that reaches 0 goes."""
+    left = counts.get(value, 0) + delta
+    if left:
+        counts[value] = left
+    else:
+        del counts[value]
 
 
 class SimJob:
@@ -266,11 +277,8 @@ class Simulator:
             queue.append(pj)
         else:
             bisect.insort(queue, pj, key=lambda p: (p.submitted_at, p.job_id))
-        sizes = self.queue_sizes.setdefault(key, {})
-        sizes[tj.gpus] = sizes.get(tj.gpus, 0) + 1
-        runtimes = self.queue_runtimes.setdefault(key, {})
-        runtime = pj.runtime_estimate_s or 0.0
-        runtimes[runtime] = runtimes.get(runtime, 0) + 1
+        _count(self.queue_sizes.setdefault(key, {}), tj.gpus, +1)
+        _count(self.queue_runtimes.setdefault(key, {}), pj.runtime_estimate_s or 0.0, +1)
         self.dirty_queues.add(key)
         self.pending_count += 1
         self.pending_gpus[tj.team] += tj.gpus
@@ -284,15 +292,8 @@ class Simulator:
             del queue[0]
         else:
             queue.remove(pj)
-        sizes = self.queue_sizes[key]
-        sizes[job.t.gpus] -= 1
-        if not sizes[job.t.gpus]:
-            del sizes[job.t.gpus]
-        runtimes = self.queue_runtimes[key]
-        runtime = pj.runtime_estimate_s or 0.0
-        runtimes[runtime] -= 1
-        if not runtimes[runtime]:
-            del runtimes[runtime]
+        _count(self.queue_sizes[key], job.t.gpus, -1)
+        _count(self.queue_runtimes[key], pj.runtime_estimate_s or 0.0, -1)
         self.dirty_queues.add(key)
         job.pending = None
         self.pending_count -= 1
