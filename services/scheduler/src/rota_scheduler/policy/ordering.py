@@ -185,6 +185,15 @@ class QueueWalk:
         self._passed = pos
         return list(jobs[start:pos])
 
+    def upcoming(self, limit: int) -> tuple[PendingJob, ...]:
+        """The next `limit` jobs (or fewer) of the queue of the job just yielded."""
+        start = self._passed
+        return self._current[start : start + limit]
+
+    def skip(self, count: int) -> None:
+        """Consume the next `count` jobs of that queue unseen (see `pass_over`)."""
+        self._passed += count
+
     def __iter__(self) -> Iterator[PendingJob]:
         heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
         version = self._version

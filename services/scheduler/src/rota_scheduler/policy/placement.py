@@ -142,28 +142,33 @@ class ClusterState:
         shape = (job.flavor, job.workers, job.gpus_per_worker, job.rack)
         fits = self.fit_ever.get(shape)
         if fits is None:
-            fits = self.fit_ever[shape] = self._can_ever_fit(job)
+            fits = self.fit_ever[shape] = self._can_ever_fit(*shape)
         return fits
 
-    def _can_ever_fit(self, job: PendingJob) -> bool:
-        f = job.flavor
-        if job.gpus_per_worker > self.max_node.get(f, 0) or job.gpus > self.capacity.get(f, 0):
+    def shape_fits(self, flavor: str, workers: int, per_worker: int, rack: RackAffinity) -> bool:
+        """`can_ever_fit` of a job of this shape (the same memo)."""
+        shape = (flavor, workers, per_worker, rack)
+        fits = self.fit_ever.get(shape)
+        if fits is None:
+            fits = self.fit_ever[shape] = self._can_ever_fit(*shape)
+        return fits
+
+    def _can_ever_fit(self, f: str, workers: int, per_worker: int, rack: RackAffinity) -> bool:
+        if per_worker > self.max_node.get(f, 0) or workers * per_worker > self.capacity.get(f, 0):
             return False
         members = self.flavor_nodes.get(f, [])
-        if self.worker_slots(f, job.gpus_per_worker) < job.workers:
+        if self.worker_slots(f, per_worker) < workers:
             return False
-        if job.rack is RackAffinity.required:
-            key = (f, job.gpus_per_worker)
+        if rack is RackAffinity.required:
+            key = (f, per_worker)
             best = self.rack_slots.get(key)
             if best is None:
                 per_rack: dict[str, int] = {}
                 for n in members:
-                    per_rack[self.racks[n]] = per_rack.get(self.racks[n], 0) + (
-                        self.size[n] // job.gpus_per_worker
-                    )
+                    per_rack[self.racks[n]] = per_rack.get(self.racks[n], 0) + (self.size[n] // per_worker)
                 best = max(per_rack.values(), default=0)
                 self.rack_slots[key] = best
-            return best >= job.workers
+            return best >= workers
         return True
 
     def find(self, job: PendingJob) -> Fit | None:

@@ -113,6 +113,8 @@ class PreemptionContext:
     cycle filters the same runs."""
     ranked: dict[str, Ranked] = field(default_factory=dict)
     """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
+    cheap: dict[tuple[str, float], list[PoolRun]] = field(default_factory=dict)
+    """Per flavor and loss cap, the pool runs within the cap (`cheap_pool`)."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -202,17 +204,33 @@ def _gpus_by_node(
     return out
 
 
-def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
-    """The runs this job may stop, in Rota's victim order (category first); empty when even
-    all of them together with the free GPUs are too few."""
+def cheap_pool(ctx: PreemptionContext, flavor: str, cap: float) -> list[PoolRun]:
+    """The pool runs that stopping now destroys at most `cap` GPU-seconds of (memoized per
+    cycle): all a non-production plan may stop. Under load they are few: most runs that can
+    checkpoint are out of preemption budget."""
+    key = (flavor, cap)
+    pool = ctx.cheap.get(key)
+    if pool is None:
+        now = ctx.now
+        pool = [(run, rank) for run, rank in victim_pool(ctx, flavor) if rota_loss(run, now) <= cap]
+        ctx.cheap[key] = pool
+    return pool
+
+
+Picked = list[tuple[RunningRun, int, int]]
+"""Runs a job may stop: (run, its tier's rank, its category for this job)."""
+
+
+def _pick(job: PendingJob, ctx: PreemptionContext, pool: list[PoolRun]) -> tuple[Picked, int]:
+    """The runs of `pool` this job may stop, and their GPUs."""
     quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
     team_quota = quota.limits(job.team, flavor).quota
     may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
     job_rank, job_team = job.tier.rank, job.team
     borrowing: dict[str, int] = {}
-    picked: list[tuple[RunningRun, int, int]] = []
+    picked: Picked = []
     picked_gpus = 0
-    for run, run_rank in victim_pool(ctx, flavor):
+    for run, run_rank in pool:
         if run.run_id in taken:
             continue
         lower = run_rank > job_rank
@@ -235,40 +253,50 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
                 category = LAST_RESORT if run.tier is Tier.production else RECLAIM
         picked.append((run, run_rank, category))
         picked_gpus += run.gpus
+    return picked, picked_gpus
+
+
+def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
+    """The runs this job may stop, in Rota's victim order (category first); empty when even
+    all of them together with the free GPUs are too few, or when every plan they allow would
+    be refused for the work it destroys."""
+    cap = ctx.config.max_lost_gpu_s_per_plan
+    if cap is not None and job.tier is not Tier.production:
+        cheap, _ = _pick(job, ctx, cheap_pool(ctx, job.flavor, cap))
+        if _must_lose_too_much(job, ctx, cheap):
+            return []
+    picked, picked_gpus = _pick(job, ctx, victim_pool(ctx, job.flavor))
     # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
-    if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
-        return []
-    cap = ctx.config.max_lost_gpu_s_per_plan
-    if cap is not None and job.tier is not Tier.production and _must_lose_too_much(job, ctx, picked, cap):
+    if ctx.state.free_total.get(job.flavor, 0) + picked_gpus < job.gpus:
         return []
     choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
     choices.sort()
     return choices
 
 
-def _must_lose_too_much(
-    job: PendingJob, ctx: PreemptionContext, picked: list[tuple[RunningRun, int, int]], cap: float
-) -> bool:
-    """True when every placement the search could find stops a run that alone loses more than
-    `cap`, so that `_admissible` would refuse whichever plan it found. A node offers a worker
-    slot without such a run only from its free GPUs plus the allowed victims on it; if those
-    slots are too few for the gang, there is no point in searching. (Most searches by
-    non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
-    state, now, per_worker = ctx.state, ctx.now, job.gpus_per_worker
+def _must_lose_too_much(job: PendingJob, ctx: PreemptionContext, cheap: Picked) -> bool:
+    """True when every placement the search could find stops a run that alone destroys more
+    than a plan may (`cheap` are the runs the job may stop that destroy no more), so that
+    `_admissible` would refuse whichever plan it found. A node offers a worker slot without
+    such a run only from its free GPUs plus the cheap runs on it; if those slots are too few
+    for the gang, there is no point in searching. (Most searches by non-production jobs under
+    load end here: the runs they could stop cannot checkpoint.)"""
+    state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
+    buckets = state.buckets.get(job.flavor, [])
+    # Nodes by free count: what free GPUs alone offer costs a step per count, not per node.
+    slots = sum((count // per_worker) * len(buckets[count]) for count in range(per_worker, len(buckets)))
+    if slots >= workers:
+        return False
     allowed: dict[int, int] = {}
-    for run, _, _ in picked:
-        if rota_loss(run, now) <= cap:
-            _gpus_by_node(run, state.index, allowed)
-    slots = 0
-    for node in state.flavor_nodes.get(job.flavor, []):
+    for run, _, _ in cheap:
+        _gpus_by_node(run, state.index, allowed)
+    for node, gpus in allowed.items():
         free = len(state.free[node])
-        if free >= per_worker:
-            slots += free // per_worker
-        elif free + allowed.get(node, 0) >= per_worker:
+        if free < per_worker <= free + gpus:
             slots += 1
-        if slots >= job.workers:
-            return False
+            if slots >= workers:
+                return False
     return True
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from rota.contracts.messages import WaitReasonCode as Code
 
-from rota_scheduler.policy.backfill import Reservation, ReservationBook
+from rota_scheduler.policy.backfill import ReservationBook
 from rota_scheduler.policy.cycle import Cycle
 from rota_scheduler.policy.model import PendingJob, PendingQueue
 from rota_scheduler.policy.ordering import QueueWalk, tier_queues
@@ -165,10 +165,15 @@ def walk(cy: Cycle) -> bool:
                 # it is their turn at preempting: with attempts left, that happens only if free
                 # GPUs fall below their size before their turn, which the log below tells.
                 sure = attempts <= 0
-                blocked, blockers = _behind(cy, cy.books[f], None if sure else free_total.get(f, 0))
-                passed = walk.pass_over(blocked, depth - missed)
+                book, most = cy.books[f], None if sure else free_total.get(f, 0)
+                upcoming = walk.upcoming(depth - missed)
+                if _all_blocked(cy, upcoming, book, most):
+                    walk.skip(len(upcoming))
+                    passed = list(upcoming)
+                else:
+                    passed = walk.pass_over(_behind(cy, book, most), depth - missed)
                 if passed:
-                    _block_passed_over(cy, passed, blockers, sure)
+                    _block_passed_over(cy, passed, book, sure)
                     if not sure:
                         first, last = passed[0], passed[-1]
                         unsure.append(
@@ -187,26 +192,45 @@ def walk(cy: Cycle) -> bool:
     return _confirm(cy, unsure, changes)
 
 
-def _behind(
-    cy: Cycle, book: ReservationBook, free: int | None
-) -> tuple[Callable[[PendingJob], bool], list[Reservation]]:
-    """Blocked by a reservation now, hence all cycle; with `free`, also small enough for it.
-    The list gets the reservation that blocks each job the predicate says yes to."""
+def _behind(cy: Cycle, book: ReservationBook, most: int | None) -> Callable[[PendingJob], bool]:
+    """Blocked by a reservation now, hence all cycle; with `most`, also needing no more GPUs."""
     now, planned, can_ever_fit, runtime = cy.now, cy.planned, cy.state.can_ever_fit, cy.runtime
-    most = free if free is not None else 1 << 62
-    blockers: list[Reservation] = []
+    most = most if most is not None else 1 << 62
 
     def blocked(job: PendingJob) -> bool:
         gpus = job.gpus
         if gpus > most or job.job_id in planned or not can_ever_fit(job):
             return False
-        res = book.blocking(gpus, now + runtime(job))
-        if res is None:
-            return False
-        blockers.append(res)
-        return True
+        return book.blocking(gpus, now + runtime(job)) is not None
 
-    return blocked, blockers
+    return blocked
+
+
+def _all_blocked(
+    cy: Cycle, jobs: tuple[PendingJob, ...], book: ReservationBook, most: int | None
+) -> bool:
+    """True only if `_behind` says yes to every one of `jobs` (one queue's): none has a plan,
+    every shape fits the empty cluster, none needs more than `most`, and one reservation
+    blocks them all, as none is small enough for its spare or ends before its start. Told from
+    a few columns at C speed, not job by job: under overload the walk passes over hundreds of
+    jobs per cycle, nearly all behind the one reservation. False sends the caller job by job."""
+    if not jobs:
+        return False
+    if cy.planned and not cy.planned.keys().isdisjoint([j.job_id for j in jobs]):
+        return False
+    sizes = [j.workers * j.gpus_per_worker for j in jobs]
+    if most is not None and max(sizes) > most:
+        return False
+    fits, flavor = cy.state.shape_fits, jobs[0].flavor
+    if not all(fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.rack) for j in jobs}):
+        return False
+    estimates = [j.runtime_estimate_s or 0.0 for j in jobs]
+    shortest = min(estimates)
+    if shortest <= 0:
+        default = cy.config.default_runtime_s
+        shortest = min(e if e > 0 else default for e in estimates)  # `Cycle.runtime`
+    end, least = cy.now + shortest, min(sizes)
+    return any(end > r.start and least > r.spare for r in book.reservations)
 
 
 def _confirm(cy: Cycle, unsure: list[Unsure], changes: list[Change]) -> bool:
@@ -217,11 +241,13 @@ def _confirm(cy: Cycle, unsure: list[Unsure], changes: list[Change]) -> bool:
     are not told apart, so any such change counts against the whole run (the caller decides
     the cycle again: exact, only slower, and rare)."""
     for first, last, jobs, mark in unsure:
-        flavor, most = jobs[0].flavor, max(j.gpus for j in jobs)
+        flavor, most = jobs[0].flavor, -1
         short: Change | None = None
         for change in changes[mark:]:
             if change[0] >= last:
                 break
+            if most < 0:
+                most = max([j.workers * j.gpus_per_worker for j in jobs])
             if change[2].get(flavor, 0) < most:
                 if change[1] > 0:
                     return False
@@ -236,29 +262,29 @@ def _confirm(cy: Cycle, unsure: list[Unsure], changes: list[Change]) -> bool:
     return True
 
 
-def _block_passed_over(
-    cy: Cycle, jobs: list[PendingJob], blockers: list[Reservation], sure: bool
-) -> None:
+def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook, sure: bool) -> None:
     """Each job passed over gets the reason its own turn would most likely have given it: the
     state has not moved since the job ahead of it was blocked. Unless `sure`, `_behind` already
     checked that quota cannot refuse them and that they fit in the free GPUs. The jobs share
     one queue, hence one team and flavor: quota's answer depends only on their size."""
-    quota, asked = cy.quota, cy.asked
-    quotas = sure and cy.rules.quotas
-    free = cy.state.free_total.get(jobs[0].flavor, 0)
+    quota, asked, now = cy.quota, cy.asked, cy.now
+    team, flavor = jobs[0].team, jobs[0].flavor
+    quotas = sure and cy.rules.quotas and not quota.never_refuses(team, flavor)
+    free = cy.state.free_total.get(flavor, 0)
     refused: dict[int, bool] = {}
-    for job, res in zip(jobs, blockers, strict=True):
+    for job in jobs:
         g = job.workers * job.gpus_per_worker
         if quotas:
             no = refused.get(g)
             if no is None:
-                no = refused[g] = not quota.allows(job.team, job.flavor, g)
+                no = refused[g] = not quota.allows(team, flavor, g)
             if no:
-                cy.block(job, Code.QUOTA_EXCEEDED, quota.check(job.team, job.flavor, g).message)
+                cy.block(job, Code.QUOTA_EXCEEDED, quota.check(team, flavor, g).message)
                 continue
         if job.job_id not in asked:
             continue  # what `cy.block` would drop anyway
         if sure and free < g:
             cy.block(job, Code.INSUFFICIENT_CAPACITY)
         else:
-            cy.block(job, Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id)
+            res = book.blocking(g, now + cy.runtime(job))
+            cy.block(job, Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id if res is not None else "")
