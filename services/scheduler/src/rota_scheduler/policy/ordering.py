@@ -35,7 +35,6 @@ class Scorer:
 
     __slots__ = (
         "_age_w",
-        "_base",
         "_cap",
         "_config",
         "_fs",
@@ -43,7 +42,7 @@ class Scorer:
         "_now",
         "_queue",
         "_quota",
-        "_quotas",
+        "_static",
         "dynamic",
     )
 
@@ -69,8 +68,8 @@ class Scorer:
         self._cap = config.age_cap_s
         self._headroom_w = w.quota_headroom if headroom else 0.0
         self.dynamic = headroom and self._headroom_w > 0
-        self._base: dict[tuple[Tier, str], float] = {}
-        self._quotas: dict[tuple[str, str], int] = {}
+        self._static: dict[tuple[Tier, str, str], tuple[int, float]] = {}
+        """Per queue: (quota book version, queue weight + fair share + headroom) at that version."""
 
     def headroom(self, team: str, flavor: str) -> float:
         if not self._headroom_w:
@@ -94,23 +93,28 @@ class Scorer:
     def key(self, job: PendingJob) -> float:
         """Lower is earlier: the negated total.
 
-        The hottest function of a replay, so it memoizes what is constant in a cycle; the sum
-        keeps the order queue, fair share, headroom, age, so that ties break as they always did.
+        The hottest function of a replay, so it memoizes per queue what is constant until the
+        quota book changes; the sum keeps the order queue, fair share, headroom, age, so that
+        ties break as they always did.
         """
+        queue = (job.tier, job.team, job.flavor)
+        version = self._quota.version
+        found = self._static.get(queue)
+        if found is None or found[0] != version:
+            found = self._static[queue] = (version, self._static_part(job))
+        age = self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
+        return -(found[1] + age)
+
+    def _static_part(self, job: PendingJob) -> float:
         team, flavor = job.team, job.flavor
-        base = self._base.get((job.tier, team))
-        if base is None:
-            base = self._base[(job.tier, team)] = self._queue[job.tier] + self._fs.get(team, 0.0)
+        base = self._queue[job.tier] + self._fs.get(team, 0.0)
         headroom = 0.0
         if self._headroom_w:
-            quota = self._quotas.get((team, flavor))
-            if quota is None:
-                quota = self._quotas[(team, flavor)] = self._quota.limits(team, flavor).quota
+            quota = self._quota.limits(team, flavor).quota
             if quota > 0:
                 used = self._quota.used.get((team, flavor), 0)
                 headroom = self._headroom_w * max(0.0, 1.0 - used / quota)
-        age = self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
-        return -(base + headroom + age)
+        return base + headroom
 
 
 def submit_key(job: PendingJob) -> float:

@@ -23,8 +23,10 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import NamedTuple
 
 from rota.contracts.common import TIER_ORDER, Tier
@@ -113,8 +115,8 @@ class PreemptionContext:
     cycle filters the same runs."""
     ranked: dict[str, Ranked] = field(default_factory=dict)
     """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
-    cheap: dict[tuple[str, float], list[PoolRun]] = field(default_factory=dict)
-    """Per flavor and loss cap, the pool runs within the cap (`cheap_pool`)."""
+    groups: dict[tuple[str, float | None], tuple[int, list[PoolGroup]]] = field(default_factory=dict)
+    """Per flavor and loss cap, the pool by team and tier (`pool_groups`), with `len(taken)` then."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -204,55 +206,79 @@ def _gpus_by_node(
     return out
 
 
-def cheap_pool(ctx: PreemptionContext, flavor: str, cap: float) -> list[PoolRun]:
-    """The pool runs that stopping now destroys at most `cap` GPU-seconds of (memoized per
-    cycle): all a non-production plan may stop. Under load they are few: most runs that can
-    checkpoint are out of preemption budget."""
-    key = (flavor, cap)
-    pool = ctx.cheap.get(key)
-    if pool is None:
-        now = ctx.now
-        pool = [(run, rank) for run, rank in victim_pool(ctx, flavor) if rota_loss(run, now) <= cap]
-        ctx.cheap[key] = pool
-    return pool
+class PoolGroup(NamedTuple):
+    """The pool runs of one team and tier, smallest first: whether a job may stop one depends on
+    the run's team, tier and size only, so a search takes a group's prefix, not run by run."""
+
+    team: str
+    rank: int
+    tier: Tier
+    runs: list[RunningRun]
+    sizes: list[int]
+    """Their GPUs, ascending."""
+    total: list[int]
+    """`total[k]`: the GPUs of the first k."""
 
 
-Picked = list[tuple[RunningRun, int, int]]
-"""Runs a job may stop: (run, its tier's rank, its category for this job)."""
+def pool_groups(ctx: PreemptionContext, flavor: str, cap: float | None) -> list[PoolGroup]:
+    """The victim pool of `flavor` without the runs already victims, by team and tier; with
+    `cap`, only its runs that stopping now destroys at most `cap` GPU-seconds of. Memoized
+    per cycle until a plan takes victims (`taken` only grows within a cycle)."""
+    version = len(ctx.taken)
+    found = ctx.groups.get((flavor, cap))
+    if found is not None and found[0] == version:
+        return found[1]
+    now, taken = ctx.now, ctx.taken
+    members: dict[tuple[str, int], list[RunningRun]] = {}
+    for run, rank in victim_pool(ctx, flavor):
+        if run.run_id not in taken and (cap is None or rota_loss(run, now) <= cap):
+            members.setdefault((run.team, rank), []).append(run)
+    groups = []
+    for (team, rank), runs in members.items():
+        runs.sort(key=_size)
+        sizes = [run.gpus for run in runs]
+        total = list(accumulate(sizes, initial=0))
+        groups.append(PoolGroup(team, rank, TIER_ORDER[rank], runs, sizes, total))
+    ctx.groups[(flavor, cap)] = (version, groups)
+    return groups
 
 
-def _pick(job: PendingJob, ctx: PreemptionContext, pool: list[PoolRun]) -> tuple[Picked, int]:
-    """The runs of `pool` this job may stop, and their GPUs."""
-    quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
-    team_quota = quota.limits(job.team, flavor).quota
-    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
+def _size(run: RunningRun) -> int:
+    return run.gpus
+
+
+Picked = list[tuple[list[RunningRun], int, int]]
+"""Runs a job may stop: (runs, their tier's rank, their category for this job)."""
+
+
+def _pick(job: PendingJob, ctx: PreemptionContext, groups: list[PoolGroup]) -> tuple[Picked, int]:
+    """The runs of `groups` this job may stop, and their GPUs."""
+    quota, flavor = ctx.quota, job.flavor
+    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= quota.limits(job.team, flavor).quota
     job_rank, job_team = job.tier.rank, job.team
-    borrowing: dict[str, int] = {}
     picked: Picked = []
     picked_gpus = 0
-    for run, run_rank in pool:
-        if run.run_id in taken:
-            continue
-        lower = run_rank > job_rank
-        if run.team == job_team:
+    for group in groups:
+        lower = group.rank > job_rank
+        if group.team == job_team:
             if not lower:
                 continue
-            category = LOWER_TIER
+            take, category = len(group.runs), LOWER_TIER
+        elif lower and group.tier is Tier.experiment:
+            # Experiment work only ever uses idle GPUs: any higher tier may stop it.
+            take, category = len(group.runs), LOWER_TIER
+        elif lower or may_reclaim:
+            # Another team's in-quota work is guaranteed: only what it borrowed is fair game,
+            # that is its runs no larger than what it uses above its quota.
+            take = bisect.bisect_right(group.sizes, quota.borrowing(group.team, flavor))
+            reclaim = LAST_RESORT if group.tier is Tier.production else RECLAIM
+            category = LOWER_TIER if lower else reclaim
         else:
-            # Another team's in-quota work is guaranteed, except experiment work, which only
-            # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
-            lent = borrowing.get(run.team)
-            if lent is None:
-                lent = borrowing[run.team] = quota.borrowing(run.team, flavor)
-            borrowed = lent >= run.gpus
-            if lower and (borrowed or run.tier is Tier.experiment):
-                category = LOWER_TIER
-            elif not borrowed or not may_reclaim:
-                continue
-            else:
-                category = LAST_RESORT if run.tier is Tier.production else RECLAIM
-        picked.append((run, run_rank, category))
-        picked_gpus += run.gpus
+            continue
+        if take:
+            runs = group.runs if take == len(group.runs) else group.runs[:take]
+            picked.append((runs, group.rank, category))
+            picked_gpus += group.total[take]
     return picked, picked_gpus
 
 
@@ -262,15 +288,15 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     be refused for the work it destroys."""
     cap = ctx.config.max_lost_gpu_s_per_plan
     if cap is not None and job.tier is not Tier.production:
-        cheap, _ = _pick(job, ctx, cheap_pool(ctx, job.flavor, cap))
+        cheap, _ = _pick(job, ctx, pool_groups(ctx, job.flavor, cap))
         if _must_lose_too_much(job, ctx, cheap):
             return []
-    picked, picked_gpus = _pick(job, ctx, victim_pool(ctx, job.flavor))
+    picked, picked_gpus = _pick(job, ctx, pool_groups(ctx, job.flavor, None))
     # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
     if ctx.state.free_total.get(job.flavor, 0) + picked_gpus < job.gpus:
         return []
-    choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
+    choices = [(category, _ranked(ctx, run, rank)) for runs, rank, category in picked for run in runs]
     choices.sort()
     return choices
 
@@ -289,8 +315,9 @@ def _must_lose_too_much(job: PendingJob, ctx: PreemptionContext, cheap: Picked) 
     if slots >= workers:
         return False
     allowed: dict[int, int] = {}
-    for run, _, _ in cheap:
-        _gpus_by_node(run, state.index, allowed)
+    for runs, _, _ in cheap:
+        for run in runs:
+            _gpus_by_node(run, state.index, allowed)
     for node, gpus in allowed.items():
         free = len(state.free[node])
         if free < per_worker <= free + gpus:
