@@ -27,6 +27,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import attrgetter
 from typing import NamedTuple
 
 from rota.contracts.common import TIER_ORDER, Tier
@@ -226,25 +227,40 @@ def pool_groups(ctx: PreemptionContext, flavor: str, cap: float | None) -> list[
     per cycle until a plan takes victims (`taken` only grows within a cycle)."""
     version = len(ctx.taken)
     found = ctx.groups.get((flavor, cap))
-    if found is not None and found[0] == version:
-        return found[1]
+    if found is None or found[0] != version:
+        _group_pool(ctx, flavor, cap)
+        found = ctx.groups[(flavor, cap)]
+    return found[1]
+
+
+def _group_pool(ctx: PreemptionContext, flavor: str, cap: float | None) -> None:
+    """Group the pool for `pool_groups`, with and without `cap` in one pass."""
     now, taken = ctx.now, ctx.taken
-    members: dict[tuple[str, int], list[RunningRun]] = {}
+    every: dict[tuple[str, int], list[RunningRun]] = {}
+    cheap: dict[tuple[str, int], list[RunningRun]] = {}
     for run, rank in victim_pool(ctx, flavor):
-        if run.run_id not in taken and (cap is None or rota_loss(run, now) <= cap):
-            members.setdefault((run.team, rank), []).append(run)
+        if run.run_id in taken:
+            continue
+        every.setdefault((run.team, rank), []).append(run)
+        if cap is not None and rota_loss(run, now) <= cap:
+            cheap.setdefault((run.team, rank), []).append(run)
+    version = len(taken)
+    ctx.groups[(flavor, None)] = (version, _groups_of(every))
+    if cap is not None:
+        ctx.groups[(flavor, cap)] = (version, _groups_of(cheap))
+
+
+def _groups_of(members: dict[tuple[str, int], list[RunningRun]]) -> list[PoolGroup]:
     groups = []
     for (team, rank), runs in members.items():
-        runs.sort(key=_size)
+        runs.sort(key=_SIZE)
         sizes = [run.gpus for run in runs]
         total = list(accumulate(sizes, initial=0))
         groups.append(PoolGroup(team, rank, TIER_ORDER[rank], runs, sizes, total))
-    ctx.groups[(flavor, cap)] = (version, groups)
     return groups
 
 
-def _size(run: RunningRun) -> int:
-    return run.gpus
+_SIZE = attrgetter("gpus")
 
 
 Picked = list[tuple[list[RunningRun], int, int]]

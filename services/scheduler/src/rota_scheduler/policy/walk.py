@@ -222,7 +222,11 @@ def _all_blocked(
     if most is not None and max(sizes) > most:
         return False
     fits, flavor = cy.state.shape_fits, jobs[0].flavor
-    if not all(fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.rack) for j in jobs}):
+    # A job no larger than the largest node fits on it, whatever its shape: ask per shape
+    # only when the run holds a bigger one.
+    if max(sizes) > cy.state.max_node.get(flavor, 0) and not all(
+        fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.rack) for j in jobs}
+    ):
         return False
     estimates = [j.runtime_estimate_s or 0.0 for j in jobs]
     shortest = min(estimates)
