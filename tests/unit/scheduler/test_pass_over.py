@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota.contracts.messages import WaitReasonCode as Code
-from rota_scheduler.policy import Decisions, PolicyConfig, Snapshot
+from rota_scheduler.policy import Decisions, PendingJob, PolicyConfig, Snapshot
+from rota_scheduler.policy.backfill import ReservationBook
 from rota_scheduler.policy.baselines.slurm import SLURM_RULES
 from rota_scheduler.policy.core import ROTA_RULES
-from rota_scheduler.policy.engine import Rules, run_cycle
+from rota_scheduler.policy.engine import Cycle, Rules, run_cycle
+from rota_scheduler.policy.walk import _all_blocked, _behind
 
 from tests.unit.scheduler.builders import World, gpu_jobs, team_config
 
@@ -106,3 +109,40 @@ def test_a_job_passed_over_that_would_have_preempted_at_its_turn_gets_its_turn()
     assert _decided(fast) == _decided(reference)
     assert [a.job_id for a in fast.admissions] == ["x"]
     assert [p.preemptor_job_id for p in fast.plans] == ["k"]
+
+
+def _behind_head(extra: list[PendingJob]) -> tuple[Cycle, ReservationBook, list[PendingJob]]:
+    """Two nodes, 4 GPUs free now and 12 back at NOW + 3600 s, when the 14-GPU head's
+    reservation starts with 2 to spare; 3 long 4-GPU jobs behind it, then `extra`."""
+    world = World(nodes=2)
+    world.run("b", "training", node=0, gpus=8, end=NOW + 3600.0)
+    world.run("b", "training", node=1, gpus=4, end=NOW + 3600.0)
+    behind = gpu_jobs("c", "experiment", n=3, gpus=4, submitted=100.0, runtime=50_000.0, name="long") + extra
+    config = team_config({"a": 8, "b": 8, "c": 8}, max_preemption_attempts=0)
+    cy = Cycle(world.snapshot(behind), NOW, config, ROTA_RULES)
+    book = cy.book("gpu")
+    book.reserve("head", 1, 14, cy.state.free_total["gpu"], NOW, 3600.0)
+    return cy, book, behind
+
+
+@pytest.mark.parametrize(
+    ("case", "extra", "most", "all_blocked"),
+    [
+        ("long jobs too big for the spare", [], None, True),
+        ("a gang that fits the cluster", gpu_jobs("c", "experiment", gpus=8, workers=2, submitted=200.0, runtime=50_000.0), None, True),
+        ("one ends before the reservation starts", gpu_jobs("c", "experiment", gpus=4, submitted=200.0, runtime=60.0), None, False),
+        ("one fits in the spare", gpu_jobs("c", "experiment", gpus=2, submitted=200.0, runtime=50_000.0), None, False),
+        ("one can never fit", gpu_jobs("c", "experiment", gpus=8, workers=3, submitted=200.0, runtime=50_000.0), None, False),
+        ("one needs more than is free", [], 3, False),
+        ("no estimate: the default runtime outlasts the start", gpu_jobs("c", "experiment", gpus=4, submitted=200.0), None, True),
+    ],
+)
+def test_a_run_behind_a_reservation_is_passed_over_after_one_check(
+    case: str, extra: list[PendingJob], most: int | None, all_blocked: bool
+) -> None:
+    """The check of a whole run says yes only when each job's own check would, and it must
+    say yes in the common case, or passing over costs a call per job again."""
+    cy, book, jobs = _behind_head(extra)
+    one_by_one = _behind(cy, book, most)
+    assert _all_blocked(cy, tuple(jobs), book, most) is all_blocked, case
+    assert all(one_by_one(job) for job in jobs) is all_blocked, case
