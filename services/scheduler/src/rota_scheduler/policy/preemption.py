@@ -23,11 +23,8 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
-from operator import attrgetter
 from typing import NamedTuple
 
 from rota.contracts.common import TIER_ORDER, Tier
@@ -116,8 +113,6 @@ class PreemptionContext:
     cycle filters the same runs."""
     ranked: dict[str, Ranked] = field(default_factory=dict)
     """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
-    groups: dict[tuple[str, float | None], tuple[int, list[PoolGroup]]] = field(default_factory=dict)
-    """Per flavor and loss cap, the pool by team and tier (`pool_groups`), with `len(taken)` then."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -207,132 +202,68 @@ def _gpus_by_node(
     return out
 
 
-class PoolGroup(NamedTuple):
-    """The pool runs of one team and tier, smallest first: whether a job may stop one depends on
-    the run's team, tier and size only, so a search takes a group's prefix, not run by run."""
-
-    team: str
-    rank: int
-    tier: Tier
-    runs: list[RunningRun]
-    sizes: list[int]
-    """Their GPUs, ascending."""
-    total: list[int]
-    """`total[k]`: the GPUs of the first k."""
-
-
-def pool_groups(ctx: PreemptionContext, flavor: str, cap: float | None) -> list[PoolGroup]:
-    """The victim pool of `flavor` without the runs already victims, by team and tier; with
-    `cap`, only its runs that stopping now destroys at most `cap` GPU-seconds of. Memoized
-    per cycle until a plan takes victims (`taken` only grows within a cycle)."""
-    version = len(ctx.taken)
-    found = ctx.groups.get((flavor, cap))
-    if found is None or found[0] != version:
-        _group_pool(ctx, flavor, cap)
-        found = ctx.groups[(flavor, cap)]
-    return found[1]
-
-
-def _group_pool(ctx: PreemptionContext, flavor: str, cap: float | None) -> None:
-    """Group the pool for `pool_groups`, with and without `cap` in one pass."""
-    now, taken = ctx.now, ctx.taken
-    every: dict[tuple[str, int], list[RunningRun]] = {}
-    cheap: dict[tuple[str, int], list[RunningRun]] = {}
-    for run, rank in victim_pool(ctx, flavor):
-        if run.run_id in taken:
-            continue
-        every.setdefault((run.team, rank), []).append(run)
-        if cap is not None and rota_loss(run, now) <= cap:
-            cheap.setdefault((run.team, rank), []).append(run)
-    version = len(taken)
-    ctx.groups[(flavor, None)] = (version, _groups_of(every))
-    if cap is not None:
-        ctx.groups[(flavor, cap)] = (version, _groups_of(cheap))
-
-
-def _groups_of(members: dict[tuple[str, int], list[RunningRun]]) -> list[PoolGroup]:
-    groups = []
-    for (team, rank), runs in members.items():
-        runs.sort(key=_SIZE)
-        sizes = [run.gpus for run in runs]
-        total = list(accumulate(sizes, initial=0))
-        groups.append(PoolGroup(team, rank, TIER_ORDER[rank], runs, sizes, total))
-    return groups
-
-
-_SIZE = attrgetter("gpus")
-
-
-Picked = list[tuple[list[RunningRun], int, int]]
-"""Runs a job may stop: (runs, their tier's rank, their category for this job)."""
-
-
-def _pick(job: PendingJob, ctx: PreemptionContext, groups: list[PoolGroup]) -> tuple[Picked, int]:
-    """The runs of `groups` this job may stop, and their GPUs."""
-    quota, flavor = ctx.quota, job.flavor
-    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= quota.limits(job.team, flavor).quota
-    job_rank, job_team = job.tier.rank, job.team
-    picked: Picked = []
-    picked_gpus = 0
-    for group in groups:
-        lower = group.rank > job_rank
-        if group.team == job_team:
-            if not lower:
-                continue
-            take, category = len(group.runs), LOWER_TIER
-        elif lower and group.tier is Tier.experiment:
-            # Experiment work only ever uses idle GPUs: any higher tier may stop it.
-            take, category = len(group.runs), LOWER_TIER
-        elif lower or may_reclaim:
-            # Another team's in-quota work is guaranteed: only what it borrowed is fair game,
-            # that is its runs no larger than what it uses above its quota.
-            take = bisect.bisect_right(group.sizes, quota.borrowing(group.team, flavor))
-            reclaim = LAST_RESORT if group.tier is Tier.production else RECLAIM
-            category = LOWER_TIER if lower else reclaim
-        else:
-            continue
-        if take:
-            runs = group.runs if take == len(group.runs) else group.runs[:take]
-            picked.append((runs, group.rank, category))
-            picked_gpus += group.total[take]
-    return picked, picked_gpus
-
-
 def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     """The runs this job may stop, in Rota's victim order (category first); empty when even
-    all of them together with the free GPUs are too few, or when every plan they allow would
-    be refused for the work it destroys."""
-    cap = ctx.config.max_lost_gpu_s_per_plan
-    if cap is not None and job.tier is not Tier.production:
-        cheap, _ = _pick(job, ctx, pool_groups(ctx, job.flavor, cap))
-        if _must_lose_too_much(job, ctx, cheap):
-            return []
-    picked, picked_gpus = _pick(job, ctx, pool_groups(ctx, job.flavor, None))
+    all of them together with the free GPUs are too few."""
+    quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
+    team_quota = quota.limits(job.team, flavor).quota
+    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
+    job_rank, job_team = job.tier.rank, job.team
+    borrowing: dict[str, int] = {}
+    picked: list[tuple[RunningRun, int, int]] = []
+    picked_gpus = 0
+    for run, run_rank in victim_pool(ctx, flavor):
+        if run.run_id in taken:
+            continue
+        lower = run_rank > job_rank
+        if run.team == job_team:
+            if not lower:
+                continue
+            category = LOWER_TIER
+        else:
+            # Another team's in-quota work is guaranteed, except experiment work, which only
+            # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
+            lent = borrowing.get(run.team)
+            if lent is None:
+                lent = borrowing[run.team] = quota.borrowing(run.team, flavor)
+            borrowed = lent >= run.gpus
+            if lower and (borrowed or run.tier is Tier.experiment):
+                category = LOWER_TIER
+            elif not borrowed or not may_reclaim:
+                continue
+            else:
+                category = LAST_RESORT if run.tier is Tier.production else RECLAIM
+        picked.append((run, run_rank, category))
+        picked_gpus += run.gpus
     # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
-    if ctx.state.free_total.get(job.flavor, 0) + picked_gpus < job.gpus:
+    if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
         return []
-    choices = [(category, _ranked(ctx, run, rank)) for runs, rank, category in picked for run in runs]
+    cap = ctx.config.max_lost_gpu_s_per_plan
+    if cap is not None and job.tier is not Tier.production and _must_lose_too_much(job, ctx, picked, cap):
+        return []
+    choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
     choices.sort()
     return choices
 
 
-def _must_lose_too_much(job: PendingJob, ctx: PreemptionContext, cheap: Picked) -> bool:
-    """True when every placement the search could find stops a run that alone destroys more
-    than a plan may (`cheap` are the runs the job may stop that destroy no more), so that
-    `_admissible` would refuse whichever plan it found. A node offers a worker slot without
-    such a run only from its free GPUs plus the cheap runs on it; if those slots are too few
-    for the gang, there is no point in searching. (Most searches by non-production jobs under
-    load end here: the runs they could stop cannot checkpoint.)"""
-    state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
+def _must_lose_too_much(
+    job: PendingJob, ctx: PreemptionContext, picked: list[tuple[RunningRun, int, int]], cap: float
+) -> bool:
+    """True when every placement the search could find stops a run that alone loses more than
+    `cap`, so that `_admissible` would refuse whichever plan it found. A node offers a worker
+    slot without such a run only from its free GPUs plus the allowed victims on it; if those
+    slots are too few for the gang, there is no point in searching. (Most searches by
+    non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
+    state, now, per_worker, workers = ctx.state, ctx.now, job.gpus_per_worker, job.workers
     buckets = state.buckets.get(job.flavor, [])
     # Nodes by free count: what free GPUs alone offer costs a step per count, not per node.
     slots = sum((count // per_worker) * len(buckets[count]) for count in range(per_worker, len(buckets)))
     if slots >= workers:
         return False
     allowed: dict[int, int] = {}
-    for runs, _, _ in cheap:
-        for run in runs:
+    for run, _, _ in picked:
+        if rota_loss(run, now) <= cap:
             _gpus_by_node(run, state.index, allowed)
     for node, gpus in allowed.items():
         free = len(state.free[node])
