@@ -139,14 +139,10 @@ class ClusterState:
     def can_ever_fit(self, job: PendingJob) -> bool:
         """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER (memoized per
         shape: the walk asks for every job it looks at)."""
-        shape = (job.flavor, job.workers, job.gpus_per_worker, job.rack)
-        fits = self.fit_ever.get(shape)
-        if fits is None:
-            fits = self.fit_ever[shape] = self._can_ever_fit(*shape)
-        return fits
+        return self.shape_fits(job.flavor, job.workers, job.gpus_per_worker, job.rack)
 
     def shape_fits(self, flavor: str, workers: int, per_worker: int, rack: RackAffinity) -> bool:
-        """`can_ever_fit` of a job of this shape (the same memo)."""
+        """`can_ever_fit` for a job of this shape."""
         shape = (flavor, workers, per_worker, rack)
         fits = self.fit_ever.get(shape)
         if fits is None:
