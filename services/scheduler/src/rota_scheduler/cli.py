@@ -84,7 +84,7 @@ def replay_command(
     with _err.status(f"loading {trace} and scenario {scenario}"):
         jobs, config = _load(trace, scenario, trace_format.value)
     # The collector would scan, again and again, every object alive before the replay starts
-    # (the modules the `rota` command imports, the trace): about a tenth of the replay's time.
+    # (the modules the `rota` command imports, the trace): about 5% of the replay's time.
     gc.collect()
     gc.freeze()
     runs = []

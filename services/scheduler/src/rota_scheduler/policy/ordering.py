@@ -106,15 +106,7 @@ class Scorer:
         return -(found[1] + age)
 
     def _static_part(self, job: PendingJob) -> float:
-        team, flavor = job.team, job.flavor
-        base = self._queue[job.tier] + self._fs.get(team, 0.0)
-        headroom = 0.0
-        if self._headroom_w:
-            quota = self._quota.limits(team, flavor).quota
-            if quota > 0:
-                used = self._quota.used.get((team, flavor), 0)
-                headroom = self._headroom_w * max(0.0, 1.0 - used / quota)
-        return base + headroom
+        return self._queue[job.tier] + self._fs.get(job.team, 0.0) + self.headroom(job.team, job.flavor)
 
 
 def submit_key(job: PendingJob) -> float:

@@ -219,20 +219,19 @@ def _all_blocked(
     if cy.planned and not cy.planned.keys().isdisjoint([j.job_id for j in jobs]):
         return False
     sizes = [j.workers * j.gpus_per_worker for j in jobs]
-    if most is not None and max(sizes) > most:
+    largest = max(sizes)
+    if most is not None and largest > most:
         return False
     fits, flavor = cy.state.shape_fits, jobs[0].flavor
     # A job no larger than the largest node fits on it, whatever its shape: ask per shape
     # only when the run holds a bigger one.
-    if max(sizes) > cy.state.max_node.get(flavor, 0) and not all(
+    if largest > cy.state.max_node.get(flavor, 0) and not all(
         fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.rack) for j in jobs}
     ):
         return False
-    estimates = [j.runtime_estimate_s or 0.0 for j in jobs]
-    shortest = min(estimates)
-    if shortest <= 0:
-        default = cy.config.default_runtime_s
-        shortest = min(e if e > 0 else default for e in estimates)  # `Cycle.runtime`
+    shortest = min([j.runtime_estimate_s or 0.0 for j in jobs])
+    if shortest <= 0:  # some job has no estimate: the default applies to it
+        shortest = min(map(cy.runtime, jobs))
     end, least = cy.now + shortest, min(sizes)
     return any(end > r.start and least > r.spare for r in book.reservations)
 
