@@ -175,10 +175,11 @@ def test_schedule_is_deterministic(world: tuple[Snapshot, PolicyConfig]) -> None
 @given(worlds())
 def test_rota_refusing_before_the_search_decides_as_the_search(world: tuple[Snapshot, PolicyConfig]) -> None:
     """The planner gives up before searching when every placement would stop a run that
-    cannot checkpoint; the whole search must come to the same decisions."""
+    cannot checkpoint (counted from the lower-tier runs first, then from the runs the search
+    would pick); the whole search must come to the same decisions."""
     snap, config = world
     # The generated runs started up to 50,000 s ago: most that cannot checkpoint lose work.
     decisions = POLICIES["rota"](snap, NOW, config)
-    with patch.object(preemption, "_must_lose_too_much", lambda *_: False):
+    with patch.object(preemption, "_too_few_slots", lambda *_: False):
         searched = POLICIES["rota"](snap, NOW, config)
     assert decisions == searched

@@ -521,6 +521,23 @@ def _():  # type: ignore[no-untyped-def]
     return build, lambda d: (d.plans == ()) or pytest.fail(str(d.plans))
 
 
+@case("over its quota, a training job stops another team's experiment work that can checkpoint")
+def _():  # type: ignore[no-untyped-def]
+    def build():  # type: ignore[no-untyped-def]
+        # nlp is over its quota, so it cannot reclaim: only lower-tier work is a victim, and
+        # of that only what loses nothing under the loss cap.
+        w = World(nodes=2)
+        w.run("nlp", "experiment", node=0, resumable=False, run_id="fragile")
+        w.run("cv", "experiment", node=1, resumable=True, run_id="saver")
+        return w.snapshot(gpu_jobs("nlp", "training")), team_config({"nlp": 8, "cv": 0})
+
+    def check(d: Decisions) -> None:
+        assert victims(d) == ["saver"], d.plans
+        assert d.plans[0].expected_lost_gpu_s == 0.0
+
+    return build, check
+
+
 def _plan_world(victim_stopped: bool) -> tuple[Snapshot, PolicyConfig]:
     w = World(nodes=2)
     victim = w.run("nlp", "experiment", node=0, run_id="victim")

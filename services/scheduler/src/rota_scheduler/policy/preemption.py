@@ -113,6 +113,9 @@ class PreemptionContext:
     cycle filters the same runs."""
     ranked: dict[str, Ranked] = field(default_factory=dict)
     """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
+    below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
+    """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
+    lose no more than the cap (`_below_within_cap`)."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -202,6 +205,20 @@ def _gpus_by_node(
     return out
 
 
+def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float) -> dict[int, int]:
+    """GPUs per node of the pool runs of a tier below `rank` that lose at most `cap` if stopped
+    (memoized per cycle): without reclaim, every victim a capped plan could keep is among them."""
+    key = (flavor, rank, cap)
+    held = ctx.below.get(key)
+    if held is None:
+        held = ctx.below[key] = {}
+        now, index = ctx.now, ctx.state.index
+        for run, run_rank in victim_pool(ctx, flavor):
+            if run_rank > rank and rota_loss(run, now) <= cap:
+                _gpus_by_node(run, index, held)
+    return held
+
+
 def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     """The runs this job may stop, in Rota's victim order (category first); empty when even
     all of them together with the free GPUs are too few."""
@@ -209,6 +226,18 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     team_quota = quota.limits(job.team, flavor).quota
     may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
     job_rank, job_team = job.tier.rank, job.team
+    # The loss cap binds only non-production plans.
+    cap = ctx.config.max_lost_gpu_s_per_plan if job.tier is not Tier.production else None
+    # A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
+    # refuse unless such runs within the cap make room. Ask that of all of them (whichever
+    # team, taken or not: more than the loop below picks), from one map per cycle, before the
+    # loop: under load nearly every search ends here.
+    if (
+        cap is not None
+        and not may_reclaim
+        and _too_few_slots(job, ctx, _below_within_cap(ctx, flavor, job_rank, cap))
+    ):
+        return []
     borrowing: dict[str, int] = {}
     picked: list[tuple[RunningRun, int, int]] = []
     picked_gpus = 0
@@ -239,8 +268,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
     if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
         return []
-    cap = ctx.config.max_lost_gpu_s_per_plan
-    if cap is not None and job.tier is not Tier.production and _must_lose_too_much(job, ctx, picked, cap):
+    if cap is not None and _must_lose_too_much(job, ctx, picked, cap):
         return []
     choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
     choices.sort()
@@ -255,18 +283,27 @@ def _must_lose_too_much(
     slot without such a run only from its free GPUs plus the allowed victims on it; if those
     slots are too few for the gang, there is no point in searching. (Most searches by
     non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
-    state, now, per_worker, workers = ctx.state, ctx.now, job.gpus_per_worker, job.workers
+    now, index = ctx.now, ctx.state.index
+    allowed: dict[int, int] = {}
+    for run, _, _ in picked:
+        if rota_loss(run, now) <= cap:
+            _gpus_by_node(run, index, allowed)
+    return _too_few_slots(job, ctx, allowed)
+
+
+def _too_few_slots(job: PendingJob, ctx: PreemptionContext, held: dict[int, int]) -> bool:
+    """True when the gang has fewer worker slots than workers, where a node offers slots from
+    its free GPUs, or one slot from its free GPUs plus the `held` GPUs (per node) of runs that
+    would stop."""
+    state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
     buckets = state.buckets.get(job.flavor, [])
     # Nodes by free count: what free GPUs alone offer costs a step per count, not per node.
     slots = sum((count // per_worker) * len(buckets[count]) for count in range(per_worker, len(buckets)))
     if slots >= workers:
         return False
-    allowed: dict[int, int] = {}
-    for run, _, _ in picked:
-        if rota_loss(run, now) <= cap:
-            _gpus_by_node(run, state.index, allowed)
-    for node, gpus in allowed.items():
-        free = len(state.free[node])
+    free_gpus = state.free
+    for node, gpus in held.items():
+        free = len(free_gpus[node])
         if free < per_worker <= free + gpus:
             slots += 1
             if slots >= workers:
