@@ -120,6 +120,10 @@ class DeepQueues:
 
     def _index(self, q: PendingQueue, job: PendingJob) -> int:
         """How many jobs of `q` come before `job` in the walk's order."""
+        jobs = q.jobs
+        if jobs and jobs[-1] is job:
+            # A new submission is the tail of its own queue, which is in the walk's order.
+            return len(jobs) - 1
         target = self._order(job)
         return bisect.bisect_left(q.jobs, target, key=self._order)
 

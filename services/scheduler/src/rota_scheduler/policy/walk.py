@@ -274,6 +274,12 @@ def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook,
     team, flavor = jobs[0].team, jobs[0].flavor
     quotas = sure and cy.rules.quotas and not quota.never_refuses(team, flavor)
     free = cy.state.free_total.get(flavor, 0)
+    if not quotas:
+        # Only a job asked about gets a block (`cy.block` drops the others' reasons, none of
+        # which is NO_ETA); most cycles of a replay ask about nobody.
+        if not asked:
+            return
+        jobs = [job for job in jobs if job.job_id in asked]
     refused: dict[int, bool] = {}
     for job in jobs:
         g = job.workers * job.gpus_per_worker
