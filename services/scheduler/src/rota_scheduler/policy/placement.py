@@ -60,6 +60,38 @@ def fit_on_counts(
     return _fit_nodes([n for _, n in usable], counts, workers, per_worker)
 
 
+Layout = tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]
+"""Each node's flavor, rack and GPUs, in node order."""
+
+
+class _ShapeAnswers:
+    """What depends only on the cluster's layout (each node's flavor, rack and size), never on
+    what is free: kept from one cycle to the next while the layout stays the same."""
+
+    __slots__ = ("empty_slots", "fit_ever", "layout", "rack_slots")
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.rack_slots: dict[tuple[str, int], int] = {}
+        """The most workers of a given size one rack can ever host, for EXCEEDS_CLUSTER."""
+        self.empty_slots: dict[tuple[str, int], int] = {}
+        self.fit_ever: dict[tuple[str, int, int, RackAffinity], bool] = {}
+
+
+_last_layout: list[_ShapeAnswers] = []
+"""The answers for the layout of the last ClusterState built. A memo of a pure function of the
+layout, so no cycle's result depends on it; it spares each cycle of a replay asking again, per
+shape, whether a job could ever fit."""
+
+
+def _shape_answers(layout: Layout) -> _ShapeAnswers:
+    if _last_layout and _last_layout[0].layout == layout:
+        return _last_layout[0]
+    answers = _ShapeAnswers(layout)
+    _last_layout[:] = [answers]
+    return answers
+
+
 class ClusterState:
     """A mutable working copy of the nodes for one cycle."""
 
@@ -113,10 +145,10 @@ class ClusterState:
                 buckets[len(free[i])][i] = None
             self.buckets[f] = buckets
         self.flavors = frozenset(self.capacity)
-        # The most workers of a given size one rack can ever host, for EXCEEDS_CLUSTER checks.
-        self.rack_slots: dict[tuple[str, int], int] = {}
-        self.empty_slots: dict[tuple[str, int], int] = {}
-        self.fit_ever: dict[tuple[str, int, int, RackAffinity], bool] = {}
+        answers = _shape_answers((tuple(self.node_flavor), tuple(self.racks), tuple(self.size)))
+        self.rack_slots = answers.rack_slots
+        self.empty_slots = answers.empty_slots
+        self.fit_ever = answers.fit_ever
 
     # ------------------------------------------------------------ queries
 
