@@ -49,7 +49,9 @@ class Eta:
                 declared = run.started_at + default
             if declared < now:
                 declared = now
-            end = max(now, run.started_at + (declared - run.started_at) * scale)
+            end = run.started_at + (declared - run.started_at) * scale
+            if end < now:
+                end = now
             found = releases.get(run.flavor)
             if found is None:
                 releases[run.flavor] = [(end, run.gpus)]
@@ -78,7 +80,8 @@ class Eta:
             while free < g and heap:
                 t, back = heapq.heappop(heap)
                 free += back
-                clock = max(clock, t)
+                if t > clock:
+                    clock = t
             if free < g:
                 return None
             self.free[f] = free - g

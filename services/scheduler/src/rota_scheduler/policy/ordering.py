@@ -80,7 +80,9 @@ class Scorer:
         return self._headroom_w * max(0.0, 1.0 - self._quota.in_use(team, flavor) / quota)
 
     def age(self, job: PendingJob) -> float:
-        return self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
+        waited = self._now - job.submitted_at
+        waited = waited if waited > 0.0 else 0.0
+        return self._age_w * (waited if waited < self._cap else self._cap) / self._cap
 
     def breakdown(self, job: PendingJob) -> ScoreBreakdown:
         return ScoreBreakdown(
@@ -102,8 +104,12 @@ class Scorer:
         found = self._static.get(queue)
         if found is None or found[0] != version:
             found = self._static[queue] = (version, self._static_part(job))
-        age = self._age_w * min(max(0.0, self._now - job.submitted_at), self._cap) / self._cap
-        return -(found[1] + age)
+        # self.age(job), inlined; conditionals, not min() and max(), which cost more here than
+        # the rest of the key.
+        waited = self._now - job.submitted_at
+        waited = waited if waited > 0.0 else 0.0
+        cap = self._cap
+        return -(found[1] + self._age_w * (waited if waited < cap else cap) / cap)
 
     def _static_part(self, job: PendingJob) -> float:
         return self._queue[job.tier] + self._fs.get(job.team, 0.0) + self.headroom(job.team, job.flavor)
