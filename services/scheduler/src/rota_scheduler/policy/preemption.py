@@ -51,14 +51,18 @@ WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
 
 def rota_loss(run: RunningRun, now: float) -> float:
     """GPU-seconds lost under Rota's notice-and-save: nothing if resumable, else the whole run."""
-    return 0.0 if run.resumable else run.gpus * max(0.0, now - run.started_at)
+    if run.resumable:
+        return 0.0
+    ran = now - run.started_at  # a conditional, not max(): asked of every pool run per cycle
+    return run.gpus * (ran if ran > 0.0 else 0.0)
 
 
 def expected_loss(run: RunningRun, now: float) -> float:
     """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all."""
     last = run.last_checkpoint(now) if run.resumable else None
     since = run.started_at if last is None else last
-    return run.gpus * max(0.0, now - since)
+    unsaved = now - since
+    return run.gpus * (unsaved if unsaved > 0.0 else 0.0)
 
 
 @dataclass(frozen=True, slots=True)

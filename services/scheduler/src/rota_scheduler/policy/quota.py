@@ -80,7 +80,8 @@ class QuotaBook:
 
     def borrowing(self, team: str, flavor: str) -> int:
         """GPUs the team uses above its nominal quota (what its owners may reclaim)."""
-        return max(0, self.in_use(team, flavor) - self.limits(team, flavor).quota)
+        above = self.used.get((team, flavor), 0) - self.limits(team, flavor).quota
+        return above if above > 0 else 0
 
     def allows(self, team: str, flavor: str, gpus: int) -> bool:
         """`check(team, flavor, gpus).ok` without building the answer: the admission walk asks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rota.contracts.common import Tier
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_scheduler.policy.backfill import ReservationBook
@@ -37,7 +38,7 @@ def walk(cy: Cycle) -> bool:
     ready = {j for j, t in cy.planned.items() if t is not None}
     blocked_flavors: set[str] = set()
     all_blocked = False
-    misses: dict[tuple[str, str, str], int] = {}
+    misses: dict[tuple[Tier, str, str], int] = {}
     depth = rules.per_queue_depth
     changes: list[Change] = []
     unsure: list[Unsure] = []
@@ -141,7 +142,7 @@ def walk(cy: Cycle) -> bool:
                 book = cy.book(f)
                 if len(book.reservations) < limit:
                     book.reserve(job.job_id, job.tier.rank, g, free_total.get(f, 0), cy.now, cy.runtime(job))
-            qkey = (job.tier.value, job.team, f)
+            qkey = (job.tier, job.team, f)
             missed = misses[qkey] = misses.get(qkey, 0) + 1
             if missed >= depth:
                 walk.drop_current()
