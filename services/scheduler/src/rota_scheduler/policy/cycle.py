@@ -120,9 +120,14 @@ class Cycle:
     @property
     def runs_by_flavor(self) -> dict[str, list[RunningRun]]:
         if self._runs_by_flavor is None:
+            running = self.snapshot.running
+            flavors = {run.flavor for run in running}
             out: dict[str, list[RunningRun]] = {}
-            for run in self.snapshot.running:
-                out.setdefault(run.flavor, []).append(run)
+            if len(flavors) == 1:  # the common case, in one step
+                out[flavors.pop()] = list(running)
+            else:
+                for run in running:
+                    out.setdefault(run.flavor, []).append(run)
             self._runs_by_flavor = out
         return self._runs_by_flavor
 
