@@ -1,4 +1,4 @@
-"""What a cluster state remembers between cycles: answers that depend on its layout only."""
+"""What a cluster state keeps between cycles: what depends on its layout only."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def test_answers_carry_over_while_only_free_gpus_change() -> None:
     busy, idle = ClusterState(_nodes(2, free=0)), ClusterState(_nodes(2, free=8))
     assert busy.shape_fits("gpu", 2, 8, RackAffinity.required)
     assert idle.fit_ever is busy.fit_ever
+    assert idle.free_total == {"gpu": 16} and busy.free_total == {"gpu": 0}
     # Another rack layout is another cluster: its answers start afresh.
     split = (NodeState("n0", "gpu", "r0", 8, ()), NodeState("n1", "gpu", "r1", 8, ()))
     apart = ClusterState(split)

@@ -60,36 +60,65 @@ def fit_on_counts(
     return _fit_nodes([n for _, n in usable], counts, workers, per_worker)
 
 
-Layout = tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]
-"""Each node's flavor, rack and GPUs, in node order."""
+LayoutKey = tuple[tuple[str, str, str, int], ...]
+"""Each node's name, flavor, rack and GPUs, in node order."""
 
 
-class _ShapeAnswers:
-    """What depends only on the cluster's layout (each node's flavor, rack and size), never on
-    what is free: kept from one cycle to the next while the layout stays the same."""
+class _Layout:
+    """What depends only on the cluster's layout, never on what is free: the nodes' names,
+    flavors, racks and sizes, and the answers derived from them. Kept from one cycle to the
+    next while the layout stays the same; read-only once built, but for the memos."""
 
-    __slots__ = ("empty_slots", "fit_ever", "layout", "rack_slots")
+    __slots__ = (
+        "capacity",
+        "empty_slots",
+        "fit_ever",
+        "flavor_nodes",
+        "flavors",
+        "index",
+        "key",
+        "max_node",
+        "names",
+        "node_flavor",
+        "rack_slots",
+        "racks",
+        "size",
+    )
 
-    def __init__(self, layout: Layout) -> None:
-        self.layout = layout
+    def __init__(self, key: LayoutKey) -> None:
+        self.key = key
+        self.names = [name for name, _, _, _ in key]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.node_flavor = [flavor for _, flavor, _, _ in key]
+        self.racks = [rack for _, _, rack, _ in key]
+        self.size = [gpus for _, _, _, gpus in key]
+        self.capacity: dict[str, int] = {}
+        self.max_node: dict[str, int] = {}
+        self.flavor_nodes: dict[str, list[int]] = {}
+        for i, (_, f, _, gpus) in enumerate(key):
+            self.capacity[f] = self.capacity.get(f, 0) + gpus
+            self.max_node[f] = max(self.max_node.get(f, 0), gpus)
+            self.flavor_nodes.setdefault(f, []).append(i)
+        self.flavors = frozenset(self.capacity)
         self.rack_slots: dict[tuple[str, int], int] = {}
         """The most workers of a given size one rack can ever host, for EXCEEDS_CLUSTER."""
         self.empty_slots: dict[tuple[str, int], int] = {}
         self.fit_ever: dict[tuple[str, int, int, RackAffinity], bool] = {}
 
 
-_last_layout: list[_ShapeAnswers] = []
-"""The answers for the layout of the last ClusterState built. A memo of a pure function of the
-layout, so no cycle's result depends on it; it spares each cycle of a replay asking again, per
-shape, whether a job could ever fit."""
+_last_layout: list[_Layout] = []
+"""The layout of the last ClusterState built. What it holds is a pure function of the layout,
+so no cycle's result depends on it; it spares each cycle of a replay building it again, and
+asking again, per shape, whether a job could ever fit."""
 
 
-def _shape_answers(layout: Layout) -> _ShapeAnswers:
-    if _last_layout and _last_layout[0].layout == layout:
+def _layout(nodes: tuple[NodeState, ...]) -> _Layout:
+    key = tuple([(n.name, n.flavor, n.rack, n.gpus) for n in nodes])
+    if _last_layout and _last_layout[0].key == key:
         return _last_layout[0]
-    answers = _ShapeAnswers(layout)
-    _last_layout[:] = [answers]
-    return answers
+    layout = _Layout(key)
+    _last_layout[:] = [layout]
+    return layout
 
 
 class ClusterState:
@@ -114,41 +143,25 @@ class ClusterState:
     )
 
     def __init__(self, nodes: tuple[NodeState, ...]) -> None:
-        self.names = [n.name for n in nodes]
-        self.index = {n.name: i for i, n in enumerate(nodes)}
-        self.node_flavor = [n.flavor for n in nodes]
-        self.racks = [n.rack for n in nodes]
-        self.size = [n.gpus for n in nodes]
-        self.free: list[list[int]] = [list(n.free) for n in nodes]
-        capacity: dict[str, int] = {}
-        free_total: dict[str, int] = {}
-        max_node: dict[str, int] = {}
-        flavor_nodes: dict[str, list[int]] = {}
-        # Built every cycle, so one pass with locals rather than attribute updates per node.
-        for i, n in enumerate(nodes):
-            f = n.flavor
-            if f in capacity:
-                capacity[f] += n.gpus
-                free_total[f] += len(n.free)
-                if n.gpus > max_node[f]:
-                    max_node[f] = n.gpus
-                flavor_nodes[f].append(i)
-            else:
-                capacity[f], free_total[f], max_node[f], flavor_nodes[f] = n.gpus, len(n.free), n.gpus, [i]
-        self.capacity, self.free_total, self.max_node = capacity, free_total, max_node
-        self.flavor_nodes = flavor_nodes
+        layout = _layout(nodes)
+        self.names, self.index, self.node_flavor = layout.names, layout.index, layout.node_flavor
+        self.racks, self.size, self.flavors = layout.racks, layout.size, layout.flavors
+        self.capacity, self.max_node = layout.capacity, layout.max_node
+        self.flavor_nodes = layout.flavor_nodes
+        self.rack_slots, self.empty_slots = layout.rack_slots, layout.empty_slots
+        self.fit_ever = layout.fit_ever
+        free = self.free = [list(n.free) for n in nodes]
+        self.free_total: dict[str, int] = {}
         self.buckets: dict[str, list[dict[int, None]]] = {}
-        free = self.free
-        for f, members in flavor_nodes.items():
-            buckets: list[dict[int, None]] = [{} for _ in range(max_node[f] + 1)]
+        for f, members in self.flavor_nodes.items():
+            buckets: list[dict[int, None]] = [{} for _ in range(self.max_node[f] + 1)]
+            total = 0
             for i in members:
-                buckets[len(free[i])][i] = None
+                count = len(free[i])
+                buckets[count][i] = None
+                total += count
             self.buckets[f] = buckets
-        self.flavors = frozenset(self.capacity)
-        answers = _shape_answers((tuple(self.node_flavor), tuple(self.racks), tuple(self.size)))
-        self.rack_slots = answers.rack_slots
-        self.empty_slots = answers.empty_slots
-        self.fit_ever = answers.fit_ever
+            self.free_total[f] = total
 
     # ------------------------------------------------------------ queries
 
