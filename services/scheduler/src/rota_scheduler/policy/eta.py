@@ -128,7 +128,7 @@ class DeepQueues:
             # A new submission is the tail of its own queue, which is in the walk's order.
             return len(jobs) - 1
         target = self._order(job)
-        return bisect.bisect_left(q.jobs, target, key=self._order)
+        return bisect.bisect_left(jobs, target, key=self._order)
 
     def ahead(self, job: PendingJob, default_runtime_s: float) -> tuple[int, int, float]:
         """Jobs, GPUs and GPU-seconds of `job`'s flavor between the walk's stop and `job`."""
