@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 from rota.config import load_config
-from rota_submission.domain import apply_event, check_submission, spec_hash
+from rota.contracts import envelope, parse
+from rota.contracts import messages as m
+from rota_submission.domain import (
+    SPEC_HEADROOM_BYTES,
+    apply_event,
+    check_size,
+    check_submission,
+    spec_hash,
+)
 
 from tests.builders import submit_job
 
@@ -132,3 +140,40 @@ def test_events_outside_state_events_never_change_a_job() -> None:
         assert event not in STATE_EVENTS
         for state in ("pending", "admitted", "running", "preempting"):
             assert apply_event(state, event, data, "j") == (state, {})
+
+
+ID = "0190b5c2-0000-7000-8000-000000000000"
+
+
+def _spec_of_size(total: int) -> m.SubmitJob:
+    """A SubmitJob whose envelope is exactly `total` bytes, padded with command arguments."""
+    def sized(pad: int) -> bytes:
+        args = ["a" * 4000 for _ in range(pad // 4000)] + ["b" * (pad % 4000)]
+        return envelope(submit_job(local={"command": args}), source="cli", id=ID).to_bytes()
+
+    pad = total - len(sized(0))
+    raw = sized(pad)
+    pad -= len(raw) - total  # the quotes and commas of the padding count too
+    raw = sized(pad)
+    assert len(raw) == total
+    return parse(raw, m.SubmitJob, max_bytes=total).data
+
+
+def test_a_command_at_the_size_limit_is_refused_for_what_it_would_produce() -> None:
+    limit = 64 * 1024
+    spec = _spec_of_size(limit)  # fits as a command: parse accepted it
+    rejection = check_size(spec, CONFIG, limit)
+    assert rejection is not None and rejection.code == "PAYLOAD_TOO_LARGE"
+    assert "JobSubmitted" in rejection.message and "StartRun" in rejection.message
+
+
+def test_a_command_within_the_headroom_is_accepted() -> None:
+    assert check_size(submit_job(), CONFIG, 64 * 1024) is None
+    spec = _spec_of_size(64 * 1024 - SPEC_HEADROOM_BYTES - 1024)
+    assert check_size(spec, CONFIG, 64 * 1024) is None
+
+
+def test_the_derived_event_fits_whenever_the_size_check_passes() -> None:
+    spec = _spec_of_size(64 * 1024 - SPEC_HEADROOM_BYTES - 1024)
+    event = m.JobSubmitted(job_id=ID, spec=spec, submitted_at="2026-01-01T00:00:00Z")
+    assert len(envelope(event, source="submission", job_id=ID).to_bytes()) < 64 * 1024

@@ -10,7 +10,7 @@ from pathlib import Path
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
-from rota.bus.query import api_error
+from rota.bus.query import api_error, internal_error
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
@@ -96,8 +96,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
             err = first_error(exc)
             reply = api_error(err.code, err.message, err.field)
         except Exception as exc:  # the API must answer, and the service must keep running
-            log.exception("api %s failed", subject)
-            reply = api_error("UNAVAILABLE", f"{type(exc).__name__}: {exc}".splitlines()[0])
+            reply = internal_error(SOURCE, exc)
         return envelope(reply, source=SOURCE).to_bytes()
 
     return service

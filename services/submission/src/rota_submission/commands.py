@@ -25,7 +25,7 @@ from rota.tracing import start_job_trace
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_submission import store
-from rota_submission.domain import Rejection, check_submission, spec_hash
+from rota_submission.domain import Rejection, check_size, check_submission, spec_hash
 
 log = logging.getLogger("rota.submission")
 
@@ -96,7 +96,7 @@ class Commands:
         except Rejected as exc:
             return await self.reject(exc.rejection, origin, team=origin.team)
         try:
-            if (rejection := check_submission(spec, origin.team, self.config)) is not None:
+            if (rejection := self._check(spec, origin)) is not None:
                 raise Rejected(rejection)
             reply = await self._record(spec)
         except Rejected as exc:
@@ -119,7 +119,7 @@ class Commands:
             except Rejected as exc:
                 refused.append((exc.rejection, origin, None, origin.team))
                 continue
-            if (rejection := check_submission(spec, origin.team, self.config)) is not None:
+            if (rejection := self._check(spec, origin)) is not None:
                 refused.append((rejection, origin, spec.submission_id, spec.team))
             else:
                 accepted.append((spec, origin))
@@ -134,6 +134,10 @@ class Commands:
                     refused.append((outcome, origin, spec.submission_id, spec.team))
         for rejection, origin, submission_id, team in refused:
             await self.reject(rejection, origin, submission_id=submission_id, team=team)
+
+    def _check(self, spec: m.SubmitJob, origin: Origin) -> Rejection | None:
+        return check_submission(spec, origin.team, self.config) or check_size(
+            spec, self.config, self.service.settings.max_message_bytes)
 
     async def _record(self, spec: m.SubmitJob) -> m.SubmitReply:
         now = self.service.clock.now()

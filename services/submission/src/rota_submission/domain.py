@@ -37,6 +37,7 @@ class _Shape:
 
     gpus: list[int]
     racks: list[list[int]]
+    longest_name: int
     _slots: dict[int, int] = field(default_factory=dict)
     _best_rack: dict[int, int] = field(default_factory=dict)
 
@@ -70,7 +71,8 @@ def _shape(config: RotaConfig, flavor: str) -> _Shape:
         racks: dict[str, list[int]] = {}
         for node in nodes:
             racks.setdefault(node.rack, []).append(node.gpus)
-        shapes[flavor] = _Shape([n.gpus for n in nodes], list(racks.values()))
+        shapes[flavor] = _Shape([n.gpus for n in nodes], list(racks.values()),
+                                max(len(n.name) for n in nodes))
     return shapes[flavor]
 
 
@@ -128,6 +130,37 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
             f" {quota + borrow} (quota {quota} + borrowing limit {borrow})",
         )
     return None
+
+
+SPEC_HEADROOM_BYTES = 4096
+"""Room that the largest message carrying a job's spec (`StartRun`) needs besides the spec
+and the placement: envelope, ids, attempt, run token (up to 256) and `resume_from` (up to
+2,048). `JobSubmitted` needs less (about 300)."""
+
+
+def placement_bytes(workers: int, gpus_per_worker: int, longest_node_name: int) -> int:
+    """An upper bound of a placement's JSON: per worker `{"worker":N,"node":"…","gpus":[…]},`
+    with 4-digit worker numbers and GPU indices of up to 2 digits (nodes have at most 64)."""
+    return workers * (40 + longest_node_name + 3 * gpus_per_worker)
+
+
+def check_size(spec: JobSpec, config: RotaConfig, max_bytes: int) -> Rejection | None:
+    """Accept a spec only if every message that will carry it fits in `max_bytes`: a
+    command that fits but whose `StartRun` or `JobSubmitted` would not could never run,
+    because every consumer refuses an oversized message. Call after `check_submission`."""
+    spec_bytes = len(spec.model_dump_json())
+    placement = placement_bytes(spec.workers, spec.gpus_per_worker,
+                                _shape(config, spec.flavor).longest_name)
+    allowed = max_bytes - SPEC_HEADROOM_BYTES - placement
+    if spec_bytes <= allowed:
+        return None
+    return Rejection(
+        "PAYLOAD_TOO_LARGE", None,
+        f"the spec is {spec_bytes} bytes as Rota encodes it; the messages that carry it"
+        f" (JobSubmitted, and StartRun with {SPEC_HEADROOM_BYTES} bytes of headroom and up to"
+        f" {placement} of placement) must fit in {max_bytes}, so the spec may be at most"
+        f" {max(allowed, 0)} bytes",
+    )
 
 
 # How each event moves the read model. Terminal states never change again, so replays and

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
+from rota.ids import new_id
 
 Q = TypeVar("Q", bound=BaseModel)
 
@@ -18,6 +19,17 @@ log = logging.getLogger("rota.bus.query")
 
 def api_error(code: str, message: str, field: str | None = None) -> m.ApiReply:
     return m.ApiReply(ok=False, error=m.ApiError(code=code, field=field, message=message))
+
+
+def internal_error(source: str, exc: Exception, redact: Callable[[str], str] = str) -> m.ApiReply:
+    """The answer to a request that failed inside the service: `INTERNAL`, with an id to find
+    the detail in the service's log. The detail itself (a database error may quote the
+    request, or the schema) is never sent to the caller."""
+    error_id = new_id()
+    cause = redact(f"{type(exc).__name__}: {exc}".splitlines()[0])[:500]
+    log.error("%s: request failed (error %s): %s", source, error_id, cause,
+              exc_info=(type(exc), exc, exc.__traceback__))
+    return api_error("INTERNAL", f"{source} could not answer; see its log for error {error_id}")
 
 
 async def answer_query(
@@ -30,14 +42,12 @@ async def answer_query(
     redact: Callable[[str], str] = lambda text: text,
 ) -> bytes:
     """Parse one request as `model`, run it, and reply. Never raises: a bad request is an
-    error reply naming its field, and a failure is `UNAVAILABLE` with a one-line cause, so
-    the service keeps answering. `redact` scrubs secrets a failure might quote."""
+    error reply naming its field, and a failure is `INTERNAL` (the cause goes to the log
+    only), so the service keeps answering. `redact` scrubs secrets from what is logged."""
     try:
         reply = await run(parse(raw, model, max_bytes=max_bytes).data)
     except ContractError as exc:
         reply = api_error(exc.code, exc.message, exc.field)
     except Exception as exc:  # the API must answer, and the service must keep running
-        cause = redact(f"{type(exc).__name__}: {exc}".splitlines()[0])[:500]
-        log.warning("%s query failed: %s", source, cause)
-        reply = api_error("UNAVAILABLE", cause)
+        reply = internal_error(source, exc, redact)
     return envelope(reply, source=source).to_bytes()

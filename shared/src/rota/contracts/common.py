@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 
 
 class StrictModel(BaseModel):
@@ -65,4 +65,4 @@ EnvName = Annotated[
 ]
 EnvValue = Annotated[str, StringConstraints(max_length=4096)]
 Arg = Annotated[str, StringConstraints(max_length=4096)]
-GpuCount = Annotated[int, Field(ge=0, le=1_000_000)]
+GpuCount = Annotated[int, Strict(), Field(ge=0, le=1_000_000)]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StrictInt, ValidationError
 
 from rota.contracts import messages as m
+from rota.contracts import strict_json
 from rota.contracts.common import StrictModel, Uuid
 from rota.ids import new_id
 
@@ -62,7 +62,7 @@ Source = Annotated[str, Field(min_length=1, max_length=128)]
 class Envelope(StrictModel, Generic[D]):
     id: Uuid
     type: Annotated[str, Field(min_length=1, max_length=64)]
-    version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    version: StrictInt = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
     occurred_at: datetime
     source: Source
     job_id: Uuid | None = None
@@ -76,7 +76,7 @@ class Envelope(StrictModel, Generic[D]):
 class _Header(StrictModel):
     id: Uuid
     type: Annotated[str, Field(min_length=1, max_length=64)]
-    version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    version: StrictInt = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
     occurred_at: datetime
     source: Source
     job_id: Uuid | None = None
@@ -131,26 +131,32 @@ def first_error(exc: ValidationError, prefix: str = "") -> ContractError:
 
 def parse(raw: bytes, expected: type[D], *, max_bytes: int) -> Envelope[D]:
     """Parse and validate one message. Raises `ContractError`, never anything else."""
-    if len(raw) > max_bytes:
-        raise ContractError(
-            "PAYLOAD_TOO_LARGE", None, f"message is {len(raw)} bytes; the limit is {max_bytes}"
-        )
-    try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ContractError("MALFORMED_JSON", None, f"not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ContractError("MALFORMED_JSON", None, "the message must be a JSON object")
-    try:
-        header = _Header.model_validate(doc)
-    except ValidationError as exc:
-        raise first_error(exc) from None
+    header = _header(raw, max_bytes)
     expected_name = TYPE_NAMES[expected]
     if header.type != expected_name:
         raise ContractError(
             "WRONG_TYPE", "type", f"expected {expected_name!r} here, got {header.type!r}"
         )
     return _with_data(header, expected)
+
+
+def _header(raw: bytes, max_bytes: int) -> _Header:
+    """The size, the JSON (`strict_json`: nothing a consumer or PostgreSQL cannot hold) and
+    the header fields, checked in that order."""
+    if len(raw) > max_bytes:
+        raise ContractError(
+            "PAYLOAD_TOO_LARGE", None, f"message is {len(raw)} bytes; the limit is {max_bytes}"
+        )
+    try:
+        doc = strict_json.loads(raw)
+    except strict_json.JsonProblem as exc:
+        raise ContractError(exc.code, exc.path, exc.message) from None
+    if not isinstance(doc, dict):
+        raise ContractError("MALFORMED_JSON", None, "the message must be a JSON object")
+    try:
+        return _Header.model_validate(doc)
+    except ValidationError as exc:
+        raise first_error(exc) from None
 
 
 def _with_data(header: _Header, expected: type[D]) -> Envelope[D]:
@@ -165,14 +171,7 @@ def _with_data(header: _Header, expected: type[D]) -> Envelope[D]:
 
 def parse_any(raw: bytes, *, max_bytes: int) -> Envelope[BaseModel]:
     """Parse a message of any registered type, validating `data` against that type."""
-    if len(raw) > max_bytes:
-        raise ContractError(
-            "PAYLOAD_TOO_LARGE", None, f"message is {len(raw)} bytes; the limit is {max_bytes}"
-        )
-    try:
-        header = _Header.model_validate_json(raw)
-    except ValidationError as exc:
-        raise first_error(exc) from None
+    header = _header(raw, max_bytes)
     model = MESSAGE_TYPES.get(header.type)
     if model is None:
         raise ContractError("UNKNOWN_TYPE", "type", f"unknown message type {header.type!r}")

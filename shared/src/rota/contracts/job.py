@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from rota.contracts.common import (
     Arg,
@@ -49,10 +49,10 @@ class KubernetesRun(StrictModel):
 class SimRun(StrictModel):
     """How the simulator plays the job: its length, and how it checkpoints."""
 
-    duration_s: float = Field(gt=0, le=MAX_DECLARED_RUNTIME_S)
-    checkpoint_interval_s: float | None = Field(None, gt=0, le=MAX_DECLARED_RUNTIME_S)
-    checkpoint_save_s: float = Field(60.0, ge=0, le=3600)
-    fail_after_s: float | None = Field(None, gt=0, description="Fail at this run time (tests).")
+    duration_s: StrictFloat = Field(gt=0, le=MAX_DECLARED_RUNTIME_S)
+    checkpoint_interval_s: StrictFloat | None = Field(None, gt=0, le=MAX_DECLARED_RUNTIME_S)
+    checkpoint_save_s: StrictFloat = Field(60.0, ge=0, le=3600)
+    fail_after_s: StrictFloat | None = Field(None, gt=0, description="Fail at this run time (tests).")
 
 
 class JobSpec(StrictModel):
@@ -61,10 +61,10 @@ class JobSpec(StrictModel):
     user: Name
     queue: Tier
     flavor: Name
-    workers: int = Field(1, ge=1, le=MAX_WORKERS)
-    gpus_per_worker: int = Field(1, ge=1, le=MAX_GPUS_PER_WORKER)
-    resumable: bool = False
-    declared_runtime_s: int | None = Field(None, ge=1, le=MAX_DECLARED_RUNTIME_S)
+    workers: StrictInt = Field(1, ge=1, le=MAX_WORKERS)
+    gpus_per_worker: StrictInt = Field(1, ge=1, le=MAX_GPUS_PER_WORKER)
+    resumable: StrictBool = False
+    declared_runtime_s: StrictInt | None = Field(None, ge=1, le=MAX_DECLARED_RUNTIME_S)
     rack: RackAffinity = RackAffinity.none
     labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=32)] = Field(
         default_factory=dict
@@ -88,9 +88,9 @@ class JobSpec(StrictModel):
 class WorkerPlacement(StrictModel):
     """One gang member: a node and the GPU indices on it."""
 
-    worker: int = Field(ge=0, lt=MAX_WORKERS)
+    worker: StrictInt = Field(ge=0, lt=MAX_WORKERS)
     node: Name
-    gpus: Annotated[list[int], Field(min_length=1, max_length=MAX_GPUS_PER_WORKER)]
+    gpus: Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_GPUS_PER_WORKER)]
 
 
 Placement = Annotated[list[WorkerPlacement], Field(min_length=1, max_length=MAX_WORKERS)]

@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from rota.contracts.common import (
     GpuCount,
@@ -28,6 +28,8 @@ from rota.contracts.job import JobSpec, Placement
 JobStateName = Literal[
     "pending", "admitted", "running", "preempting", "finished", "failed", "cancelled"
 ]
+INT32_MAX = 2**31 - 1
+"""Integers stored in PostgreSQL `integer` columns stay within its range."""
 RunToken = Annotated[str, Field(min_length=16, max_length=256)]
 
 # ---------------------------------------------------------------- commands
@@ -50,7 +52,7 @@ class StartRun(StrictModel):
 
     run_id: Uuid
     job_id: Uuid
-    attempt: int = Field(ge=1, le=10_000)
+    attempt: StrictInt = Field(ge=1, le=10_000)
     spec: JobSpec
     placement: Placement
     run_token: RunToken
@@ -69,7 +71,7 @@ class StopRun(StrictModel):
     run_id: Uuid
     job_id: Uuid
     reason: StopReason
-    forced: bool = False
+    forced: StrictBool = False
     plan_id: Uuid | None = None
 
 
@@ -98,7 +100,7 @@ class JobCancelled(OpenModel):
     job_id: Uuid
     team: Name
     reason: ShortText
-    was_running: bool = False
+    was_running: StrictBool = False
 
 
 class WaitReasonCode(StrEnum):
@@ -121,11 +123,11 @@ class WaitReason(OpenModel):
 class ScoreFactors(OpenModel):
     """The breakdown of a pending job's order within its tier; `total` is their sum."""
 
-    queue: float = 0.0
-    age: float = 0.0
-    fairshare: float = 0.0
-    quota_headroom: float = 0.0
-    total: float = 0.0
+    queue: StrictFloat = 0.0
+    age: StrictFloat = 0.0
+    fairshare: StrictFloat = 0.0
+    quota_headroom: StrictFloat = 0.0
+    total: StrictFloat = 0.0
 
 
 class JobPending(OpenModel):
@@ -136,7 +138,7 @@ class JobPending(OpenModel):
     queue: Tier
     reasons: Annotated[list[WaitReason], Field(min_length=1)]
     eta: datetime | None = None
-    position: int = Field(ge=0)
+    position: StrictInt = Field(ge=0, le=INT32_MAX)
     factors: ScoreFactors
 
 
@@ -182,7 +184,7 @@ class AllocationReleased(OpenModel):
     team: Name
     flavor: Name
     gpus: GpuCount
-    gpu_seconds: float = Field(ge=0)
+    gpu_seconds: StrictFloat = Field(ge=0)
 
 
 # ---------------------------------------------------------------- run events
@@ -191,7 +193,7 @@ class AllocationReleased(OpenModel):
 class RunStarted(OpenModel):
     run_id: Uuid
     job_id: Uuid
-    attempt: int = Field(ge=1)
+    attempt: StrictInt = Field(ge=1, le=10_000)
     placement: Placement
     resumed_from: Uri | None = None
     token_sha256: str | None = Field(
@@ -208,19 +210,19 @@ class RunCheckpointed(OpenModel):
     checkpoint_uri: Uri
     run_token: RunToken
     notice_id: Uuid | None = Field(None, description="The PreemptionNotice this answers.")
-    progress_s: float | None = Field(None, ge=0)
+    progress_s: StrictFloat | None = Field(None, ge=0)
 
 
 class RunFinished(OpenModel):
     run_id: Uuid
     job_id: Uuid
-    exit_code: int = 0
+    exit_code: StrictInt = Field(0, ge=-INT32_MAX - 1, le=INT32_MAX)
 
 
 class RunFailed(OpenModel):
     run_id: Uuid
     job_id: Uuid
-    exit_code: int | None = None
+    exit_code: StrictInt | None = Field(None, ge=-INT32_MAX - 1, le=INT32_MAX)
     error: ShortText
 
 
@@ -228,18 +230,18 @@ class RunStopped(OpenModel):
     run_id: Uuid
     job_id: Uuid
     reason: StopReason
-    forced: bool = False
+    forced: StrictBool = False
     checkpoint_uri: Uri | None = None
-    lost_gpu_seconds: float = Field(0.0, ge=0)
+    lost_gpu_seconds: StrictFloat = Field(0.0, ge=0)
 
 
 class UsageRecorded(OpenModel):
     """The ledger's decayed usage (GPU-seconds, half-life from config), for fair share."""
 
     as_of: datetime
-    half_life_s: float = Field(gt=0)
-    teams: dict[str, float]
-    users: dict[str, float] = Field(default_factory=dict, description="Keyed `team/user`.")
+    half_life_s: StrictFloat = Field(gt=0)
+    teams: dict[str, StrictFloat]
+    users: dict[str, StrictFloat] = Field(default_factory=dict, description="Keyed `team/user`.")
 
 
 # ---------------------------------------------------------------- preemption
@@ -251,11 +253,11 @@ class Victim(OpenModel):
     team: Name
     queue: Tier
     gpus: GpuCount
-    expected_lost_gpu_seconds: float = Field(ge=0)
-    borrowed: bool = False
+    expected_lost_gpu_seconds: StrictFloat = Field(ge=0)
+    borrowed: StrictBool = False
     job_name: JobName | None = None
     user: Name | None = None
-    resumable: bool = False
+    resumable: StrictBool = False
     last_checkpoint_uri: Uri | None = None
 
 
@@ -270,7 +272,7 @@ class PreemptionRequested(OpenModel):
     victims: Annotated[list[Victim], Field(min_length=1)]
     reason: str
     message: ShortText
-    expected_lost_gpu_seconds: float = Field(ge=0)
+    expected_lost_gpu_seconds: StrictFloat = Field(ge=0)
 
 
 class PreemptionNoticed(OpenModel):
@@ -285,11 +287,11 @@ class PreemptionNoticed(OpenModel):
     user: Name
     queue: Tier
     deadline: datetime
-    grace_s: float = Field(ge=0)
+    grace_s: StrictFloat = Field(ge=0)
     preemptor_job_id: Uuid
     preemptor_queue: Tier
     reason: str
-    resumable: bool
+    resumable: StrictBool
     resume_from: Uri | None = None
 
 
@@ -305,13 +307,13 @@ class VictimResult(OpenModel):
     job_id: Uuid
     outcome: VictimOutcome
     checkpoint_uri: Uri | None = None
-    lost_gpu_seconds: float = Field(0.0, ge=0)
+    lost_gpu_seconds: StrictFloat = Field(0.0, ge=0)
 
 
 class PreemptionCompleted(OpenModel):
     plan_id: Uuid
     preemptor_job_id: Uuid
-    aborted: bool = False
+    aborted: StrictBool = False
     victims: list[VictimResult]
 
 
@@ -324,7 +326,7 @@ class PreemptionNotice(OpenModel):
     job_id: Uuid
     action: Literal["checkpoint_and_stop", "withdrawn"] = "checkpoint_and_stop"
     deadline: datetime
-    grace_s: float = Field(ge=0)
+    grace_s: StrictFloat = Field(ge=0)
     ack_subject: str
     reason: ShortText
 
@@ -341,7 +343,7 @@ class ApiError(OpenModel):
 class ApiReply(OpenModel):
     """Every `rota.api.*` reply: `ok` with `result`, or an `error`."""
 
-    ok: bool
+    ok: StrictBool
     result: Any = None
     error: ApiError | None = None
 
@@ -358,7 +360,7 @@ class ListJobs(StrictModel):
     team: Name | None = None
     queue: Tier | None = None
     state: JobStateName | None = None
-    limit: int = Field(100, ge=1, le=10_000)
+    limit: StrictInt = Field(100, ge=1, le=10_000)
 
 
 class ListAllocations(StrictModel):
@@ -368,16 +370,16 @@ class ListAllocations(StrictModel):
     with `active_only: false`, released ones too, newest first.
     """
 
-    active_only: bool = True
-    limit: int = Field(10_000, ge=1, le=100_000)
+    active_only: StrictBool = True
+    limit: StrictInt = Field(10_000, ge=1, le=100_000)
     job_id: Uuid | None = None
 
 
 class ListNotifications(StrictModel):
     """`rota.sys.notifier.list`: notifications sent, retrying or dead, newest first."""
 
-    failed: bool = Field(False, description="Only the dead letter.")
-    limit: int = Field(50, ge=1, le=1000)
+    failed: StrictBool = Field(False, description="Only the dead letter.")
+    limit: StrictInt = Field(50, ge=1, le=1000)
     job_id: Uuid | None = None
 
 
@@ -386,8 +388,8 @@ class ListPreemptions(StrictModel):
 
     plan_id: Uuid | None = None
     job_id: Uuid | None = Field(None, description="Plans with this job as preemptor or victim.")
-    open: bool = Field(False, description="Only plans still in progress.")
-    limit: int = Field(50, ge=1, le=1000)
+    open: StrictBool = Field(False, description="Only plans still in progress.")
+    limit: StrictInt = Field(50, ge=1, le=1000)
 
 
 class SummarizeQueues(StrictModel):
@@ -398,6 +400,6 @@ class SummarizeQueues(StrictModel):
 
 class SubmitReply(OpenModel):
     job_id: Uuid
-    duplicate: bool
+    duplicate: StrictBool
     state: str
     submission_id: SubmissionId
