@@ -8,7 +8,7 @@ import nats
 from nats.aio.msg import Msg
 from nats.errors import DrainTimeoutError
 from nats.js.api import StreamConfig
-from rota.bus.batch import message_consumer
+from rota.bus.batch import Retry, message_consumer
 from rota.endpoints import Endpoints
 from rota.ids import new_id
 from rota.service import stop_tasks
@@ -33,7 +33,7 @@ async def test_a_stopped_consumer_leaves_nothing_for_the_drain_to_wait_for(
             handled.append(msg.data)
 
         consumer = message_consumer(subject, stream, "stoptest", 20, handle, max_ack_pending=100)
-        task = asyncio.create_task(consumer.run(nc.jetstream(), ack_wait_s=30, retry_delay_s=0.1))
+        task = asyncio.create_task(consumer.run(nc.jetstream(), ack_wait_s=30, retry=Retry(0.1)))
         await asyncio.sleep(1.0)  # its fetch is waiting: a pull request is open on the server
         await stop_tasks([task])
         # The server still answers that open request: these land in the stopped consumer's inbox.

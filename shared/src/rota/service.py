@@ -17,18 +17,23 @@ from typing import Any
 from faststream import FastStream
 from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota.bus.batch import (
     BatchHandler,
     MessageHandler,
     PullConsumer,
+    Retry,
     batch_consumer,
     message_consumer,
 )
 from rota.bus.broker import ensure_streams, make_broker
+from rota.bus.deadletter import DeadLetters
+from rota.bus.query import answer_query
 from rota.clock import Clock, SystemClock
-from rota.contracts.subjects import ping
+from rota.contracts import messages as m
+from rota.contracts.subjects import deadletter, ping
 from rota.db import migrate
 from rota.db.engine import make_engine
 from rota.db.outbox import Outbox, OutboxRelay
@@ -86,6 +91,10 @@ class RotaService:
             after_shutdown=[self._after_shutdown],
         )
         self.broker.subscriber(ping(name), include_in_schema=False)(self._pong)
+        self.dead_letters = DeadLetters(schema=name)
+        # A queue group: a leader and its standby share one table, so one of them answers.
+        self.broker.subscriber(deadletter(name), queue=f"{name}-deadletter",
+                               include_in_schema=False)(self._list_dead_letters)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -97,14 +106,25 @@ class RotaService:
         # The pid tells apart instances that share the subject (a scheduler and its standby).
         return b'{"ok": true, "service": "%s", "pid": %d}' % (self.name.encode(), os.getpid())
 
+    async def _list_dead_letters(self, msg: NatsMessage) -> bytes:
+        async def run(query: m.ListDeadLetters) -> m.ApiReply:
+            return m.ApiReply(ok=True, result=await self.dead_letters.list(self.engine, query))
+
+        return await answer_query(msg.body, m.ListDeadLetters, run, source=self.name,
+                                  max_bytes=self.settings.max_message_bytes)
+
+    async def _dead_letter(self, msg: Msg, consumer: str, exc: BaseException) -> None:
+        await self.dead_letters.record(self.engine, msg, consumer, exc)
+
     def js_subscriber(
         self, subject: str, *, stream: str, durable: str, batch_size: int = 32
     ) -> Callable[[MessageHandler], MessageHandler]:
         """A durable pull consumer with manual acks: ack on success, delayed nak on failure.
 
-        Handlers ack bad input themselves after rejecting it; only infrastructure failures
-        (database or NATS away) reach the nak, so the message is retried, never lost. A
-        handler may ack or nack its message itself; nothing is sent for it after that.
+        Handlers ack bad input themselves after rejecting it. The database or NATS away is
+        retried in place; any other failure is retried up to `ROTA_MAX_DELIVER` deliveries,
+        then kept in the dead letter (see `rota.bus.batch.Retry`). A handler may ack or nack
+        its message itself; nothing is sent for it after that.
         """
 
         def register(handler: MessageHandler) -> MessageHandler:
@@ -160,9 +180,10 @@ class RotaService:
             self.settings.inbox_retention_s, self.settings.decision_prune_interval_s,
         ), name=f"{self.name}-prune")
         js = self.broker.connection.jetstream()
+        retry = Retry(self.settings.retry_delay_s, self.settings.max_deliver, self._dead_letter)
         self._consumer_tasks = [
             asyncio.create_task(consumer.run(js, ack_wait_s=self.settings.ack_wait_s,
-                                             retry_delay_s=self.settings.retry_delay_s),
+                                             retry=retry),
                                 name=consumer.durable)
             for consumer in self._consumers
         ]

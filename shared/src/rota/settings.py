@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     stream_replicas: int = Field(1, ge=1, le=5)
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after this long without an ack.")
     retry_delay_s: float = Field(2.0, ge=0, description="Delay before retrying a failed message.")
+    max_deliver: int = Field(
+        5, ge=1, le=1000,
+        description="Deliveries of a message whose handling fails; then the dead letter.")
     batch_window_s: float = Field(
         0.05, gt=0, le=5, description="How long a batch consumer waits to fill a batch.")
     # Prometheus (issue 6). Off unless a port is given: `rota up` gives each service its own.

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from asyncpg.exceptions import (
+    AdminShutdownError,
+    CannotConnectNowError,
+    ConnectionDoesNotExistError,
+    PostgresConnectionError,
+)
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError
+from nats.errors import ConnectionClosedError, NoServersError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
 from nats.js.errors import ServiceUnavailableError
@@ -36,8 +43,93 @@ FETCH_WAIT_S = 5.0
 """How long an idle fetch waits; it returns at once when messages arrive."""
 
 
-Handle = Callable[[list[Msg], float], Awaitable[None]]
-"""What a consumer does with a fetched batch, given the retry delay; acks included."""
+DeadLetter = Callable[[Msg, str, BaseException], Awaitable[None]]
+"""Records a message that failed on its last delivery: (message, consumer durable, error)."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """What a consumer does when handling a message fails.
+
+    A failure the message may not cause (the database or NATS away: `is_transient`) is
+    retried in place, the delivery kept alive, so an outage never uses up deliveries. Any
+    other failure is nacked for a retry after `delay_s`, until the delivery that reaches
+    `max_deliver`: then the message goes to the dead letter and is terminated, so a message
+    that can never be handled stops coming back.
+    """
+
+    delay_s: float
+    max_deliver: int = 1_000_000
+    dead_letter: DeadLetter | None = None
+
+    async def failed(self, msg: Msg, durable: str, exc: BaseException) -> None:
+        delivered = _deliveries(msg)
+        if self.dead_letter is None or delivered < self.max_deliver:
+            log.error("%s: handling %s failed (delivery %d of %d); will retry", durable,
+                      msg.subject, delivered, self.max_deliver, exc_info=exc)
+            await msg.nak(delay=self.delay_s)
+            return
+        try:
+            await self.dead_letter(msg, durable, exc)
+        except Exception:
+            # JetStream delivers it no more (max_deliver); it stays in the stream, and the
+            # server's MAX_DELIVERIES advisory names it.
+            log.exception("%s: %s failed %d times and its dead letter could not be written",
+                          durable, msg.subject, delivered)
+            await msg.nak(delay=self.delay_s)
+            return
+        log.error("%s: %s failed %d times; moved to the dead letter", durable, msg.subject,
+                  delivered, exc_info=exc)
+        await msg.term()
+
+
+def _deliveries(msg: Msg) -> int:
+    try:
+        return int(msg.metadata.num_delivered or 1)
+    except (ValueError, AttributeError, TypeError):  # not a JetStream message (tests)
+        return 1
+
+
+_TRANSIENT = (ConnectionError, TimeoutError, ConnectionClosedError, ServiceUnavailableError,
+              NoServersError, PostgresConnectionError, ConnectionDoesNotExistError,
+              CannotConnectNowError, AdminShutdownError)
+# Not every OSError: a missing executable or file is the message's doing, not an outage.
+_CONNECTION_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH,
+                                errno.ENETUNREACH, errno.ETIMEDOUT, errno.EPIPE})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` says the database or NATS is unreachable, not that the message is bad."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the cause chain: SQLAlchemy wraps the driver's error
+        if seen is None:
+            return False
+        if isinstance(seen, _TRANSIENT) or getattr(seen, "connection_invalidated", False):
+            return True
+        # asyncpg reports a refused connection to several addresses as a bare OSError.
+        if type(seen) is OSError and (seen.errno in _CONNECTION_ERRNOS
+                                      or "Connect call failed" in str(seen)):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+TRANSIENT_PATIENCE_S = 1.0
+"""The least wait before a transient failure is retried in place (with `Retry.delay_s`)."""
+
+
+async def _retry_in_place(msgs: list[Msg], durable: str, exc: BaseException,
+                          retry: Retry) -> None:
+    log.warning("%s: the database or NATS is unreachable (%s: %s); retrying in place",
+                durable, type(exc).__name__, next(iter(str(exc).splitlines()), ""))
+    await asyncio.sleep(max(retry.delay_s, TRANSIENT_PATIENCE_S) if retry.delay_s else 0)
+    for msg in msgs:
+        with contextlib.suppress(Exception):
+            await msg.in_progress()
+
+
+Handle = Callable[[list[Msg], Retry], Awaitable[None]]
+"""What a consumer does with a fetched batch, given the retry rules; acks included."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +141,12 @@ class PullConsumer:
     handle: Handle
     max_ack_pending: int = 10_000
 
-    async def run(self, js: JetStreamContext, *, ack_wait_s: float, retry_delay_s: float) -> None:
+    async def run(self, js: JetStreamContext, *, ack_wait_s: float, retry: Retry) -> None:
+        config = ConsumerConfig(ack_wait=ack_wait_s, max_ack_pending=self.max_ack_pending,
+                                max_deliver=retry.max_deliver)
         sub = await js.pull_subscribe(
-            self.subject, durable=self.durable, stream=self.stream,
-            config=ConsumerConfig(ack_wait=ack_wait_s, max_ack_pending=self.max_ack_pending),
-        )
+            self.subject, durable=self.durable, stream=self.stream, config=config)
+        await self._upgrade(js, config)
         try:
             while True:
                 try:
@@ -62,14 +155,27 @@ class PullConsumer:
                     continue
                 except (ConnectionClosedError, ServiceUnavailableError) as exc:
                     log.warning("%s: fetch failed (%s); retrying", self.durable, exc)
-                    await asyncio.sleep(retry_delay_s)
+                    await asyncio.sleep(retry.delay_s)
                     continue
-                await self.handle(batch, retry_delay_s)
+                await self.handle(batch, retry)
         finally:
             # Messages fetched but never handled would make the connection's drain at shutdown
             # wait its whole timeout (30 s) for them; unacked, JetStream redelivers them anyway.
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _upgrade(self, js: JetStreamContext, config: ConsumerConfig) -> None:
+        """`pull_subscribe` keeps an existing durable's config as it is; a durable made by an
+        older version (no delivery limit, another ack wait) is updated in place."""
+        current = (await js.consumer_info(self.stream, self.durable)).config
+        wanted = {"ack_wait": config.ack_wait, "max_deliver": config.max_deliver,
+                  "max_ack_pending": config.max_ack_pending}
+        if all(getattr(current, key) == value for key, value in wanted.items()):
+            return
+        for key, value in wanted.items():
+            setattr(current, key, value)
+        await js.add_consumer(self.stream, config=current)
+        log.info("%s: consumer updated to %s", self.durable, wanted)
 
 
 def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
@@ -79,21 +185,25 @@ def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
     retry on its own instead of holding every message fetched with it back forever. (Bad
     input never gets here: handlers reject it with a reason and go on.)"""
 
-    async def handle(batch: list[Msg], retry_delay_s: float) -> None:
-        try:
-            await handler(batch)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if len(batch) == 1:
-                log.exception("%s: handling %s failed; will retry", durable, batch[0].subject)
-                await batch[0].nak(delay=retry_delay_s)
+    async def handle(batch: list[Msg], retry: Retry) -> None:
+        while True:
+            try:
+                await handler(batch)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_transient(exc):
+                    await _retry_in_place(batch, durable, exc, retry)
+                    continue
+                if len(batch) == 1:
+                    await retry.failed(batch[0], durable, exc)
+                    return
+                log.exception("%s: handling a batch of %d failed; trying each alone", durable,
+                              len(batch))
+                for msg in batch:
+                    await handle([msg], retry)
                 return
-            log.exception("%s: handling a batch of %d failed; trying each alone", durable,
-                          len(batch))
-            for msg in batch:
-                await handle([msg], retry_delay_s)
-            return
         crash_point(f"before_ack:{durable}")
         for msg in batch:
             await msg.ack()
@@ -111,21 +221,29 @@ def message_consumer(subject: str, stream: str, durable: str, batch_size: int,
     machinery, which cost the ledger about half its CPU on run events it only skips.
     """
 
-    async def handle(batch: list[Msg], retry_delay_s: float) -> None:
+    async def handle(batch: list[Msg], retry: Retry) -> None:
         for msg in batch:
+            if await _handle_one(msg, retry) and not msg.is_acked:
+                crash_point(f"before_ack:{durable}")
+                await msg.ack()
+
+    async def _handle_one(msg: Msg, retry: Retry) -> bool:
+        """True when the handler returned; on failure the message is settled here."""
+        while True:
             try:
                 with _consumer_span(msg, durable):
                     await handler(msg)
+                return True
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("%s: handling %s failed; will retry", durable, msg.subject)
-                if not msg.is_acked:
-                    await msg.nak(delay=retry_delay_s)
-                continue
-            if not msg.is_acked:
-                crash_point(f"before_ack:{durable}")
-                await msg.ack()
+            except Exception as exc:
+                if msg.is_acked:
+                    return False
+                if is_transient(exc):
+                    await _retry_in_place([msg], durable, exc, retry)
+                    continue
+                await retry.failed(msg, durable, exc)
+                return False
 
     return PullConsumer(subject, stream, durable, batch_size, handle, max_ack_pending)
 

@@ -49,6 +49,7 @@ QUERY_TYPES: dict[str, type[BaseModel]] = {
     "ListNotifications": m.ListNotifications,
     "ListPreemptions": m.ListPreemptions,
     "ListAllocations": m.ListAllocations,
+    "ListDeadLetters": m.ListDeadLetters,
     "ApiReply": m.ApiReply,
 }
 MESSAGE_TYPES: dict[str, type[BaseModel]] = (

@@ -392,6 +392,12 @@ class ListPreemptions(StrictModel):
     limit: StrictInt = Field(50, ge=1, le=1000)
 
 
+class ListDeadLetters(StrictModel):
+    """`rota.sys.deadletter.<service>`: messages that service gave up on, newest first."""
+
+    limit: StrictInt = Field(50, ge=1, le=1000)
+
+
 class SummarizeQueues(StrictModel):
     """`rota.api.queues.summary`: jobs and GPUs per queue, team and state."""
 

@@ -28,6 +28,7 @@ API_JOBS_LIST = "rota.api.jobs.list"
 API_QUEUES_SUMMARY = "rota.api.queues.summary"
 
 SYS_PING = "rota.sys.ping"
+SYS_DEADLETTER = "rota.sys.deadletter"
 NOTIFICATIONS_LIST = "rota.sys.notifier.list"
 LEDGER_ALLOCATIONS = "rota.sys.ledger.allocations"
 PREEMPTION_PLANS = "rota.sys.preemption.plans"
@@ -55,6 +56,10 @@ def control(run_id: str) -> str:
 
 def ping(service: str) -> str:
     return f"{SYS_PING}.{service}"
+
+
+def deadletter(service: str) -> str:
+    return f"{SYS_DEADLETTER}.{service}"
 
 
 EVENT_SUBJECTS: dict[str, str] = {

@@ -60,3 +60,43 @@ def processed_table(metadata: sa.MetaData, schema: str) -> sa.Table:
         sa.Column("processed_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
         schema=schema,
     )
+
+
+def create_deadletter(schema: str) -> None:
+    """Called from each service's own migration, so the dead letter is the same everywhere."""
+    op.create_table(
+        "deadletter",
+        sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+        sa.Column("consumer", sa.Text, nullable=False),
+        sa.Column("stream", sa.Text, nullable=False),
+        sa.Column("subject", sa.Text, nullable=False),
+        sa.Column("stream_seq", sa.BigInteger, nullable=False),
+        sa.Column("deliveries", sa.Integer, nullable=False),
+        sa.Column("error_type", sa.Text, nullable=False),
+        sa.Column("error", sa.Text, nullable=False),
+        sa.Column("payload", sa.LargeBinary, nullable=False),
+        sa.Column("payload_bytes", sa.Integer, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
+                  server_default=sa.func.now()),
+        sa.UniqueConstraint("consumer", "stream_seq"),
+        schema=schema,
+    )
+
+
+def deadletter_table(metadata: sa.MetaData, schema: str) -> sa.Table:
+    return sa.Table(
+        "deadletter",
+        metadata,
+        sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+        sa.Column("consumer", sa.Text, nullable=False),
+        sa.Column("stream", sa.Text, nullable=False),
+        sa.Column("subject", sa.Text, nullable=False),
+        sa.Column("stream_seq", sa.BigInteger, nullable=False),
+        sa.Column("deliveries", sa.Integer, nullable=False),
+        sa.Column("error_type", sa.Text, nullable=False),
+        sa.Column("error", sa.Text, nullable=False),
+        sa.Column("payload", sa.LargeBinary, nullable=False),
+        sa.Column("payload_bytes", sa.Integer, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
+        schema=schema,
+    )
