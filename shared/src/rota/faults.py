@@ -1,7 +1,9 @@
 """Crash points for tests that prove crash safety against real processes.
 
 `ROTA_FAULTS=after_commit:submission` makes the named service exit hard (no cleanup, no ack)
-the first time it passes that point. Unset in production; checking it costs one dict lookup.
+the first time it passes that point; `ROTA_FAULTS=fail:handler:<durable>` makes that
+consumer's handler raise on every message (the dead letter's test). Unset in production;
+checking it costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -22,3 +24,12 @@ def crash_point(name: str) -> None:
         sys.stderr.write(f"rota: fault injected at {name}; exiting hard\n")
         sys.stderr.flush()
         os._exit(86)
+
+
+class InjectedFault(RuntimeError):
+    """Raised at an armed `fail:<name>` point: a handler that fails on every delivery."""
+
+
+def fail_point(name: str) -> None:
+    if f"fail:{name}" in _ARMED:
+        raise InjectedFault(f"fault injected at {name}")

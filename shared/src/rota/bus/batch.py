@@ -31,7 +31,7 @@ from nats.js.errors import ServiceUnavailableError
 from opentelemetry.trace import Span, SpanKind
 
 from rota.bus.trace_fill import job_id_of
-from rota.faults import crash_point
+from rota.faults import crash_point, fail_point
 from rota.tracing import context_from_headers, job_root_context, tracer
 
 log = logging.getLogger("rota.bus.batch")
@@ -188,6 +188,7 @@ def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
     async def handle(batch: list[Msg], retry: Retry) -> None:
         while True:
             try:
+                fail_point(f"handler:{durable}")
                 await handler(batch)
                 break
             except asyncio.CancelledError:
@@ -232,6 +233,7 @@ def message_consumer(subject: str, stream: str, durable: str, batch_size: int,
         while True:
             try:
                 with _consumer_span(msg, durable):
+                    fail_point(f"handler:{durable}")
                     await handler(msg)
                 return True
             except asyncio.CancelledError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from faststream.message import StreamMessage
 from faststream.nats import NatsBroker
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from nats.js import JetStreamContext
@@ -35,10 +36,19 @@ def make_broker(settings: Settings, url: str, *, name: str) -> NatsBroker:
         # The fill runs first: it gives bare messages about a job the job's trace context,
         # which the telemetry middleware then parents its consumer span on.
         middlewares=[JobTraceFill, NatsTelemetryMiddleware()],
+        decoder=raw_body,
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
         **connect_options(settings),
     )
+
+
+async def raw_body(msg: StreamMessage[Any]) -> bytes:
+    """Every handler reads `msg.body` through `rota.contracts.parse`. FastStream's own
+    decoding (a plain `json.loads` of any body without a content type) would raise on the
+    poison that parser refuses cleanly (a 5,000-digit number, deep nesting) before the
+    handler ran, and the request would go unanswered."""
+    return msg.body
 
 
 def stream_config(name: str, replicas: int = 1) -> StreamConfig:

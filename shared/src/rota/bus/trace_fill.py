@@ -30,7 +30,7 @@ def job_id_of(body: bytes) -> str | None:
         return None
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # poison is the parser's to refuse, not this peek's
         return None
     if not isinstance(doc, dict):
         return None

@@ -11,6 +11,7 @@ from rota_scheduler.cli import replay_command
 from rota.cli import jobs as job_commands
 from rota.cli import operations
 from rota.cli.bench import bench_app
+from rota.cli.deadletter import deadletter
 from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
 from rota.cli.stack import SERVICES, migrate_all
@@ -41,6 +42,7 @@ app.command()(job_commands.queues)
 app.command()(job_commands.why)
 app.command()(job_commands.trace)
 app.command()(notifications)
+app.command()(deadletter)
 app.command()(operations.preemptions)
 app.command()(operations.allocations)
 app.command("replay")(replay_command)
