@@ -115,7 +115,8 @@ def is_transient(exc: BaseException) -> bool:
 
 
 TRANSIENT_PATIENCE_S = 1.0
-"""The least wait before a transient failure is retried in place (with `Retry.delay_s`)."""
+"""The least wait before a transient failure is retried in place, so an outage is not
+hammered; a `Retry.delay_s` of 0 (tests) retries at once."""
 
 
 async def _retry_in_place(msgs: list[Msg], durable: str, exc: BaseException,
