@@ -59,6 +59,8 @@ class EmbeddedNats:
     home: Path
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    # A server config (Rota's operator-mode auth); the command-line flags still apply over it.
+    config: Path | None = None
 
     @property
     def url(self) -> str:
@@ -70,6 +72,7 @@ class EmbeddedNats:
         self.port = self.port or free_port()
         args = [
             str(nats_server_binary()),
+            *(["--config", str(self.config)] if self.config is not None else []),
             "--jetstream",
             "--store_dir", str(store),
             "--addr", "127.0.0.1",

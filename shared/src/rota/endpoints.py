@@ -17,6 +17,8 @@ class NotRunningError(RuntimeError):
 class Endpoints:
     nats_url: str
     database_url: str
+    # The admin credentials of an embedded NATS with auth on, for the CLI on this machine.
+    nats_creds: str | None = None
 
 
 def write_runtime_file(path: Path, endpoints: Endpoints, pid: int) -> None:
@@ -24,9 +26,18 @@ def write_runtime_file(path: Path, endpoints: Endpoints, pid: int) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(
         json.dumps({"nats_url": endpoints.nats_url, "database_url": endpoints.database_url,
-                    "pid": pid})
+                    "nats_creds": endpoints.nats_creds, "pid": pid})
     )
     tmp.replace(path)
+
+
+def running_creds(settings: Settings) -> str | None:
+    """The admin `.creds` of the `rota up` running under `ROTA_HOME`, if it has auth on."""
+    try:
+        creds = json.loads(settings.runtime_file.read_text()).get("nats_creds")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return creds if isinstance(creds, str) else None
 
 
 def resolve(settings: Settings, *, need_database: bool = True) -> Endpoints:

@@ -37,11 +37,12 @@ from types import TracebackType
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
 
+from rota.auth.permissions import run_inbox
 from rota.contracts import envelope, parse
 from rota.contracts import messages as m
-from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
+from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_CTL, STREAM_EVT
 
 ENV_VARS = (
     "ROTA_RUN_ID", "ROTA_JOB_ID", "ROTA_RUN_TOKEN", "ROTA_ATTEMPT", "ROTA_NATS_URL",
@@ -72,6 +73,7 @@ class RunInfo:
     checkpoint_dir: str | None = None
     worker_index: int = 0
     workers: int = 1
+    nats_creds: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RunInfo:
@@ -89,6 +91,7 @@ class RunInfo:
             checkpoint_dir=env.get("ROTA_CHECKPOINT_DIR") or None,
             worker_index=int(env.get("ROTA_WORKER_INDEX", "0")),
             workers=int(env.get("ROTA_WORKERS", "1")),
+            nats_creds=env.get("ROTA_NATS_CREDS") or None,
         )
 
 
@@ -167,12 +170,22 @@ class Run:
         )
 
     async def _listen(self) -> None:
-        self._nc = await nats.connect(self.info.nats_url, max_reconnect_attempts=-1)
+        credentials: dict[str, str] = {}
+        if self.info.nats_creds:
+            # The run's own identity: it may read only its notices and replies under its
+            # own inbox prefix (rota.auth.permissions.run_template).
+            credentials = {"user_credentials": self.info.nats_creds,
+                           "inbox_prefix": run_inbox(self.info.run_id)}
+        self._nc = await nats.connect(self.info.nats_url, max_reconnect_attempts=-1,
+                                      **credentials)
         js = self._nc.jetstream()
 
         async def on_message(msg: Msg) -> None:
+            on_notice(msg.data)
+
+        def on_notice(raw: bytes | None) -> None:
             try:
-                notice = parse(msg.data, m.PreemptionNotice, max_bytes=MAX_NOTICE_BYTES).data
+                notice = parse(raw or b"", m.PreemptionNotice, max_bytes=MAX_NOTICE_BYTES).data
             except ValueError:
                 return  # not for us, or not readable: a notice must be a valid envelope
             if notice.run_id != self.info.run_id:
@@ -189,10 +202,17 @@ class Run:
             for callback in list(self._callbacks):
                 self._call(callback, notice)
 
-        # An ordered consumer from the start of the subject: a notice sent before this
-        # process subscribed is still seen.
-        await js.subscribe(self.info.control_subject, cb=on_message, ordered_consumer=True,
-                           deliver_policy=DeliverPolicy.ALL)
+        # Live notices first, then the last one kept on the stream, so a notice sent before
+        # this process subscribed is still seen; the last is all that matters (a withdrawal
+        # follows its notice on the same subject), and a notice seen twice counts once.
+        await self._nc.subscribe(self.info.control_subject, cb=on_message)
+        await self._nc.flush()
+        try:
+            last = await js.get_last_msg(STREAM_CTL, self.info.control_subject, direct=True)
+        except NotFoundError:
+            pass
+        else:
+            on_notice(last.data)
         self._ready.set()
 
     def _thread_main(self) -> None:

@@ -20,6 +20,14 @@ class Settings(BaseSettings):
     nats_password: SecretStr | None = None
     nats_token: SecretStr | None = None
     nats_creds: Path | None = Field(None, description="A NATS .creds file (JWT + NKey).")
+    nats_run_signing_key: Path | None = Field(
+        None, description="The executor's: the seed file of the run-scoped signing key, with "
+        "which it mints each run's own credentials. Unset: runs connect without credentials.")
+    nats_account: str | None = Field(
+        None, description="The public key of Rota's NATS account, which run credentials name.")
+    auth: bool = Field(
+        True, description="`rota up` starts its embedded nats-server with authentication and "
+        "authorization on (false only for debugging).")
     database_url: str | None = Field(
         None, description="An existing PostgreSQL (postgresql+asyncpg://...); embedded if unset."
     )

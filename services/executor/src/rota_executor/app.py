@@ -23,6 +23,7 @@ from rota.endpoints import resolve
 from rota.service import RotaService, stop_tasks
 
 from rota_executor.backend import Backend
+from rota_executor.credentials import RunMinter
 from rota_executor.local import LocalBackend
 from rota_executor.runs import Executor
 from rota_executor.sim import SimBackend
@@ -48,6 +49,7 @@ def make_backend(service: RotaService, executor: Executor) -> Backend:
         return LocalBackend(
             executor, service.clock, home=settings.home, nats_url=nats_url,
             kill_grace_s=settings.kill_grace_s, poll_interval_s=settings.executor_poll_interval_s,
+            minter=RunMinter.from_settings(settings, settings.home.resolve() / "runs" / "creds"),
         )
     return SimBackend(executor, service.clock, speed=settings.sim_speed,
                       tick_s=settings.sim_tick_s)

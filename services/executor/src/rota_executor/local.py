@@ -32,6 +32,7 @@ from rota.contracts.subjects import EVENT_SUBJECTS, control
 
 from rota_executor import launcher, procs
 from rota_executor.backend import Exit, Reporter, RunRecord, WorkerProcess
+from rota_executor.credentials import RunMinter
 
 log = logging.getLogger("rota.executor.local")
 
@@ -114,6 +115,7 @@ class LocalBackend:
     def __init__(
         self, reporter: Reporter, clock: Clock, *, home: Path, nats_url: str,
         kill_grace_s: float, poll_interval_s: float, python: str = sys.executable,
+        minter: RunMinter | None = None,
     ) -> None:
         self.reporter = reporter
         self.clock = clock
@@ -122,6 +124,7 @@ class LocalBackend:
         self.kill_grace_s = kill_grace_s
         self.poll_interval_s = poll_interval_s
         self.python = python
+        self.minter = minter
         self.watched: dict[str, Watched] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -143,10 +146,13 @@ class LocalBackend:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         (self.home / "runs").mkdir(parents=True, exist_ok=True)
         workers: list[Worker] = []
+        creds = self.minter.mint(run.run_id) if self.minter is not None else None
         try:
             for placement in run.placement:
                 env = run_env(run, placement, nats_url=self.nats_url,
                               checkpoint_dir=checkpoint_dir, base=os.environ)
+                if creds is not None:
+                    env["ROTA_NATS_CREDS"] = str(creds)
                 exit_file = self._exit_file(run.run_id, placement.worker)
                 child = self._launch(run.spec.local.command, env, exit_file,
                                      self.log_path(run.run_id, placement.worker))
@@ -234,6 +240,8 @@ class LocalBackend:
                             run_id, self.kill_grace_s)
 
     async def _end(self, run_id: str, exits: list[Exit]) -> None:
+        if self.minter is not None:
+            self.minter.forget(run_id)  # the run is over: its credentials are of no more use
         failed = [e for e in exits if e.code != 0]
         exit = failed[0] if failed else exits[0]
         if len(exits) > 1 and failed:

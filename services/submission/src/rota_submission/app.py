@@ -25,7 +25,7 @@ from rota_submission.projection import project_batch
 
 log = logging.getLogger("rota.submission")
 
-Query = Callable[[bytes], Awaitable[m.ApiReply]]
+Query = Callable[[bytes, str | None], Awaitable[m.ApiReply]]
 
 
 def build(service: RotaService | None = None, config: RotaConfig | None = None) -> RotaService:
@@ -57,8 +57,9 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         await project_batch(service.engine, [msg.data for msg in batch], max_bytes=max_bytes)
 
     def query(model: type[BaseModel], run: Callable[..., Awaitable[m.ApiReply]]) -> Query:
-        async def handle(raw: bytes) -> m.ApiReply:
-            return await run(service.engine, parse(raw, model, max_bytes=max_bytes).data)
+        async def handle(raw: bytes, team: str | None) -> m.ApiReply:
+            return await run(service.engine, parse(raw, model, max_bytes=max_bytes).data,
+                             team=team)
 
         return handle
 
@@ -77,10 +78,15 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
             return await commands.submit(raw, origin)
         if subject.startswith(s.API_CANCEL + "."):
             return await commands.cancel(raw, origin)
-        route = routes.get(subject)
+        # `rota.api.job.get.<team>`: the team's own view, scoped by the subject, which NATS
+        # lets only that team (and trusted identities) publish on.
+        route, team = routes.get(subject), None
+        if route is None:
+            head, _, team = subject.rpartition(".")
+            route = routes.get(head)
         if route is None:
             return api_error("UNKNOWN_SUBJECT", f"no API at {subject!r}", "subject")
-        return await route(raw)
+        return await route(raw, team)
 
     # One subscription for all of `rota.api.>`: NATS hands a message to every matching
     # subscription, so separate ones would race to answer with "unknown subject".

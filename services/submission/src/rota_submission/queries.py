@@ -14,14 +14,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from rota_submission import explain, record, store
 
 
-async def get_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
-    job = await _one(engine, query.job_id)
+async def get_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:
+    job = await _one(engine, query.job_id, team)
     return job if isinstance(job, m.ApiReply) else m.ApiReply(ok=True, result=job)
 
 
-async def _one(engine: AsyncEngine, job_id: str) -> dict[str, Any] | m.ApiReply:
+async def _one(engine: AsyncEngine, job_id: str, team: str | None) -> dict[str, Any] | m.ApiReply:
+    """The job, if `team` (the subject's; None for a trusted caller) may see it: another
+    team's job is not found, exactly as a job that does not exist."""
     async with engine.connect() as conn:
-        rows = await store.find_job(conn, job_id)
+        rows = await store.find_job(conn, job_id, team)
     if not rows:
         return api_error("JOB_NOT_FOUND", f"no job {job_id}", "job_id")
     if len(rows) > 1:
@@ -29,15 +31,15 @@ async def _one(engine: AsyncEngine, job_id: str) -> dict[str, Any] | m.ApiReply:
     return rows[0]
 
 
-async def why_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
-    job = await _one(engine, query.job_id)
+async def why_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:
+    job = await _one(engine, query.job_id, team)
     if isinstance(job, m.ApiReply):
         return job
     return m.ApiReply(ok=True, result=explain.why(job))
 
 
-async def trace_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
-    job = await _one(engine, query.job_id)
+async def trace_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:
+    job = await _one(engine, query.job_id, team)
     if isinstance(job, m.ApiReply):
         return job
     async with engine.connect() as conn:
@@ -52,21 +54,31 @@ async def trace_job(engine: AsyncEngine, query: m.GetJob) -> m.ApiReply:
     })
 
 
-async def list_jobs(engine: AsyncEngine, query: m.ListJobs) -> m.ApiReply:
+async def list_jobs(engine: AsyncEngine, query: m.ListJobs, *, team: str | None) -> m.ApiReply:
+    if (scoped := _scope(query.team, team)) is not None:
+        return scoped
     async with engine.connect() as conn:
         rows = await store.list_jobs(
-            conn, team=query.team, queue=query.queue.value if query.queue else None,
+            conn, team=team or query.team, queue=query.queue.value if query.queue else None,
             state=query.state, limit=query.limit,
         )
     return m.ApiReply(ok=True, result=rows)
 
 
+def _scope(asked: str | None, team: str | None) -> m.ApiReply | None:
+    if team is not None and asked not in (None, team):
+        return api_error("UNAUTHORISED", f"team {team!r} may not read team {asked!r}", "team")
+    return None
+
+
 async def summarize_queues(
-    engine: AsyncEngine, query: m.SummarizeQueues, config: RotaConfig
+    engine: AsyncEngine, query: m.SummarizeQueues, config: RotaConfig, *, team: str | None
 ) -> m.ApiReply:
     """Per queue, team and flavor, with the team's quota on that flavor beside its use."""
+    if (scoped := _scope(query.team, team)) is not None:
+        return scoped
     async with engine.connect() as conn:
-        rows = await store.queue_summary(conn, query.team)
+        rows = await store.queue_summary(conn, team or query.team)
     for row in rows:
         team = config.teams.get(row["team"])
         row["quota"] = team.quota.get(row["flavor"], 0) if team else 0

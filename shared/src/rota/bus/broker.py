@@ -61,6 +61,9 @@ def stream_config(name: str, replicas: int = 1) -> StreamConfig:
         max_age=max_age,
         duplicate_window=DUPLICATE_WINDOW_S,
         num_replicas=replicas,
+        # A run reads the last notice on its own subject by a direct get, the one stream read
+        # its credentials allow (rota.auth.permissions.run_template).
+        allow_direct=name == STREAM_CTL,
     )
 
 

@@ -11,10 +11,11 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
 
-from rota.bus.options import connect_options
+from rota.bus.options import connect_options, creds_team
 from rota.cli.output import CommandFailed, InvalidInput
 from rota.contracts import envelope
 from rota.contracts import messages as m
+from rota.contracts.subjects import TEAM_QUERIES, team_query
 from rota.endpoints import resolve
 from rota.settings import Settings
 
@@ -27,6 +28,9 @@ FAILURE_CODES = {"UNAVAILABLE", "INTERNAL"}
 async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     """Send one API request and return its `result`, or raise with the server's reason."""
     url = resolve(settings, need_database=False).nats_url
+    if subject in TEAM_QUERIES and settings.nats_creds is not None:
+        if (team := creds_team(settings.nats_creds)) is not None:
+            subject = team_query(subject, team)  # all a team identity may ask
     try:
         nc = await nats.connect(
             url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0,

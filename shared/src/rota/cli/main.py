@@ -11,6 +11,7 @@ from rota_scheduler.cli import replay_command
 from rota.cli import jobs as job_commands
 from rota.cli import operations
 from rota.cli.bench import bench_app
+from rota.cli.creds import auth_app, creds_app
 from rota.cli.deadletter import deadletter
 from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
@@ -29,6 +30,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(bench_app, name="bench")
+app.add_typer(creds_app, name="creds")
+app.add_typer(auth_app, name="auth")
 config_app = typer.Typer(help="Check rota.yaml files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

@@ -54,7 +54,7 @@ class Stack:
         self.infra = Infrastructure(self.settings)
         self.say("starting infrastructure")
         self.endpoints = self.infra.start()
-        asyncio.run(prepare_streams(self.settings, self.endpoints.nats_url))
+        asyncio.run(prepare_streams(self.settings, self.endpoints))
         self.say("applying migrations")
         migrate_all(self.endpoints.database_url)
         env = service_env(self.settings, self.endpoints, self.config)
@@ -64,7 +64,8 @@ class Stack:
         # Each service its own /metrics port, kept across restarts so a URL stays valid.
         ports = metrics_ports(self.settings)
         self.processes = [
-            ServiceProcess(n, {**env, "ROTA_METRICS_PORT": str(ports[n])}, logs / f"{n}.log")
+            ServiceProcess(n, {**env, **self.infra.identity_env(n),
+                               "ROTA_METRICS_PORT": str(ports[n])}, logs / f"{n}.log")
             for n in SERVICES
         ]
         for process in self.processes:
@@ -91,7 +92,7 @@ class Stack:
                         f"service {process.name} exited during start; see {process.log_path}"
                     )
             pending = [n for n in names if not ready[n]]
-            answered = asyncio.run(ping_all(self.settings, self.endpoints.nats_url, pending))
+            answered = asyncio.run(ping_all(self.settings, self.endpoints, pending))
             ready.update({k: v for k, v in answered.items() if v})
             if not all(ready.values()):
                 time.sleep(0.3)

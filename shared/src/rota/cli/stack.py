@@ -13,10 +13,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import nats
 
+from rota.auth.keys import ADMIN, AuthDir
 from rota.bus.options import connect_options
 from rota.contracts.subjects import ping
 from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
@@ -41,10 +42,11 @@ def migrate_all(database_url: str, services: tuple[str, ...] = SERVICES) -> list
     return list(services)
 
 
-async def prepare_streams(settings: Settings, nats_url: str) -> None:
+async def prepare_streams(settings: Settings, endpoints: Endpoints) -> None:
     from rota.bus.broker import ensure_streams
 
-    nc = await nats.connect(nats_url, connect_timeout=5, **connect_options(settings))
+    nc = await nats.connect(endpoints.nats_url, connect_timeout=5,
+                            **admin_options(settings, endpoints))
     try:
         await ensure_streams(nc.jetstream(), settings.stream_replicas)
     finally:
@@ -58,18 +60,33 @@ class Infrastructure:
     settings: Settings
     nats: EmbeddedNats | None = None
     postgres: EmbeddedPostgres | None = None
+    auth: AuthDir | None = None
 
     def start(self) -> Endpoints:
         home = home_path(self.settings.home)
         nats_url = self.settings.nats_url
         if not nats_url:
-            self.nats = EmbeddedNats(home)
+            if self.settings.auth:
+                self.auth = AuthDir(home / "auth").ensure()
+            self.nats = EmbeddedNats(home, config=self.auth.server_conf if self.auth else None)
             nats_url = self.nats.start()
         database_url = self.settings.database_url
         if not database_url:
             self.postgres = EmbeddedPostgres(home)
             database_url = self.postgres.start()
-        return Endpoints(nats_url, database_url)
+        admin = str(self.auth.creds_path(ADMIN).resolve()) if self.auth else None
+        return Endpoints(nats_url, database_url, admin)
+
+    def identity_env(self, service: str) -> dict[str, str]:
+        """What a service connects as: its own identity when the embedded NATS has auth on;
+        the executor also gets the key it mints run credentials with."""
+        if self.auth is None:
+            return {}
+        env = {"ROTA_NATS_CREDS": str(self.auth.creds_path(service).resolve())}
+        if service == "executor":
+            env["ROTA_NATS_RUN_SIGNING_KEY"] = str(self.auth.run_signing_key.resolve())
+            env["ROTA_NATS_ACCOUNT"] = self.auth.account_public_file.read_text().strip()
+        return env
 
     def stop(self, deadline: float) -> dict[str, float]:
         """Stop the embedded servers side by side by `deadline` (monotonic); their stop times."""
@@ -94,6 +111,7 @@ class Infrastructure:
         return {
             "nats_url": endpoints.nats_url,
             "nats": "embedded" if self.nats else "external",
+            "nats_auth": "on" if self.auth else ("off" if self.nats else "as configured"),
             "database_url": redact(endpoints.database_url),
             "database": "embedded" if self.postgres else "external",
         }
@@ -151,8 +169,18 @@ def service_env(settings: Settings, endpoints: Endpoints, config: Path | None) -
     return env
 
 
-async def ping_all(settings: Settings, nats_url: str, names: list[str]) -> dict[str, bool]:
-    nc = await nats.connect(nats_url, connect_timeout=3, **connect_options(settings))
+def admin_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:
+    """`rota up` itself connects as the admin of the NATS it started, before the runtime file
+    that tells other commands so is written."""
+    if endpoints.nats_creds is not None:
+        return {**connect_options(settings), "user_credentials": endpoints.nats_creds,
+                "inbox_prefix": "_INBOX"}
+    return connect_options(settings)
+
+
+async def ping_all(settings: Settings, endpoints: Endpoints, names: list[str]) -> dict[str, bool]:
+    nc = await nats.connect(endpoints.nats_url, connect_timeout=3,
+                            **admin_options(settings, endpoints))
     try:
         async def one(name: str) -> bool:
             try:

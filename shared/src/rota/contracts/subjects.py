@@ -27,6 +27,11 @@ API_JOB_TRACE = "rota.api.job.trace"
 API_JOBS_LIST = "rota.api.jobs.list"
 API_QUEUES_SUMMARY = "rota.api.queues.summary"
 
+TEAM_QUERIES = frozenset({API_JOB_GET, API_JOB_WHY, API_JOB_TRACE, API_JOBS_LIST,
+                          API_QUEUES_SUMMARY})
+"""Each also answers on `<subject>.<team>`, scoped to that team: a team identity may
+publish only there (rota.auth.permissions.team_permissions)."""
+
 SYS_PING = "rota.sys.ping"
 SYS_DEADLETTER = "rota.sys.deadletter"
 NOTIFICATIONS_LIST = "rota.sys.notifier.list"
@@ -48,6 +53,10 @@ def api_submit(team: str) -> str:
 
 def api_cancel(team: str) -> str:
     return f"{API_CANCEL}.{team}"
+
+
+def team_query(subject: str, team: str) -> str:
+    return f"{subject}.{team}"
 
 
 def control(run_id: str) -> str:

@@ -1,0 +1,110 @@
+"""Who may publish and subscribe to what: the one table that the server config, the shipped
+deploy files and the consumers' sender checks are all made from (contracts/README.md,
+"Who publishes what").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CTL
+
+SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
+
+EVENT_OWNERS: dict[str, frozenset[str]] = {
+    "JobSubmitted": frozenset({"submission"}),
+    "JobRejected": frozenset({"submission"}),
+    "JobCancelled": frozenset({"submission"}),
+    "JobPending": frozenset({"scheduler"}),
+    "AllocationProposed": frozenset({"scheduler"}),
+    "AllocationGranted": frozenset({"ledger"}),
+    "AllocationRejected": frozenset({"ledger"}),
+    "AllocationReleased": frozenset({"ledger"}),
+    "UsageRecorded": frozenset({"ledger"}),
+    "RunStarted": frozenset({"executor"}),
+    # The job's own acknowledgement comes from its run identity (`run/<run_id>`).
+    "RunCheckpointed": frozenset({"executor", "run"}),
+    "RunFinished": frozenset({"executor"}),
+    "RunFailed": frozenset({"executor"}),
+    # The scheduler records the stop of a run that was granted but never started.
+    "RunStopped": frozenset({"executor", "scheduler"}),
+    "PreemptionRequested": frozenset({"scheduler"}),
+    "PreemptionNoticed": frozenset({"preemption"}),
+    "PreemptionCompleted": frozenset({"preemption"}),
+}
+"""Every event type and the identities that may publish it: a service name, or `run`."""
+
+COMMAND_OWNERS: dict[str, frozenset[str]] = {
+    RUN_START: frozenset({"scheduler"}),
+    RUN_STOP: frozenset({"scheduler", "preemption"}),
+}
+
+SERVICE_REQUESTS: dict[str, tuple[str, ...]] = {
+    # The scheduler reconciles its view with the ledger's allocations at start, and holds
+    # its lease in a KV bucket.
+    "scheduler": ("rota.sys.ledger.allocations", "$KV.rota_scheduler_lease.>"),
+    "preemption": ("rota.ctl.run.*",),
+}
+
+# JetStream's API, acks and flow control: services manage and consume the streams.
+_JETSTREAM = "$JS.>"
+_SERVICE_INBOX = "_INBOX.>"
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    # May answer the requests it receives (a reply subject it was given), nothing more.
+    responses: bool = False
+    inbox_prefix: str = "_INBOX"
+    tags: tuple[str, ...] = field(default=())
+
+
+def service_permissions(service: str) -> Permissions:
+    if service not in SERVICES:
+        raise ValueError(f"unknown service {service!r}")
+    events = sorted(EVENT_SUBJECTS[t] for t, owners in EVENT_OWNERS.items() if service in owners)
+    commands = sorted(s for s, owners in COMMAND_OWNERS.items() if service in owners)
+    return Permissions(
+        publish=(*events, *commands, *SERVICE_REQUESTS.get(service, ()), _JETSTREAM),
+        subscribe=("rota.>", _SERVICE_INBOX),
+        responses=True,
+        tags=(f"service:{service}",),
+    )
+
+
+def team_inbox(team: str) -> str:
+    return f"_INBOX_team_{team}"
+
+
+def team_permissions(team: str) -> Permissions:
+    """Its own commands and requests, its own replies, and nothing else: no `$JS.API`, so no
+    stream of anyone's is readable. The services take the team from the subject."""
+    inbox = team_inbox(team)
+    return Permissions(
+        publish=(f"rota.cmd.submit.{team}", f"rota.cmd.cancel.{team}",
+                 f"rota.api.*.{team}", f"rota.api.*.*.{team}"),
+        subscribe=(f"{inbox}.>",),
+        inbox_prefix=inbox,
+        tags=(f"team:{team}",),
+    )
+
+
+RUN_NAME = "{{name()}}"
+"""A run user's name is its run id; the scoped signing key fills it into the template."""
+
+
+def run_inbox(run_id: str) -> str:
+    return f"_INBOX_run_{run_id}"
+
+
+def run_template() -> Permissions:
+    """What every run identity may do, bound to its own run id by the server: read its own
+    notices (live, and the last one kept on ROTA_CTL), and publish its acknowledgement."""
+    return Permissions(
+        publish=(EVENT_SUBJECTS["RunCheckpointed"],
+                 f"$JS.API.DIRECT.GET.{STREAM_CTL}.rota.ctl.run.{RUN_NAME}"),
+        subscribe=(f"rota.ctl.run.{RUN_NAME}", f"{run_inbox(RUN_NAME)}.>"),
+        inbox_prefix=run_inbox(RUN_NAME),
+    )
