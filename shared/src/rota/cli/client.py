@@ -28,9 +28,9 @@ FAILURE_CODES = {"UNAVAILABLE", "INTERNAL"}
 async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     """Send one API request and return its `result`, or raise with the server's reason."""
     url = resolve(settings, need_database=False).nats_url
-    if subject in TEAM_QUERIES and settings.nats_creds is not None:
-        if (team := creds_team(settings.nats_creds)) is not None:
-            subject = team_query(subject, team)  # all a team identity may ask
+    team = creds_team(settings.nats_creds) if settings.nats_creds is not None else None
+    if subject in TEAM_QUERIES and team is not None:
+        subject = team_query(subject, team)  # all a team identity may ask
     try:
         nc = await nats.connect(
             url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0,
