@@ -80,7 +80,7 @@ async def summarize_queues(
     async with engine.connect() as conn:
         rows = await store.queue_summary(conn, team or query.team)
     for row in rows:
-        team_config = config.teams.get(row["team_config"])
+        team_config = config.teams.get(row["team"])
         row["quota"] = team_config.quota.get(row["flavor"], 0) if team_config else 0
     rows.sort(key=lambda r: (Tier(r["queue"]).rank, r["team"], r["flavor"]))
     return m.ApiReply(ok=True, result=rows)
