@@ -108,3 +108,20 @@ def run_template() -> Permissions:
         subscribe=(f"rota.ctl.run.{RUN_NAME}", f"{run_inbox(RUN_NAME)}.>"),
         inbox_prefix=run_inbox(RUN_NAME),
     )
+
+
+def shipped_table() -> dict[str, object]:
+    """The table as `contracts/permissions.json` ships it, for servers configured by hand."""
+
+    def rendered(p: Permissions) -> dict[str, object]:
+        return {"publish": list(p.publish), "subscribe": list(p.subscribe),
+                "allow_responses": p.responses, "inbox_prefix": p.inbox_prefix}
+
+    return {
+        "event_owners": {t: sorted(owners) for t, owners in EVENT_OWNERS.items()},
+        "command_owners": {s: sorted(owners) for s, owners in COMMAND_OWNERS.items()},
+        "services": {name: rendered(service_permissions(name)) for name in SERVICES},
+        "team": rendered(team_permissions("<team>")),
+        "run": rendered(run_template()),
+        "admin": "everything",
+    }

@@ -100,7 +100,10 @@ def json_schemas() -> dict[str, str]:
 
 
 def generated(root: Path) -> dict[Path, str]:
-    files = {root / "asyncapi.yaml": asyncapi_yaml()}
+    from rota.auth.permissions import shipped_table
+
+    files = {root / "asyncapi.yaml": asyncapi_yaml(),
+             root / "permissions.json": json.dumps(shipped_table(), indent=2) + "\n"}
     files.update({root / "schemas" / name: text for name, text in json_schemas().items()})
     return files
 

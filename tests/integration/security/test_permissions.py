@@ -1,0 +1,231 @@
+"""The attacks of the trust-boundary issue, against a real nats-server running Rota's
+generated operator-mode config: each forgery is refused by the server itself.
+
+The server starts here, not from ROTA_NATS_URL: the point is the shipped permissions, which
+an unauthenticated test server does not have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+from rota.auth.keys import ADMIN, AuthDir, run_creds
+from rota.auth.permissions import run_inbox, team_inbox
+from rota.bus.broker import ensure_streams
+from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_CMD, STREAM_CTL, STREAM_EVT
+from rota.embedded import EmbeddedNats
+
+RUN = "01a00000-0000-7000-8000-00000000a001"
+OTHER_RUN = "01a00000-0000-7000-8000-00000000b002"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedNats, AuthDir]]:
+    home = tmp_path_factory.mktemp("secure-nats")
+    auth = AuthDir(home / "auth").ensure()
+    embedded = EmbeddedNats(home, config=auth.server_conf)
+    embedded.start()
+    yield embedded, auth
+    embedded.stop()
+
+
+class Identity:
+    """A connection and the errors the server sent it (permission violations arrive here)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.nc: Client | None = None
+
+    async def connect(self, url: str, creds: Path, inbox: str) -> Identity:
+        async def record(exc: Exception) -> None:
+            self.errors.append(str(exc).lower())
+
+        self.nc = await nats.connect(url, user_credentials=str(creds), inbox_prefix=inbox,
+                                     error_cb=record, allow_reconnect=False)
+        return self
+
+    async def refused(self, subject: str, action: str = "publish") -> bool:
+        """Whether the server answered a violation naming `subject` (asked after a round trip,
+        so the error has arrived if there is one)."""
+        assert self.nc is not None
+        await self.nc.flush()
+        for _ in range(20):
+            if any(f"violation for {action} to \"{subject.lower()}\"" in e
+                   or f"violation for {action} to {subject.lower()}" in e for e in self.errors):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+
+@pytest.fixture(scope="module")
+async def admin(server: tuple[EmbeddedNats, AuthDir]) -> AsyncIterator[Client]:
+    embedded, auth = server
+    nc = await nats.connect(embedded.url, user_credentials=str(auth.creds_path(ADMIN)))
+    await ensure_streams(nc.jetstream())
+    yield nc
+    await nc.close()
+
+
+async def _count(admin: Client, stream: str, subject: str) -> int:
+    info = await admin.jetstream().stream_info(stream, subjects_filter=subject)
+    return sum((info.state.subjects or {}).values())
+
+
+async def _team(server: tuple[EmbeddedNats, AuthDir], tmp: Path, team: str) -> Identity:
+    embedded, auth = server
+    creds = auth.issue_team(team, "mallory", tmp / f"{team}.creds")
+    return await Identity().connect(embedded.url, creds, team_inbox(team))
+
+
+async def _run(server: tuple[EmbeddedNats, AuthDir], tmp: Path, run_id: str) -> Identity:
+    embedded, auth = server
+    path = tmp / f"{run_id}.creds"
+    path.write_text(run_creds(run_id, auth.run_signing_key.read_text().strip(),
+                              auth.account_public_file.read_text().strip()))
+    return await Identity().connect(embedded.url, path, run_inbox(run_id))
+
+
+FORGED_EVENTS = ["RunFinished", "AllocationGranted", "JobSubmitted", "AllocationReleased",
+                 "PreemptionCompleted", "RunStarted"]
+
+
+@pytest.mark.parametrize("event", FORGED_EVENTS)
+async def test_a_team_cannot_publish_any_event(
+    server: tuple[EmbeddedNats, AuthDir], admin: Client, tmp_path: Path, event: str
+) -> None:
+    subject = EVENT_SUBJECTS[event]
+    before = await _count(admin, STREAM_EVT, subject)
+    team = await _team(server, tmp_path, "nlp")
+    assert team.nc is not None
+    await team.nc.publish(subject, b'{"forged": true}')
+    assert await team.refused(subject)
+    assert await _count(admin, STREAM_EVT, subject) == before
+    await team.nc.close()
+
+
+@pytest.mark.parametrize("subject", ["rota.cmd.run.stop", "rota.cmd.run.start",
+                                     "rota.cmd.submit.vision", "rota.cmd.cancel.vision",
+                                     "rota.api.cancel.vision", "rota.api.submit.vision",
+                                     "rota.api.submit", "rota.api.jobs.list",
+                                     "rota.api.job.get.vision", "rota.sys.ledger.allocations"])
+async def test_a_team_cannot_command_or_ask_for_another_team_or_for_services(
+    server: tuple[EmbeddedNats, AuthDir], tmp_path: Path, subject: str
+) -> None:
+    team = await _team(server, tmp_path, "nlp")
+    assert team.nc is not None
+    await team.nc.publish(subject, b"{}")
+    assert await team.refused(subject)
+    await team.nc.close()
+
+
+@pytest.mark.parametrize("api", ["$JS.API.STREAM.PURGE.ROTA_EVT", "$JS.API.STREAM.DELETE.ROTA_CTL",
+                                 "$JS.API.STREAM.INFO.ROTA_CMD", "$JS.API.STREAM.MSG.GET.ROTA_CMD",
+                                 "$JS.API.CONSUMER.CREATE.ROTA_EVT"])
+async def test_a_team_has_no_jetstream_api(
+    server: tuple[EmbeddedNats, AuthDir], admin: Client, tmp_path: Path, api: str
+) -> None:
+    events = (await admin.jetstream().stream_info(STREAM_EVT)).state.messages
+    team = await _team(server, tmp_path, "nlp")
+    assert team.nc is not None
+    await team.nc.publish(api, b"{}")
+    assert await team.refused(api)
+    assert (await admin.jetstream().stream_info(STREAM_EVT)).state.messages == events
+    await admin.jetstream().stream_info(STREAM_CTL)  # still there
+    await team.nc.close()
+
+
+@pytest.mark.parametrize("subject", ["rota.evt.>", "rota.cmd.>", "rota.ctl.run.*", "_INBOX.>",
+                                     f"{team_inbox('vision')}.>"])
+async def test_a_team_reads_no_stream_and_no_one_elses_replies(
+    server: tuple[EmbeddedNats, AuthDir], tmp_path: Path, subject: str
+) -> None:
+    team = await _team(server, tmp_path, "nlp")
+    assert team.nc is not None
+    await team.nc.subscribe(subject)
+    assert await team.refused(subject, "subscription")
+    await team.nc.close()
+
+
+async def test_a_team_may_submit_for_itself_and_ask_on_its_own_subjects(
+    server: tuple[EmbeddedNats, AuthDir], admin: Client, tmp_path: Path
+) -> None:
+    before = await _count(admin, STREAM_CMD, "rota.cmd.submit.nlp")
+    team = await _team(server, tmp_path, "nlp")
+    assert team.nc is not None
+    ack = await team.nc.jetstream().publish("rota.cmd.submit.nlp", b"{}", stream=STREAM_CMD)
+    assert ack.stream == STREAM_CMD
+    assert await _count(admin, STREAM_CMD, "rota.cmd.submit.nlp") == before + 1
+
+    # A request on its own query subject reaches a responder, and the reply reaches it.
+    async def respond(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(json.dumps({"subject": msg.subject}).encode())
+
+    await admin.subscribe("rota.api.jobs.list.nlp", cb=respond)
+    await admin.flush()
+    reply = await team.nc.request("rota.api.jobs.list.nlp", b"{}", timeout=5)
+    assert json.loads(reply.data) == {"subject": "rota.api.jobs.list.nlp"}
+    assert team.errors == []
+    await team.nc.close()
+
+
+async def test_a_run_reads_its_own_notices_and_acks_and_nothing_else(
+    server: tuple[EmbeddedNats, AuthDir], admin: Client, tmp_path: Path
+) -> None:
+    await admin.jetstream().publish(f"rota.ctl.run.{RUN}", b"mine", stream=STREAM_CTL)
+    await admin.jetstream().publish(f"rota.ctl.run.{OTHER_RUN}", b"theirs", stream=STREAM_CTL)
+    run = await _run(server, tmp_path, RUN)
+    assert run.nc is not None
+    js = run.nc.jetstream()
+    own = await js.get_last_msg(STREAM_CTL, f"rota.ctl.run.{RUN}", direct=True)
+    assert own.data == b"mine"
+    await run.nc.subscribe(f"rota.ctl.run.{RUN}")
+    acks = await _count(admin, STREAM_EVT, EVENT_SUBJECTS["RunCheckpointed"])
+    await js.publish(EVENT_SUBJECTS["RunCheckpointed"], b"{}", stream=STREAM_EVT)
+    assert await _count(admin, STREAM_EVT, EVENT_SUBJECTS["RunCheckpointed"]) == acks + 1
+    assert run.errors == []
+
+    other = f"$JS.API.DIRECT.GET.{STREAM_CTL}.rota.ctl.run.{OTHER_RUN}"
+    await run.nc.publish(other, b"")
+    assert await run.refused(other)
+    await run.nc.subscribe(f"rota.ctl.run.{OTHER_RUN}")
+    assert await run.refused(f"rota.ctl.run.{OTHER_RUN}", "subscription")
+    for forged in ("rota.evt.run.finished", "rota.evt.allocation.released", "rota.cmd.run.stop",
+                   f"rota.ctl.run.{OTHER_RUN}", "rota.cmd.submit.nlp",
+                   "$JS.API.STREAM.MSG.GET.ROTA_CMD"):
+        await run.nc.publish(forged, b"{}")
+        assert await run.refused(forged), forged
+    await run.nc.close()
+
+
+@pytest.mark.parametrize(("service", "subject"), [
+    ("ledger", "rota.evt.run.finished"), ("executor", "rota.evt.allocation.granted"),
+    ("notifier", "rota.evt.job.submitted"), ("submission", "rota.cmd.run.stop"),
+    ("preemption", "rota.evt.allocation.released"), ("scheduler", "rota.evt.run.finished"),
+])
+async def test_a_service_publishes_only_what_it_owns(
+    server: tuple[EmbeddedNats, AuthDir], service: str, subject: str
+) -> None:
+    embedded, auth = server
+    identity = await Identity().connect(embedded.url, auth.creds_path(service), "_INBOX")
+    assert identity.nc is not None
+    await identity.nc.publish(subject, b"{}")
+    assert await identity.refused(subject)
+    await identity.nc.close()
+
+
+async def test_credentials_signed_by_another_account_are_refused(
+    server: tuple[EmbeddedNats, AuthDir], tmp_path: Path
+) -> None:
+    embedded, _ = server
+    stranger = AuthDir(tmp_path / "stranger").ensure()
+    with pytest.raises(Exception, match="(?i)authorization"):
+        await nats.connect(embedded.url, user_credentials=str(stranger.creds_path(ADMIN)),
+                           allow_reconnect=False, max_reconnect_attempts=0)
+    with pytest.raises(Exception, match="(?i)authorization"):
+        await nats.connect(embedded.url, allow_reconnect=False, max_reconnect_attempts=0)
