@@ -106,7 +106,8 @@ async def chaos(stack: Stack, rng: random.Random, stop: asyncio.Event) -> list[s
 
 async def drive(stack: Stack) -> tuple[list[str], dict[str, str], list[str]]:
     assert stack.endpoints is not None
-    nc = await nats.connect(stack.endpoints.nats_url)
+    # As the admin of the authenticated embedded server the stack started.
+    nc = await nats.connect(stack.endpoints.nats_url, user_credentials=stack.endpoints.nats_creds)
     rng = random.Random(20261130)
     stop = asyncio.Event()
     killer = asyncio.create_task(chaos(stack, random.Random(7), stop))

@@ -93,6 +93,39 @@ def test_submit_list_cancel_through_the_cli(
     assert all(r["running_jobs"] == 0 for r in json.loads(queues.stdout) if r["team"] == "nlp")
 
 
+def test_team_credentials_see_and_touch_only_their_own_team(
+    rota_up: subprocess.Popen[bytes], env: dict[str, str], home: Path
+) -> None:
+    submitted = {}
+    for team, user in (("nlp", "alice"), ("vision", "carol")):
+        done = rota(env, "submit", "--team", team, "--user", user, "--queue", "experiment",
+                    "--flavor", "a100", "--gpus", "1", "--name", f"scoped-{team}")
+        assert done.returncode == 0, done.stderr
+        submitted[team] = done.stdout.strip()
+    issued = rota(env, "creds", "issue", "--team", "nlp", "--user", "alice",
+                  "--out", str(home / "nlp.creds"), "--json")
+    assert issued.returncode == 0, issued.stderr
+    as_nlp = {**env, "ROTA_NATS_CREDS": json.loads(issued.stdout)["creds"]}
+
+    listed = rota(as_nlp, "jobs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    teams = {row["team"] for row in json.loads(listed.stdout)}
+    assert teams == {"nlp"} and submitted["nlp"] in {r["job_id"] for r in json.loads(listed.stdout)}
+    asked = rota(as_nlp, "jobs", "--team", "vision", "--json")
+    assert asked.returncode == 2 and "UNAUTHORISED" in asked.stderr + asked.stdout
+    theirs = rota(as_nlp, "job", submitted["vision"], "--json")
+    assert theirs.returncode == 2 and "JOB_NOT_FOUND" in theirs.stderr + theirs.stdout
+    cancel = rota(as_nlp, "cancel", submitted["vision"])
+    assert cancel.returncode != 0
+    still = rota(env, "job", submitted["vision"], "--json")
+    assert json.loads(still.stdout)["state"] != "cancelled"
+    mine = rota(as_nlp, "cancel", submitted["nlp"], "--json")
+    assert mine.returncode == 0, mine.stderr
+    forged = rota(as_nlp, "submit", "--team", "vision", "--user", "carol", "--queue",
+                  "experiment", "--flavor", "a100", "--gpus", "1", "--name", "forged")
+    assert forged.returncode != 0 and "ermission" in forged.stderr + forged.stdout
+
+
 def test_sigterm_stops_everything_within_10_seconds(
     rota_up: subprocess.Popen[bytes], env: dict[str, str], home: Path
 ) -> None:

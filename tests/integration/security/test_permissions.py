@@ -224,8 +224,8 @@ async def test_credentials_signed_by_another_account_are_refused(
 ) -> None:
     embedded, _ = server
     stranger = AuthDir(tmp_path / "stranger").ensure()
-    with pytest.raises(Exception, match="(?i)authorization"):
+    with pytest.raises(Exception, match=r"(?i)authorization"):
         await nats.connect(embedded.url, user_credentials=str(stranger.creds_path(ADMIN)),
                            allow_reconnect=False, max_reconnect_attempts=0)
-    with pytest.raises(Exception, match="(?i)authorization"):
+    with pytest.raises(Exception, match=r"(?i)authorization"):
         await nats.connect(embedded.url, allow_reconnect=False, max_reconnect_attempts=0)

@@ -29,6 +29,9 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
             log.warning("projection: skipping an unreadable event: %s", exc)
             continue
         data: dict[str, Any] = env.data.model_dump(mode="json")
+        # A job's own acknowledgement carries its run token; the read model, and so `rota
+        # trace`, never keeps it.
+        data.pop("run_token", None)
         facts.extend((env, data, job_id) for job_id in related_jobs(env.type, data, env.job_id))
     if not facts:
         return 0

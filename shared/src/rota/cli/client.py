@@ -31,10 +31,16 @@ async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     team = creds_team(settings.nats_creds) if settings.nats_creds is not None else None
     if subject in TEAM_QUERIES and team is not None:
         subject = team_query(subject, team)  # all a team identity may ask
+    refusals: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        if "violation" in str(exc).lower():
+            refusals.append(str(exc))
+
     try:
         nc = await nats.connect(
             url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0,
-            **connect_options(settings),
+            error_cb=on_error, **connect_options(settings),
         )
     except (TimeoutError, OSError, NatsTimeout, nats.errors.NoServersError) as exc:
         raise CommandFailed(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
@@ -45,6 +51,8 @@ async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     except NoRespondersError:
         raise CommandFailed(f"no service answers {subject}: is the submission service up?") from None
     except NatsTimeout:
+        if refusals:  # the server refused the publish: these credentials may not ask that
+            raise CommandFailed(f"NATS refused {subject}: {refusals[0]}") from None
         raise CommandFailed(f"no answer on {subject} in {settings.request_timeout_s:.0f} s") from None
     finally:
         await nc.close()

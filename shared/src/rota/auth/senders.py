@@ -1,0 +1,137 @@
+"""Defence in depth: every service signs what it publishes, and every consumer checks that an
+event or a service command comes from an identity that owns its type.
+
+NATS permissions already refuse a forgery; this catches one that a misconfigured server let
+through. The signature is ed25519 over the exact body, by the nkey of the service's NATS
+identity (its `.creds` seed), in the headers `Rota-Signer` (the public key) and
+`Rota-Signature`. The roster (`ROTA_HOME/auth/roster.json`) names the service of each public
+key; only public keys are in it.
+
+Not signed, by design: a team's commands (the team comes from the subject, which only that
+team may publish on) and a job's own acknowledgement (`RunCheckpointed` from `run/<run_id>`,
+proven by its run token).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rota.auth.jwt import KeyPair, read_creds, verify
+from rota.auth.permissions import COMMAND_OWNERS, EVENT_OWNERS
+from rota.contracts.subjects import EVENT_SUBJECTS
+
+log = logging.getLogger("rota.auth.senders")
+
+SIGNER_HEADER = "Rota-Signer"
+SIGNATURE_HEADER = "Rota-Signature"
+
+_TYPE_OF_SUBJECT = {subject: name for name, subject in EVENT_SUBJECTS.items()}
+_RUN_ACK = "RunCheckpointed"
+
+
+class Signer:
+    """This process's signing identity: the nkey of its NATS credentials."""
+
+    def __init__(self, key: KeyPair) -> None:
+        self._key = key
+
+    @classmethod
+    def from_creds(cls, path: Path) -> Signer:
+        _, seed = read_creds(path.read_text())
+        return cls(KeyPair.from_seed(seed))
+
+    @property
+    def public(self) -> str:
+        return self._key.public
+
+    def headers(self, body: bytes) -> dict[str, str]:
+        signature = base64.b64encode(self._key.sign(body)).decode()
+        return {SIGNER_HEADER: self._key.public, SIGNATURE_HEADER: signature}
+
+
+_signer: Signer | None = None
+
+
+def install_signer(signer: Signer | None) -> None:
+    """Set once at a service's start: every envelope it publishes from then on is signed."""
+    global _signer
+    _signer = signer
+
+
+def signature_headers(body: bytes) -> dict[str, str]:
+    return _signer.headers(body) if _signer is not None else {}
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Public key → the service it belongs to."""
+
+    services: Mapping[str, str]
+
+    @classmethod
+    def load(cls, path: Path) -> Roster:
+        return cls(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class SenderCheck:
+    roster: Roster
+
+    def refusal(self, subject: str, headers: Mapping[str, str] | None,
+                body: bytes) -> str | None:
+        """Why this message may not be believed, or None. Subjects it has no rule for (team
+        commands, control notices) pass: their protection is the subject permission."""
+        owners = _owners(subject)
+        if owners is None:
+            return None
+        headers = headers or {}
+        signer, signature = headers.get(SIGNER_HEADER), headers.get(SIGNATURE_HEADER)
+        if signer is None or signature is None:
+            if "run" in owners and _is_run_ack(body):
+                return None
+            return f"{subject}: unsigned, and only {', '.join(sorted(owners))} may publish it"
+        service = self.roster.services.get(signer)
+        if service is None:
+            return f"{subject}: signed by an unknown key"
+        if service not in owners:
+            return f"{subject}: published by {service}; only {', '.join(sorted(owners))} may"
+        try:
+            raw = base64.b64decode(signature, validate=True)
+        except (binascii.Error, ValueError):
+            return f"{subject}: the signature is not base64"
+        if not verify(signer, body, raw):
+            return f"{subject}: the signature does not match the body"
+        if _TYPE_OF_SUBJECT.get(subject) not in (None, _peek_type(body)):
+            return f"{subject}: the body's type is not this subject's"
+        return None
+
+
+def _owners(subject: str) -> frozenset[str] | None:
+    if (event := _TYPE_OF_SUBJECT.get(subject)) is not None:
+        return EVENT_OWNERS[event]
+    return COMMAND_OWNERS.get(subject)
+
+
+def _peek_type(body: bytes) -> str | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    kind = doc.get("type") if isinstance(doc, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _is_run_ack(body: bytes) -> bool:
+    """A job's own acknowledgement: its type and its `run/<run_id>` source agree."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return False
+    return (isinstance(doc, dict) and doc.get("type") == _RUN_ACK
+            and doc.get("source") == f"run/{doc.get('run_id')}")
