@@ -154,6 +154,10 @@ OUTBOX_LAG = Gauge(
     "rota_outbox_lag_seconds", "Age of the oldest outbox row not yet published (0: none).",
     registry=None)
 
+FORGED_MESSAGES = Counter(
+    "rota_forged_messages_total", "Messages refused because their sender may not send them.",
+    ("subject",), registry=None)
+
 Family = Counter | Gauge | Histogram | SnapshotGauge
 
 OWNERS: dict[str, tuple[Family, ...]] = {
@@ -163,7 +167,7 @@ OWNERS: dict[str, tuple[Family, ...]] = {
     "executor": (JOB_RUNTIME, JOBS_FINISHED),
     "notifier": (NOTIFICATIONS,),
 }
-EVERY_SERVICE: tuple[Family, ...] = (OUTBOX_LAG,)
+EVERY_SERVICE: tuple[Family, ...] = (OUTBOX_LAG, FORGED_MESSAGES)
 
 
 def family_name(family: Family) -> str:

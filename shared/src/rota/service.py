@@ -20,6 +20,8 @@ from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from rota.auth.keys import with_identity
+from rota.auth.senders import Roster, SenderCheck, Signer, install_signer
 from rota.bus.batch import (
     BatchHandler,
     MessageHandler,
@@ -58,7 +60,7 @@ class RotaService:
         endpoints: Endpoints | None = None,
     ) -> None:
         self.name = name
-        self.settings = settings or get_settings()
+        self.settings = with_identity(settings or get_settings(), name)
         self.clock: Clock = clock or SystemClock()
         self._migrations = migrations
         self._endpoints: Endpoints | None = endpoints
@@ -77,6 +79,7 @@ class RotaService:
         self.outbox = Outbox(schema=name)
         register_metrics(name)
         self.metrics_port: int | None = None
+        self.senders: SenderCheck | None = None
         self._engine: AsyncEngine | None = None
         self.relay: OutboxRelay | None = None
         self._relay_task: asyncio.Task[None] | None = None
@@ -149,8 +152,20 @@ class RotaService:
 
         return register
 
+    def _trust(self) -> None:
+        """Sign what this service publishes with its NATS identity's key, and believe only
+        events whose owner signed them, when the identity and the roster are configured."""
+        if self.settings.nats_creds is not None:
+            install_signer(Signer.from_creds(self.settings.nats_creds))
+        if self.settings.nats_roster is not None:
+            self.senders = SenderCheck(Roster.load(self.settings.nats_roster))
+        else:
+            log.warning("%s: no ROTA_NATS_ROSTER: events are believed without a sender check",
+                        self.name)
+
     async def _on_startup(self) -> None:
         setup_tracing(self.name)
+        self._trust()
         # Before the slow steps, so a scrape during migrations finds the process up.
         self.metrics_port = serve_metrics(self.name, self.settings)
         if self._endpoints is None:
@@ -183,7 +198,7 @@ class RotaService:
         retry = Retry(self.settings.retry_delay_s, self.settings.max_deliver, self._dead_letter)
         self._consumer_tasks = [
             asyncio.create_task(consumer.run(js, ack_wait_s=self.settings.ack_wait_s,
-                                             retry=retry),
+                                             retry=retry, senders=self.senders),
                                 name=consumer.durable)
             for consumer in self._consumers
         ]

@@ -23,6 +23,13 @@ class Settings(BaseSettings):
     nats_run_signing_key: Path | None = Field(
         None, description="The executor's: the seed file of the run-scoped signing key, with "
         "which it mints each run's own credentials. Unset: runs connect without credentials.")
+    nats_auth_dir: Path | None = Field(
+        None, description="A directory made by `rota auth init`: a service connects with its "
+        "creds/<service>.creds and checks senders with roster.json, and the executor mints runs "
+        "with run-signing.nk, unless the variables of each are set.")
+    nats_roster: Path | None = Field(
+        None, description="The public keys of the services' identities (roster.json): with it, "
+        "consumers refuse events and service commands not signed by an owner of their type.")
     nats_account: str | None = Field(
         None, description="The public key of Rota's NATS account, which run credentials name.")
     auth: bool = Field(

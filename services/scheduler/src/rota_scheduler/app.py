@@ -26,6 +26,7 @@ from rota.contracts import ContractError, envelope, parse_any
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, STREAM_EVT
 from rota.ids import new_id
+from rota.metrics import FORGED_MESSAGES
 from rota.retention import prune_periodically
 from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
@@ -64,10 +65,16 @@ class Scheduler:
     # ------------------------------------------------------------ events
 
     async def on_event(self, msg: Msg) -> None:
+        senders = self.service.senders
+        refusal = senders.refusal(msg.subject, msg.headers, msg.data,
+                                  stored_at=msg.metadata.timestamp.timestamp()) if senders else None
         try:
+            if refusal is not None:
+                FORGED_MESSAGES.labels(msg.subject).inc()
+                raise ContractError("FORGED", None, refusal)
             env = parse_any(msg.data, max_bytes=self.service.settings.max_message_bytes)
         except ContractError as exc:
-            log.warning("skipping an unreadable event: %s", exc)
+            log.warning("skipping an event: %s", exc)
         else:
             data = env.data.model_dump(mode="json")
             self.view.apply(env.type, data, env.occurred_at.timestamp())

@@ -8,13 +8,14 @@ The nats-server needs none of the seeds: `server.conf` holds only signed JWTs.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rota.auth.jwt import ACCOUNT, OPERATOR, USER, KeyPair, creds, encode
+from rota.auth.jwt import ACCOUNT, OPERATOR, USER, KeyPair, creds, encode, read_creds
 from rota.auth.permissions import (
     SERVICES,
     Permissions,
@@ -22,6 +23,7 @@ from rota.auth.permissions import (
     service_permissions,
     team_permissions,
 )
+from rota.settings import Settings
 
 _UNLIMITED = {"subs": -1, "data": -1, "payload": -1}
 _ACCOUNT_LIMITS = {**_UNLIMITED, "imports": -1, "exports": -1, "wildcards": True, "conn": -1,
@@ -106,10 +108,34 @@ class AuthDir:
             f"  {account.public}: {account_jwt}\n"
             "}\n")
         self.account_public_file.write_text(account.public + "\n")
+        # Kept when present: a service's key signs its events, and replays check old ones.
+        for service in SERVICES:
+            if not self.creds_path(service).exists():
+                self.issue(service, service_permissions(service), self.creds_path(service))
+        if not self.creds_path(ADMIN).exists():
+            self.issue(ADMIN, None, self.creds_path(ADMIN))
+        self._write_roster()
+        return self
+
+    @property
+    def roster(self) -> Path:
+        return self.root / "roster.json"
+
+    def _write_roster(self) -> None:
+        """Every service key ever issued here stays in the roster (events it signed are
+        still replayed); `rota auth init --rotate` adds the new ones beside them."""
+        roster: dict[str, Any] = (json.loads(self.roster.read_text()) if self.roster.exists()
+                                  else {"signed_since": time.time(), "keys": {}})
+        for service in SERVICES:
+            _, seed = read_creds(self.creds_path(service).read_text())
+            roster["keys"][KeyPair.from_seed(seed).public] = service
+        self.roster.write_text(json.dumps(roster, indent=2, sort_keys=True) + "\n")
+
+    def rotate_services(self) -> None:
+        """New keys for every service; the old ones stay in the roster for replays."""
         for service in SERVICES:
             self.issue(service, service_permissions(service), self.creds_path(service))
-        self.issue(ADMIN, None, self.creds_path(ADMIN))
-        return self
+        self._write_roster()
 
     def issue(self, name: str, permissions: Permissions | None, out: Path,
               *, expires_in_s: float | None = None) -> Path:
@@ -142,3 +168,19 @@ def run_creds(run_id: str, signing_seed: str, account_public: str,
     if expires_in_s is not None:
         claims["exp"] = int(time.time() + expires_in_s)
     return creds(encode(claims, KeyPair.from_seed(signing_seed)), user.seed)
+
+
+def with_identity(settings: Settings, service: str) -> Settings:
+    """`settings` with what `ROTA_NATS_AUTH_DIR` gives `service`, where not set already."""
+    if settings.nats_auth_dir is None:
+        return settings
+    auth = AuthDir(settings.nats_auth_dir)
+    update: dict[str, Any] = {
+        "nats_creds": settings.nats_creds or auth.creds_path(service),
+        "nats_roster": settings.nats_roster or auth.roster,
+    }
+    if service == "executor":
+        update["nats_run_signing_key"] = settings.nats_run_signing_key or auth.run_signing_key
+        update["nats_account"] = (settings.nats_account
+                                  or auth.account_public_file.read_text().strip())
+    return settings.model_copy(update=update)

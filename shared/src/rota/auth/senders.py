@@ -70,23 +70,27 @@ def signature_headers(body: bytes) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Roster:
-    """Public key → the service it belongs to."""
+    """Public key → the service it belongs to, and since when services sign: a message the
+    server stored before then (a stream from before auth was set up) is believed unsigned."""
 
     services: Mapping[str, str]
+    signed_since: float = 0.0
 
     @classmethod
     def load(cls, path: Path) -> Roster:
-        return cls(json.loads(path.read_text()))
+        doc = json.loads(path.read_text())
+        return cls(doc["keys"], float(doc.get("signed_since", 0.0)))
 
 
 @dataclass(frozen=True)
 class SenderCheck:
     roster: Roster
 
-    def refusal(self, subject: str, headers: Mapping[str, str] | None,
-                body: bytes) -> str | None:
+    def refusal(self, subject: str, headers: Mapping[str, str] | None, body: bytes,
+                *, stored_at: float | None = None) -> str | None:
         """Why this message may not be believed, or None. Subjects it has no rule for (team
-        commands, control notices) pass: their protection is the subject permission."""
+        commands, control notices) pass: their protection is the subject permission.
+        `stored_at` is the server's timestamp of a stream message (not the sender's)."""
         owners = _owners(subject)
         if owners is None:
             return None
@@ -94,6 +98,8 @@ class SenderCheck:
         signer, signature = headers.get(SIGNER_HEADER), headers.get(SIGNATURE_HEADER)
         if signer is None or signature is None:
             if "run" in owners and _is_run_ack(body):
+                return None
+            if stored_at is not None and stored_at < self.roster.signed_since:
                 return None
             return f"{subject}: unsigned, and only {', '.join(sorted(owners))} may publish it"
         service = self.roster.services.get(signer)

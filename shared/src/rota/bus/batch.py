@@ -30,8 +30,10 @@ from nats.js.api import ConsumerConfig
 from nats.js.errors import ServiceUnavailableError
 from opentelemetry.trace import Span, SpanKind
 
+from rota.auth.senders import SenderCheck
 from rota.bus.trace_fill import job_id_of
 from rota.faults import crash_point, fail_point
+from rota.metrics import FORGED_MESSAGES
 from rota.tracing import context_from_headers, job_root_context, tracer
 
 log = logging.getLogger("rota.bus.batch")
@@ -129,6 +131,23 @@ async def _retry_in_place(msgs: list[Msg], durable: str, exc: BaseException,
             await msg.in_progress()
 
 
+async def believed(batch: list[Msg], senders: SenderCheck, durable: str) -> list[Msg]:
+    """The messages whose sender may send them; the others are counted, logged and
+    terminated, never handled and never redelivered."""
+    kept = []
+    for msg in batch:
+        refusal = senders.refusal(msg.subject, msg.headers, msg.data,
+                                  stored_at=msg.metadata.timestamp.timestamp())
+        if refusal is None:
+            kept.append(msg)
+            continue
+        FORGED_MESSAGES.labels(msg.subject).inc()
+        log.warning("%s: refused a message: %s", durable, refusal)
+        with contextlib.suppress(Exception):
+            await msg.term()
+    return kept
+
+
 Handle = Callable[[list[Msg], Retry], Awaitable[None]]
 """What a consumer does with a fetched batch, given the retry rules; acks included."""
 
@@ -142,7 +161,8 @@ class PullConsumer:
     handle: Handle
     max_ack_pending: int = 10_000
 
-    async def run(self, js: JetStreamContext, *, ack_wait_s: float, retry: Retry) -> None:
+    async def run(self, js: JetStreamContext, *, ack_wait_s: float, retry: Retry,
+                  senders: SenderCheck | None = None) -> None:
         config = ConsumerConfig(ack_wait=ack_wait_s, max_ack_pending=self.max_ack_pending,
                                 max_deliver=retry.max_deliver)
         sub = await js.pull_subscribe(
@@ -158,7 +178,10 @@ class PullConsumer:
                     log.warning("%s: fetch failed (%s); retrying", self.durable, exc)
                     await asyncio.sleep(retry.delay_s)
                     continue
-                await self.handle(batch, retry)
+                if senders is not None:
+                    batch = await believed(batch, senders, self.durable)
+                if batch:
+                    await self.handle(batch, retry)
         finally:
             # Messages fetched but never handled would make the connection's drain at shutdown
             # wait its whole timeout (30 s) for them; unacked, JetStream redelivers them anyway.

@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from rota.auth.senders import signature_headers
 from rota.bus.options import connect_options
 from rota.bus.trace_fill import JobTraceFill
 from rota.contracts import Envelope
@@ -82,10 +83,14 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
         await js.update_stream(config)
 
 
-def publish_headers(env: Envelope[Any], extra: dict[str, str] | None = None) -> dict[str, str]:
+def publish_headers(env: Envelope[Any], extra: dict[str, str] | None = None,
+                    *, body: bytes | None = None) -> dict[str, str]:
+    """The dedup id, the type, `extra`, and this service's signature over `body` (the bytes
+    that will be published: `env.to_bytes()` unless given)."""
     headers = {"Nats-Msg-Id": env.id, "Rota-Type": env.type}
     if extra:
         headers.update(extra)
+    headers.update(signature_headers(env.to_bytes() if body is None else body))
     return headers
 
 
@@ -98,9 +103,10 @@ async def publish(
     extra_headers: dict[str, str] | None = None,
 ) -> None:
     """Publish to JetStream and wait for its ack. The envelope id is the `Nats-Msg-Id`."""
+    body = env.to_bytes()
     await broker.publish(
-        env.to_bytes(),
+        body,
         subject,
-        headers=publish_headers(env, extra_headers),
+        headers=publish_headers(env, extra_headers, body=body),
         stream=stream,
     )

@@ -82,7 +82,8 @@ class Infrastructure:
         the executor also gets the key it mints run credentials with."""
         if self.auth is None:
             return {}
-        env = {"ROTA_NATS_CREDS": str(self.auth.creds_path(service).resolve())}
+        env = {"ROTA_NATS_CREDS": str(self.auth.creds_path(service).resolve()),
+               "ROTA_NATS_ROSTER": str(self.auth.roster.resolve())}
         if service == "executor":
             env["ROTA_NATS_RUN_SIGNING_KEY"] = str(self.auth.run_signing_key.resolve())
             env["ROTA_NATS_ACCOUNT"] = self.auth.account_public_file.read_text().strip()

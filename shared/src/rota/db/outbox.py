@@ -49,8 +49,9 @@ class Outbox:
         """The outbox row for `env`, to queue later with `add_rows`. Built now, so the trace
         context it carries is the one current here (a span the caller is inside)."""
         carrier = outbox_headers(env.job_id, env.type, env.run_id)
-        return {"id": env.id, "subject": subject, "stream": stream, "payload": env.to_bytes(),
-                "headers": publish_headers(env, carrier)}
+        body = env.to_bytes()
+        return {"id": env.id, "subject": subject, "stream": stream, "payload": body,
+                "headers": publish_headers(env, carrier, body=body)}
 
     async def add_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
         """Queue many rows with one multi-row INSERT, in the caller's transaction; a batch's
