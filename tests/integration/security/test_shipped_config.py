@@ -3,30 +3,27 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import nats
 import pytest
 from rota.auth.keys import ADMIN, AuthDir
-from rota.embedded import _wait_for_port, free_port, nats_server_binary
+from rota.embedded import EmbeddedNats
 
 SHIPPED = Path(__file__).parents[3] / "deploy" / "nats" / "nats.conf"
 
 
 async def test_the_shipped_nats_conf_runs_with_generated_auth(tmp_path: Path) -> None:
     AuthDir(tmp_path / "auth").ensure()
-    port = free_port()
     conf = tmp_path / "nats.conf"
-    # The same file, with this machine's paths and ports in place of the container's.
-    conf.write_text(SHIPPED.read_text()
-                    .replace("/data/jetstream", str(tmp_path / "js"))
-                    .replace("port: 4222", f"port: {port}").replace("http_port: 8222", ""))
-    server = subprocess.Popen([str(nats_server_binary()), "-c", str(conf), "-a", "127.0.0.1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The same file beside its generated include; the flags put the port and the store here
+    # (nats-server refuses a store_dir given twice).
+    conf.write_text(SHIPPED.read_text().replace("http_port: 8222", "")
+                    .replace("store_dir: /data/jetstream", ""))
+    server = EmbeddedNats(tmp_path, config=conf)
+    server.start()
     try:
-        _wait_for_port(port, 15, server)
-        url = f"nats://127.0.0.1:{port}"
+        url = server.url
         admin = await nats.connect(url, user_credentials=str(tmp_path / "auth" / "creds"
                                                              / f"{ADMIN}.creds"))
         assert (await admin.jetstream().account_info()).streams == 0  # JetStream is on
@@ -34,5 +31,4 @@ async def test_the_shipped_nats_conf_runs_with_generated_auth(tmp_path: Path) ->
         with pytest.raises(Exception, match=r"(?i)authorization"):
             await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0)
     finally:
-        server.terminate()
-        server.wait(10)
+        server.stop()
