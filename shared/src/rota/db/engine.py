@@ -21,7 +21,10 @@ def redact(url: str) -> str:
 def make_engine(url: str, *, pool_size: int = 5) -> AsyncEngine:
     # No pre-ping: it costs a round trip per checkout on the hot path; a connection that
     # died fails its statement, the pool discards it, and the message is retried.
-    return create_async_engine(async_url(url), pool_size=pool_size, max_overflow=5)
+    # hide_parameters: a failed statement's error (which is logged) names no bound value, and
+    # a value may be a secret (a run token, a payload).
+    return create_async_engine(async_url(url), pool_size=pool_size, max_overflow=5,
+                               hide_parameters=True)
 
 
 def sessionmaker(engine: AsyncEngine) -> async_sessionmaker:  # type: ignore[type-arg]
