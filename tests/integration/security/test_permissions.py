@@ -193,8 +193,10 @@ async def test_a_run_reads_its_own_notices_and_acks_and_nothing_else(
     other = f"$JS.API.DIRECT.GET.{STREAM_CTL}.rota.ctl.run.{OTHER_RUN}"
     await run.nc.publish(other, b"")
     assert await run.refused(other)
-    await run.nc.subscribe(f"rota.ctl.run.{OTHER_RUN}")
-    assert await run.refused(f"rota.ctl.run.{OTHER_RUN}", "subscription")
+    # Nothing that carries another run's token (StartRun, acknowledgements) is readable.
+    for subject in (f"rota.ctl.run.{OTHER_RUN}", "rota.cmd.run.start", "rota.evt.>", "_INBOX.>"):
+        await run.nc.subscribe(subject)
+        assert await run.refused(subject, "subscription"), subject
     for forged in ("rota.evt.run.finished", "rota.evt.allocation.released", "rota.cmd.run.stop",
                    f"rota.ctl.run.{OTHER_RUN}", "rota.cmd.submit.nlp",
                    "$JS.API.STREAM.MSG.GET.ROTA_CMD"):
