@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -62,10 +64,10 @@ def processed_table(metadata: sa.MetaData, schema: str) -> sa.Table:
     )
 
 
-def create_deadletter(schema: str) -> None:
-    """Called from each service's own migration, so the dead letter is the same everywhere."""
-    op.create_table(
-        "deadletter",
+def _deadletter_columns() -> list[sa.Column[Any]]:
+    """One definition for the migrations and the queries (a column belongs to one table, so
+    each gets its own)."""
+    return [
         sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
         sa.Column("consumer", sa.Text, nullable=False),
         sa.Column("stream", sa.Text, nullable=False),
@@ -78,25 +80,14 @@ def create_deadletter(schema: str) -> None:
         sa.Column("payload_bytes", sa.Integer, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False,
                   server_default=sa.func.now()),
-        sa.UniqueConstraint("consumer", "stream_seq"),
-        schema=schema,
-    )
+    ]
+
+
+def create_deadletter(schema: str) -> None:
+    """Called from each service's own migration, so the dead letter is the same everywhere."""
+    op.create_table("deadletter", *_deadletter_columns(),
+                    sa.UniqueConstraint("consumer", "stream_seq"), schema=schema)
 
 
 def deadletter_table(metadata: sa.MetaData, schema: str) -> sa.Table:
-    return sa.Table(
-        "deadletter",
-        metadata,
-        sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
-        sa.Column("consumer", sa.Text, nullable=False),
-        sa.Column("stream", sa.Text, nullable=False),
-        sa.Column("subject", sa.Text, nullable=False),
-        sa.Column("stream_seq", sa.BigInteger, nullable=False),
-        sa.Column("deliveries", sa.Integer, nullable=False),
-        sa.Column("error_type", sa.Text, nullable=False),
-        sa.Column("error", sa.Text, nullable=False),
-        sa.Column("payload", sa.LargeBinary, nullable=False),
-        sa.Column("payload_bytes", sa.Integer, nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
-        schema=schema,
-    )
+    return sa.Table("deadletter", metadata, *_deadletter_columns(), schema=schema)
