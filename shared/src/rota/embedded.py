@@ -196,26 +196,46 @@ class EmbeddedPostgres:
         # get_server hands back the handle it made before, which still believes the old
         # postmaster runs: forget it, so the next call looks at the data directory again.
         PostgresServer._instances.pop(self.pgdata, None)
-        url = self._get_server()
+        pgserver_log = logging.getLogger("pgserver")
+        level = pgserver_log.level
+        pgserver_log.setLevel(logging.CRITICAL)  # it would print the server's whole log
+        try:
+            url = self._get_server()
+        except EmbeddedError as exc:
+            raise EmbeddedError(f"{exc}; see {self.pgdata / 'log'}") from exc
+        finally:
+            pgserver_log.setLevel(level)
         if url != self.url:
             log.warning("embedded PostgreSQL came back on %s, not %s", url, self.url)
         log.info("embedded PostgreSQL restarted in %s (restart %d)", self.pgdata, self.restarts)
 
     def _remove_stale_pidfile(self) -> None:
-        """Remove `postmaster.pid` when it names our postmaster that died.
+        """Remove `postmaster.pid`, and the socket's lock file, when they name our postmaster
+        that died.
 
-        Both pgserver and PostgreSQL take a postmaster.pid whose pid answers a signal for a
-        running server, and a zombie's does (as does a reused pid's): they would never start
-        again. Removing it is safe: PostgreSQL still refuses to start while an orphaned
-        backend is attached to the old shared memory, which it finds by the data
-        directory's key, not through this file."""
+        Both pgserver and PostgreSQL take a lock file whose pid answers a signal for a
+        running server, and a zombie's does (as does a reused pid's): they would not start
+        until the zombie is reaped, which here nobody may do. Removing them is safe: the
+        postmaster is gone, and PostgreSQL still refuses to start while an orphaned backend
+        is attached to the old shared memory, which it finds by the data directory's key,
+        not through these files."""
+        if self._postmaster is None:
+            return
+        dead = str(self._postmaster.pid)
         pidfile = self.pgdata / "postmaster.pid"
         try:
-            first_line = pidfile.read_text().split("\n", 1)[0].strip()
+            lines = pidfile.read_text().splitlines()
         except FileNotFoundError:
             return
-        if self._postmaster is not None and first_line == str(self._postmaster.pid):
-            pidfile.unlink(missing_ok=True)
+        if not lines or lines[0].strip() != dead:
+            return
+        # Lines 4 and 5: the port and the socket directory; the socket's lock file is beside it.
+        if len(lines) >= 5 and lines[3].strip() and lines[4].strip():
+            socket_lock = Path(lines[4].strip()) / f".s.PGSQL.{lines[3].strip()}.lock"
+            with contextlib.suppress(OSError):
+                if socket_lock.read_text().split("\n", 1)[0].strip() == dead:
+                    socket_lock.unlink()
+        pidfile.unlink(missing_ok=True)
 
     def stop(self, deadline: float | None = None) -> None:
         """A fast shutdown (a clean checkpoint) if it fits before `deadline` (monotonic; 15 s

@@ -102,6 +102,6 @@ def _supervise(stack: Stack) -> None:
         time.sleep(0.5)
         # The servers first: a service that died with its server comes back to a live one.
         for line in stack.restart_dead_servers(next_server_start):
-            err_console.print(f"rota up: {line}", markup=False, highlight=False)
+            err_console.print(f"rota up: {line}", markup=False, highlight=False, soft_wrap=True)
         for name in stack.restart_dead(next_start):
             err_console.print(f"rota up: {name} exited; restarted")
