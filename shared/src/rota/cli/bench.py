@@ -44,7 +44,8 @@ def e2e(
             stack.start()
             assert stack.endpoints is not None
             result = asyncio.run(run(stack.endpoints.nats_url, jobs, rate,
-                                     progress=lambda t: err_console.print(f"rota bench: {t}")))
+                                     progress=lambda t: err_console.print(f"rota bench: {t}"),
+                                     creds=stack.endpoints.nats_creds))
         finally:
             ignore_signals()
             stack.stop()

@@ -17,6 +17,7 @@ from rota.cli.stack import (
     SERVICES,
     Infrastructure,
     ServiceProcess,
+    backoff_s,
     metrics_ports,
     metrics_url,
     migrate_all,
@@ -105,13 +106,18 @@ class Stack:
         for process in self.processes:
             if process.alive:
                 continue
-            due = next_start.setdefault(process.name, now + min(30.0, 2.0 ** process.restarts))
+            due = next_start.setdefault(process.name, now + backoff_s(process.restarts))
             if now >= due:
                 process.restarts += 1
                 next_start.pop(process.name)
                 process.start()
                 restarted.append(process.name)
         return restarted
+
+    def restart_dead_servers(self, next_start: dict[str, float]) -> list[str]:
+        """Restart an embedded nats-server or PostgreSQL that died, with backoff; what
+        happened, a line each (see `Infrastructure.restart_dead_servers`)."""
+        return self.infra.restart_dead_servers(next_start) if self.infra is not None else []
 
     def stop(self) -> None:
         began = time.monotonic()

@@ -20,7 +20,7 @@ import nats
 from rota.auth.keys import ADMIN, AuthDir
 from rota.bus.options import connect_options
 from rota.contracts.subjects import ping
-from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
+from rota.embedded import EmbeddedError, EmbeddedNats, EmbeddedPostgres, home_path
 from rota.endpoints import Endpoints
 from rota.settings import Settings
 
@@ -106,6 +106,38 @@ class Infrastructure:
             futures = {name: pool.submit(timed, stop) for name, stop in stops.items()}
             return {name: future.result() for name, future in futures.items()}
 
+    def restart_dead_servers(self, next_start: dict[str, float]) -> list[str]:
+        """Restart an embedded server that died, on the same port (or socket) and data, so
+        the URLs the services hold stay valid and they reconnect by themselves; backing off
+        like a service's restart, so a server that keeps dying doesn't spin. What happened,
+        one line each."""
+        said = []
+        now = time.monotonic()
+        if self.nats is not None and (code := self.nats.exit_code()) is not None:
+            due = next_start.setdefault("nats", now + backoff_s(self.nats.restarts))
+            if now >= due:
+                next_start.pop("nats")
+                exited = f"embedded nats-server exited (code {code})"
+                try:
+                    self.nats.restart()
+                except EmbeddedError as exc:
+                    said.append(f"{exited}; restart failed ({exc}); trying again")
+                else:
+                    said.append(f"{exited}; restarted on the same port and data")
+        if self.postgres is not None and self.postgres.dead():
+            due = next_start.setdefault("postgres", now + backoff_s(self.postgres.restarts))
+            if now >= due:
+                next_start.pop("postgres")
+                # Not our child (pg_ctl detaches it), so its exit code is nobody's to read.
+                exited = f"embedded PostgreSQL exited (postmaster pid {self.postgres.pid})"
+                try:
+                    self.postgres.restart()
+                except EmbeddedError as exc:
+                    said.append(f"{exited}; restart failed ({exc}); trying again")
+                else:
+                    said.append(f"{exited}; restarted on the same socket and data")
+        return said
+
     def describe(self, endpoints: Endpoints) -> dict[str, str]:
         from rota.db.engine import redact
 
@@ -116,6 +148,11 @@ class Infrastructure:
             "database_url": redact(endpoints.database_url),
             "database": "embedded" if self.postgres else "external",
         }
+
+
+def backoff_s(restarts: int) -> float:
+    """How long a dead process waits for its next start: 1, 2, 4 ... up to 30 s."""
+    return min(30.0, 2.0 ** restarts)
 
 
 @dataclass

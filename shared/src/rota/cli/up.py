@@ -1,7 +1,9 @@
 """`rota up`: embedded (or given) NATS and PostgreSQL, migrations, and the six services.
 
-It supervises the services (a crashed one is restarted with backoff) and, on Ctrl-C or
-SIGTERM, stops everything within 10 s: services first, so they drain, then the servers.
+It supervises the services and the embedded servers: one that dies is restarted with backoff,
+a server on its same port (or socket) and data, so the services reconnect by themselves. On
+Ctrl-C or SIGTERM it stops everything within 10 s: services first, so they drain, then the
+servers.
 """
 
 from __future__ import annotations
@@ -95,7 +97,11 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
 
 def _supervise(stack: Stack) -> None:
     next_start: dict[str, float] = {}
+    next_server_start: dict[str, float] = {}
     while True:
         time.sleep(0.5)
+        # The servers first: a service that died with its server comes back to a live one.
+        for line in stack.restart_dead_servers(next_server_start):
+            err_console.print(f"rota up: {line}", markup=False, highlight=False, soft_wrap=True)
         for name in stack.restart_dead(next_start):
             err_console.print(f"rota up: {name} exited; restarted")
