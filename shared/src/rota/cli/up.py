@@ -82,7 +82,8 @@ def up(
 
 
 def _print_summary(summary: Mapping[str, Any]) -> None:
-    err_console.print(f"NATS      {summary['nats_url']} ({summary['nats']})", highlight=False)
+    err_console.print(f"NATS      {summary['nats_url']} ({summary['nats']}, auth "
+                      f"{summary['nats_auth']})", highlight=False)
     err_console.print(f"Database  {summary['database_url']} ({summary['database']})",
                       highlight=False)
     err_console.print(f"Executor  {summary['executor']}", highlight=False)
