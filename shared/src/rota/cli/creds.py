@@ -30,15 +30,21 @@ def _auth_dir(path: Path | None) -> AuthDir:
 @handled
 def auth_init(
     auth_dir: AuthDirOption = None,
+    rotate: Annotated[bool, typer.Option(
+        "--rotate", help="New credentials for every service; the roster keeps the old public "
+        "keys, which signed the events a replay still reads. Restart the services after.")]
+    = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Make (or refresh) the operator, account and service identities, and server.conf for
     a nats-server of your own (`include` it, or pass it with `-c`). Existing keys are kept."""
     auth = _auth_dir(auth_dir).ensure()
+    if rotate:
+        auth.rotate_services()
     summary = {"ok": True, "server_conf": str(auth.server_conf),
                "creds": str(auth.creds_path("admin").parent),
                "run_signing_key": str(auth.run_signing_key),
-               "account": auth.account_public_file.read_text().strip()}
+               "account": auth.account_public_file.read_text().strip(), "rotated": rotate}
     if json_out:
         emit_json(summary)
     else:
