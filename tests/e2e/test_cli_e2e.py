@@ -3,59 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import select
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.up import rota
+
 pytestmark = pytest.mark.e2e
-
-ROTA = str(Path(sys.executable).parent / "rota")
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("rota-home")
-
-
-@pytest.fixture(scope="module")
-def env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ROTA_NATS_URL", "ROTA_DATABASE_URL", "ROTA_CONFIG")}
-    env["ROTA_HOME"] = str(home)
-    return env
-
-
-@pytest.fixture(scope="module")
-def rota_up(home: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    log = (home / "up.log").open("wb")
-    process = subprocess.Popen([ROTA, "up", "--json"], env=env, stdout=subprocess.PIPE,
-                               stderr=log, stdin=subprocess.DEVNULL)
-    assert process.stdout is not None
-    # `--json` prints one object once every service answers its ping.
-    ready, _, _ = select.select([process.stdout], [], [], 120)
-    if not ready:
-        process.kill()
-        pytest.fail(f"rota up not ready in 120 s: {(home / 'up.log').read_text()}")
-    line = process.stdout.readline()
-    if not line:
-        pytest.fail(f"rota up exited: {(home / 'up.log').read_text()}")
-    summary = json.loads(line)
-    assert summary["nats"] == "embedded" and summary["database"] == "embedded"
-    assert {s["state"] for s in summary["services"].values()} == {"ready"}
-    yield process
-    if process.poll() is None:
-        process.kill()
-    log.close()
-
-
-def rota(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ROTA, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_submit_list_cancel_through_the_cli(

@@ -7,66 +7,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 from rota.cli.stack import SERVICES
 
+from tests.e2e.up import rota, up_log
+
 pytestmark = pytest.mark.e2e
 
-ROTA = str(Path(sys.executable).parent / "rota")
 DEADLINE_S = 120.0
 SERVICE_RESTARTED = re.compile(rf"rota up: ({'|'.join(SERVICES)}) exited")
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("rota-home")
-
-
-@pytest.fixture(scope="module")
-def env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ROTA_NATS_URL", "ROTA_DATABASE_URL", "ROTA_CONFIG")}
-    env["ROTA_HOME"] = str(home)
-    return env
-
-
-@pytest.fixture(scope="module")
-def rota_up(home: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    log = (home / "up.log").open("wb")
-    process = subprocess.Popen([ROTA, "up", "--json"], env=env, stdout=subprocess.PIPE,
-                               stderr=log, stdin=subprocess.DEVNULL)
-    assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], 120)
-    if not ready:
-        process.kill()
-        pytest.fail(f"rota up not ready in 120 s: {up_log(home)}")
-    line = process.stdout.readline()
-    if not line:
-        pytest.fail(f"rota up exited: {up_log(home)}")
-    summary = json.loads(line)
-    assert summary["nats"] == "embedded" and summary["database"] == "embedded"
-    assert {s["state"] for s in summary["services"].values()} == {"ready"}
-    yield process
-    if process.poll() is None:
-        process.kill()
-    log.close()
-
-
-def up_log(home: Path) -> str:
-    return (home / "up.log").read_text()
-
-
-def rota(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ROTA, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def wait_for(what: str, check: Callable[[], bool], home: Path) -> None:

@@ -21,12 +21,12 @@ from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
+from rota.bus.batch import forged
 from rota.config import RotaConfig, load_config
-from rota.contracts import ContractError, envelope, parse_any
+from rota.contracts import ContractError, Envelope, envelope, parse_any
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, STREAM_EVT
 from rota.ids import new_id
-from rota.metrics import FORGED_MESSAGES
 from rota.retention import prune_periodically
 from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
@@ -64,18 +64,19 @@ class Scheduler:
 
     # ------------------------------------------------------------ events
 
-    async def on_event(self, msg: Msg) -> None:
+    def _believed(self, msg: Msg) -> Envelope[Any] | None:
+        """The event, unless its sender may not send it or it cannot be read."""
         senders = self.service.senders
-        refusal = senders.refusal(msg.subject, msg.headers, msg.data,
-                                  stored_at=msg.metadata.timestamp.timestamp()) if senders else None
+        if senders is not None and forged(msg, senders, "scheduler-view"):
+            return None
         try:
-            if refusal is not None:
-                FORGED_MESSAGES.labels(msg.subject).inc()
-                raise ContractError("FORGED", None, refusal)
-            env = parse_any(msg.data, max_bytes=self.service.settings.max_message_bytes)
+            return parse_any(msg.data, max_bytes=self.service.settings.max_message_bytes)
         except ContractError as exc:
-            log.warning("skipping an event: %s", exc)
-        else:
+            log.warning("skipping an unreadable event: %s", exc)
+            return None
+
+    async def on_event(self, msg: Msg) -> None:
+        if (env := self._believed(msg)) is not None:
             data = env.data.model_dump(mode="json")
             self.view.apply(env.type, data, env.occurred_at.timestamp())
             self.traces.observe(env.type, env.job_id, data, msg.headers)

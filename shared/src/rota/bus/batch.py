@@ -131,18 +131,25 @@ async def _retry_in_place(msgs: list[Msg], durable: str, exc: BaseException,
             await msg.in_progress()
 
 
+def forged(msg: Msg, senders: SenderCheck, consumer: str) -> bool:
+    """Whether `msg`'s sender may not send it; such a message is counted and logged here."""
+    refusal = senders.refusal(msg.subject, msg.headers, msg.data,
+                              stored_at=msg.metadata.timestamp.timestamp())
+    if refusal is None:
+        return False
+    FORGED_MESSAGES.labels(msg.subject).inc()
+    log.warning("%s: refused a message: %s", consumer, refusal)
+    return True
+
+
 async def believed(batch: list[Msg], senders: SenderCheck, durable: str) -> list[Msg]:
-    """The messages whose sender may send them; the others are counted, logged and
-    terminated, never handled and never redelivered."""
+    """The messages whose sender may send them; the others are terminated, never handled
+    and never redelivered."""
     kept = []
     for msg in batch:
-        refusal = senders.refusal(msg.subject, msg.headers, msg.data,
-                                  stored_at=msg.metadata.timestamp.timestamp())
-        if refusal is None:
+        if not forged(msg, senders, durable):
             kept.append(msg)
             continue
-        FORGED_MESSAGES.labels(msg.subject).inc()
-        log.warning("%s: refused a message: %s", durable, refusal)
         with contextlib.suppress(Exception):
             await msg.term()
     return kept

@@ -111,31 +111,17 @@ class Infrastructure:
         the URLs the services hold stay valid and they reconnect by themselves; backing off
         like a service's restart, so a server that keeps dying doesn't spin. What happened,
         one line each."""
-        said = []
         now = time.monotonic()
+        said: list[str] = []
         if self.nats is not None and (code := self.nats.exit_code()) is not None:
-            due = next_start.setdefault("nats", now + backoff_s(self.nats.restarts))
-            if now >= due:
-                next_start.pop("nats")
-                exited = f"embedded nats-server exited (code {code})"
-                try:
-                    self.nats.restart()
-                except EmbeddedError as exc:
-                    said.append(f"{exited}; restart failed ({exc}); trying again")
-                else:
-                    said.append(f"{exited}; restarted on the same port and data")
+            said += _restart_when_due(
+                "nats", f"embedded nats-server exited (code {code})", "port",
+                self.nats.restarts, self.nats.restart, next_start, now)
         if self.postgres is not None and self.postgres.dead():
-            due = next_start.setdefault("postgres", now + backoff_s(self.postgres.restarts))
-            if now >= due:
-                next_start.pop("postgres")
-                # Not our child (pg_ctl detaches it), so its exit code is nobody's to read.
-                exited = f"embedded PostgreSQL exited (postmaster pid {self.postgres.pid})"
-                try:
-                    self.postgres.restart()
-                except EmbeddedError as exc:
-                    said.append(f"{exited}; restart failed ({exc}); trying again")
-                else:
-                    said.append(f"{exited}; restarted on the same socket and data")
+            # Not our child (pg_ctl detaches it), so its exit code is nobody's to read.
+            said += _restart_when_due(
+                "postgres", f"embedded PostgreSQL exited (postmaster pid {self.postgres.pid})",
+                "socket", self.postgres.restarts, self.postgres.restart, next_start, now)
         return said
 
     def describe(self, endpoints: Endpoints) -> dict[str, str]:
@@ -153,6 +139,20 @@ class Infrastructure:
 def backoff_s(restarts: int) -> float:
     """How long a dead process waits for its next start: 1, 2, 4 ... up to 30 s."""
     return min(30.0, 2.0 ** restarts)
+
+
+def _restart_when_due(name: str, exited: str, address: str, restarts: int,
+                      restart: Callable[[], object], next_start: dict[str, float],
+                      now: float) -> list[str]:
+    """Restart a dead server once its backoff is over; the line that says what happened."""
+    if now < next_start.setdefault(name, now + backoff_s(restarts)):
+        return []
+    next_start.pop(name)
+    try:
+        restart()
+    except EmbeddedError as exc:
+        return [f"{exited}; restart failed ({exc}); trying again"]
+    return [f"{exited}; restarted on the same {address} and data"]
 
 
 @dataclass
