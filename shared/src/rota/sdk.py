@@ -7,7 +7,7 @@
         train_one_step()
         if run.preemption_requested:        # a notice arrived on rota.ctl.run.<run_id>
             uri = save_checkpoint(step)
-            run.acknowledge(uri)            # RunCheckpointed with the run token
+            run.acknowledge(uri)            # ReportCheckpoint, answered once recorded
             break                           # Rota stops the run and resumes it from `uri`
 
 The listener runs on its own thread with its own event loop, so a synchronous (PyTorch-style)
@@ -37,12 +37,14 @@ from types import TracebackType
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import NotFoundError
 
 from rota.auth.permissions import run_inbox
 from rota.contracts import envelope, parse
 from rota.contracts import messages as m
-from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_CTL, STREAM_EVT
+from rota.contracts.subjects import STREAM_CTL, run_checkpoint
 
 ENV_VARS = (
     "ROTA_RUN_ID", "ROTA_JOB_ID", "ROTA_RUN_TOKEN", "ROTA_ATTEMPT", "ROTA_NATS_URL",
@@ -86,7 +88,7 @@ class RunInfo:
             run_id=run_id, job_id=env["ROTA_JOB_ID"], run_token=env["ROTA_RUN_TOKEN"],
             nats_url=env["ROTA_NATS_URL"], attempt=int(env["ROTA_ATTEMPT"]),
             control_subject=env.get("ROTA_CONTROL_SUBJECT") or f"rota.ctl.run.{run_id}",
-            ack_subject=env.get("ROTA_ACK_SUBJECT") or EVENT_SUBJECTS["RunCheckpointed"],
+            ack_subject=env.get("ROTA_ACK_SUBJECT") or run_checkpoint(run_id),
             resume_from=env.get("ROTA_RESUME_FROM") or None,
             checkpoint_dir=env.get("ROTA_CHECKPOINT_DIR") or None,
             worker_index=int(env.get("ROTA_WORKER_INDEX", "0")),
@@ -135,13 +137,16 @@ class Run:
         except Exception:  # the listener must keep listening, whatever the callback does
             log.exception("rota.sdk: a preemption callback failed")
 
-    def acknowledge(self, checkpoint_uri: str, timeout: float = 10.0, *,
+    def acknowledge(self, checkpoint_uri: str, timeout: float = 30.0, *,
                     progress_s: float | None = None) -> None:
-        """Tell Rota the checkpoint is saved. Only the worker with index 0 needs to call this."""
+        """Tell Rota the checkpoint is saved. Only the worker with index 0 needs to call this.
+
+        Returns once the executor has recorded it; retried (the same report, so counted once)
+        while the executor is away, until `timeout`. Raises `SdkError` if it is refused."""
         notice_id = self.notice.notice_id if self.notice else None
         self._publish(checkpoint_uri, notice_id, progress_s, timeout)
 
-    def report_checkpoint(self, checkpoint_uri: str, timeout: float = 10.0, *,
+    def report_checkpoint(self, checkpoint_uri: str, timeout: float = 30.0, *,
                           progress_s: float | None = None) -> None:
         """Report a periodic checkpoint (no notice): a later preemption then loses only the
         work done since. Only the worker with index 0 needs to call this."""
@@ -152,22 +157,35 @@ class Run:
         if self._loop is None:
             raise SdkError("the run is not attached")
         future = asyncio.run_coroutine_threadsafe(
-            self._publish_ack(checkpoint_uri, notice_id, progress_s), self._loop)
-        future.result(timeout)
+            self._report(checkpoint_uri, notice_id, progress_s, within_s=timeout), self._loop)
+        future.result(timeout + 5.0)
 
-    async def _publish_ack(self, checkpoint_uri: str, notice_id: str | None = None,
-                           progress_s: float | None = None) -> None:
+    async def _report(self, checkpoint_uri: str, notice_id: str | None,
+                      progress_s: float | None, *, within_s: float) -> None:
         assert self._nc is not None
-        ack = m.RunCheckpointed(
+        report = m.ReportCheckpoint(
             run_id=self.info.run_id, job_id=self.info.job_id, checkpoint_uri=checkpoint_uri,
             run_token=self.info.run_token, notice_id=notice_id, progress_s=progress_s,
         )
-        env = envelope(ack, source=f"run/{self.info.run_id}", job_id=self.info.job_id,
-                       run_id=self.info.run_id)
-        await self._nc.jetstream().publish(
-            self.info.ack_subject, env.to_bytes(), stream=STREAM_EVT,
-            headers={"Nats-Msg-Id": env.id, "Rota-Type": env.type},
-        )
+        body = envelope(report, source=f"run/{self.info.run_id}", job_id=self.info.job_id,
+                        run_id=self.info.run_id).to_bytes()
+        deadline = asyncio.get_running_loop().time() + within_s
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise SdkError(f"no answer to the checkpoint report within {within_s:.0f} s")
+            try:
+                answer = await self._nc.request(self.info.ack_subject, body,
+                                                timeout=min(5.0, left))
+            except (NatsTimeoutError, NoRespondersError):
+                await asyncio.sleep(min(0.5, max(0.0, left - 0.01)))
+                continue  # the executor is away: it is durable, so ask again
+            reply = parse(answer.data, m.ApiReply, max_bytes=MAX_NOTICE_BYTES).data
+            if not reply.ok:
+                error = reply.error
+                raise SdkError(f"checkpoint report refused: {error.code if error else '?'}: "
+                               f"{error.message if error else ''}")
+            return
 
     async def _listen(self) -> None:
         credentials: dict[str, str] = {}

@@ -114,10 +114,6 @@ class Settings(BaseSettings):
     executor_poll_interval_s: float = Field(
         0.2, gt=0, le=60, description="How often the local backend looks for exited processes."
     )
-    executor_ack_settle_s: float = Field(
-        5.0, ge=0, le=300,
-        description="Longest wait, when a local run ends, for its checkpoint acks to be read.",
-    )
 
     # Decision records (issue 6): the scheduler's decision log and the read model's history
     # of finished jobs are kept this long, then pruned. 0 keeps them forever.

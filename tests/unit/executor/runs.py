@@ -24,7 +24,7 @@ def record(*, sim: dict[str, Any] | None = None, resumable: bool = True,
     base: dict[str, Any] = dict(
         run_id=new_id(), job_id=job_id or new_id(), attempt=1, backend="sim", spec=spec,
         placement=[WorkerPlacement(worker=0, node="h100-0", gpus=list(gpus))],
-        run_token="t" * 32, state="running", started_at=T0, resume_from=resume_from,
+        state="running", started_at=T0, resume_from=resume_from,
         last_checkpoint_uri=resume_from,
     )
     base.update(values)

@@ -76,13 +76,13 @@ def test_a_local_run_env_carries_the_protocol_and_only_safe_host_variables() -> 
     run = record(resume_from="file:///ckpt/1", gpus=(2, 3))
     run = type(run)(**{**run.__dict__, "spec": run.spec.model_copy(
         update={"local": LocalRun(command=["python", "x.py"], env=spec_env)})})
-    env = run_env(run, run.placement[0], nats_url="nats://n:4222",
+    env = run_env(run, run.placement[0], run_token="t" * 32, nats_url="nats://n:4222",
                   checkpoint_dir=Path("/home/r/checkpoints/j"),
                   base={"PATH": "/bin", "ROTA_DATABASE_URL": "postgresql://secret"})
     assert env["PATH"] == "/bin" and "ROTA_DATABASE_URL" not in env
-    assert env["TRAIN_STEPS"] == "5" and env["ROTA_RUN_TOKEN"] == run.run_token
+    assert env["TRAIN_STEPS"] == "5" and env["ROTA_RUN_TOKEN"] == "t" * 32
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert env["ROTA_CONTROL_SUBJECT"] == f"rota.ctl.run.{run.run_id}"
-    assert env["ROTA_ACK_SUBJECT"] == "rota.evt.run.checkpointed"
+    assert env["ROTA_ACK_SUBJECT"] == f"rota.run.checkpoint.{run.run_id}"
     assert env["ROTA_RESUME_FROM"] == "file:///ckpt/1"
     assert (env["ROTA_WORKER_INDEX"], env["ROTA_WORKERS"]) == ("0", "1")

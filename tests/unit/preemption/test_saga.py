@@ -3,7 +3,6 @@ produce, then the victims' outcomes and the plan's state at the end. Pure: no I/
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,6 @@ from rota_preemption.domain import (
     Saga,
     SendNotice,
     SendStop,
-    TokenCheck,
     VictimState,
     WithdrawNotice,
 )
@@ -96,7 +94,6 @@ class Ack:
     victim: int
     at: float = 5.0
     verdict: AckVerdict = AckVerdict.accepted
-    token: TokenCheck = TokenCheck.match
     stale: bool = False  # sent by another run of the same job
     uri: str = "s3://ckpt/acked"
 
@@ -130,7 +127,7 @@ def apply(saga: Saga, step: Step) -> list[Effect]:
             victim = saga.victims[step.victim]
             verdict, effects = domain.acknowledge(
                 saga, notice_id=victim.notice_id, run_id=uid(999) if step.stale else victim.run_id,
-                token=step.token, checkpoint_uri=step.uri, now=at(step.at))
+                checkpoint_uri=step.uri, now=at(step.at))
             assert verdict is step.verdict
             return effects
         case Tick():
@@ -184,12 +181,6 @@ SCENARIOS = [
              [F], PlanState.completed, lost=[900.0], checkpoints=[None]),
     Scenario("an ack from a stale run of the job is ignored",
              [(Ack(0, stale=True, verdict=AckVerdict.stale_run), []), (Tick(30.0), ["stop:0:forced"])],
-             [F], PlanState.stopping),
-    Scenario("a wrong token is rejected; the right one then counts",
-             [(Ack(0, token=TokenCheck.mismatch, verdict=AckVerdict.wrong_token), []), (Ack(0, at=6), ["stop:0"])],
-             [A], PlanState.stopping),
-    Scenario("an ack whose run never reported its token hash cannot be verified",
-             [(Ack(0, token=TokenCheck.unknown, verdict=AckVerdict.unverifiable), []), (Tick(30.0), ["stop:0:forced"])],
              [F], PlanState.stopping),
     Scenario("the executor reports a preemption stop with no ack: forced",
              [(Ended(0, RunEnd.stopped, reason=STOPPED, lost=450.0), ["completed"]), (Tick(30.0), [])],
@@ -284,16 +275,7 @@ def test_notice_ids_are_distinct_per_victim() -> None:
     assert len({v.notice_id for v in saga.victims}) == 3
 
 
-# ---------------------------------------------------------------- tokens and messages
-
-
-def test_token_check() -> None:
-    token = "a-run-token-of-enough-length"
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    assert domain.check_token(token, digest) is TokenCheck.match
-    assert domain.check_token(token, digest.upper()) is TokenCheck.match
-    assert domain.check_token(token + "x", digest) is TokenCheck.mismatch
-    assert domain.check_token(token, None) is TokenCheck.unknown
+# ---------------------------------------------------------------- messages
 
 
 def test_completed_message_lists_every_victim() -> None:

@@ -38,7 +38,7 @@ class Story:
 
     def cycle(self) -> list[Any]:
         decisions = schedule(self.view.snapshot(self.now), self.now, POLICY)
-        actions = plan_actions(self.view, decisions, new_uuid=self.uuid, new_token=lambda: "t" * 32)
+        actions = plan_actions(self.view, decisions, new_uuid=self.uuid)
         record_sent(self.view, actions, self.now)
         for item in actions.outgoing:  # the echo, as the stream delivers it later
             self.event(type(item.message).__name__, **item.message.model_dump(mode="json"))

@@ -1,10 +1,11 @@
 """The executor service: runs what was granted, on the backend named by `ROTA_EXECUTOR`.
 
-Durable consumers, each handler thin (the work is in `runs.Executor`):
+Consumers, each handler thin (the work is in `runs.Executor`):
 
 - `executor-start`       `rota.cmd.run.start`          StartRun: a run starts once
 - `executor-stop`        `rota.cmd.run.stop`           StopRun: idempotent
-- `executor-checkpoints` `rota.evt.run.checkpointed`   each run's last acknowledged checkpoint
+- `executor-checkpoints` `rota.run.checkpoint.*`       a run's reports: core request/reply, on no
+                                                        stream, since they carry its token
 - `executor-control`     `rota.ctl.run.>`              notices, which the simulator answers
 """
 
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 
+from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
 from rota.endpoints import resolve
@@ -32,12 +32,10 @@ log = logging.getLogger("rota.executor")
 
 NAME = "executor"
 MIGRATIONS = Path(__file__).parent / "migrations"
-CHECKPOINTS = s.EVENT_SUBJECTS["RunCheckpointed"]
 CONTROL_ALL = "rota.ctl.run.>"
 CONSUMERS = (
     (s.STREAM_CMD, "executor-start", s.RUN_START),
     (s.STREAM_CMD, "executor-stop", s.RUN_STOP),
-    (s.STREAM_EVT, "executor-checkpoints", CHECKPOINTS),
     (s.STREAM_CTL, "executor-control", CONTROL_ALL),
 )
 
@@ -58,28 +56,8 @@ def make_backend(service: RotaService, executor: Executor) -> Backend:
 def build(service: RotaService | None = None, config: RotaConfig | None = None) -> RotaService:
     service = service or RotaService(NAME, migrations=MIGRATIONS)
     config = config or load_config(service.settings.config)
-    settle_s = service.settings.executor_ack_settle_s
 
-    async def settle() -> None:
-        """Wait until `executor-checkpoints` has read every ack already in the stream."""
-        js = service.broker.connection.jetstream()
-        try:
-            last = (await js.get_last_msg(s.STREAM_EVT, CHECKPOINTS)).seq
-        except NotFoundError:
-            return
-        deadline = time.monotonic() + settle_s
-        while time.monotonic() < deadline:
-            try:
-                info = await js.consumer_info(s.STREAM_EVT, "executor-checkpoints")
-            except NotFoundError:
-                return  # no consumer, nothing it could still be reading
-            if info.ack_floor.stream_seq >= last or (
-                    info.num_pending == 0 and info.num_ack_pending == 0):
-                return
-            await asyncio.sleep(0.05)
-        log.warning("checkpoint acks not all read after %.1f s; deciding without them", settle_s)
-
-    executor = Executor(service, config.expanded_nodes(), settle)
+    executor = Executor(service, config.expanded_nodes())
     background: list[asyncio.Task[None]] = []
 
     @service.js_subscriber(s.RUN_START, stream=s.STREAM_CMD, durable="executor-start")
@@ -92,11 +70,11 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         """StopRun: SIGTERM then SIGKILL (local), or end the simulation; then `RunStopped`."""
         await executor.stop(msg.data)
 
-    @service.js_subscriber(CHECKPOINTS, stream=s.STREAM_EVT, durable="executor-checkpoints",
-                           batch_size=128)
-    async def run_checkpointed(msg: Msg) -> None:
-        """RunCheckpointed: the run's last acknowledged checkpoint, for `RunStopped`."""
-        await executor.checkpoint_seen(msg.data)
+    @service.broker.subscriber(s.RUN_CHECKPOINT_ALL, queue="executor-checkpoints")
+    async def report_checkpoint(msg: NatsMessage) -> bytes:
+        """ReportCheckpoint from a run: checked against its token hash, recorded, published
+        as `RunCheckpointed`, then answered."""
+        return await executor.report_checkpoint(msg.body)
 
     @service.js_subscriber(CONTROL_ALL, stream=s.STREAM_CTL, durable="executor-control")
     async def run_notice(msg: Msg) -> None:
@@ -113,7 +91,6 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     @service.app.after_startup
     async def run_backend() -> None:
         assert executor.backend is not None
-        executor.consuming = True
         background.append(asyncio.create_task(executor.backend.run(), name="executor-backend"))
         log.info("executor: %s backend", executor.backend.name)
 

@@ -40,7 +40,6 @@ class RunRecord:
     backend: str
     spec: JobSpec
     placement: list[WorkerPlacement]
-    run_token: str
     state: str
     started_at: datetime
     resume_from: str | None = None
@@ -73,7 +72,7 @@ class Exit:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint a backend made itself (the simulator), acknowledged like a job's own."""
+    """A checkpoint a backend made itself (the simulator): no token to check, it is ours."""
 
     uri: str
     at: datetime
@@ -86,6 +85,10 @@ class Reporter(Protocol):
 
     async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None: ...
 
+    async def new_token(self, run_id: str) -> str:
+        """A fresh token for a run not launched yet; only its hash is kept."""
+        ...
+
     async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None: ...
 
     async def ended(self, run_id: str, exit: Exit) -> None: ...
@@ -95,14 +98,15 @@ class Backend(Protocol):
     name: str
     time_scale: float
     """Run seconds per wall second: the sim speed, else 1. Lost work is counted in run time."""
-    settles_acks: bool
-    """True when jobs acknowledge by themselves, so the end of a run waits for its acks."""
 
     def unsupported(self, spec: JobSpec) -> str | None:
         """Why this backend cannot run `spec`, or None."""
 
-    async def start(self, run: RunRecord) -> None:
-        """Launch a recorded run. Failures are reported through `Reporter.ended`."""
+    async def start(self, run: RunRecord, run_token: str) -> None:
+        """Launch a recorded run. Failures are reported through `Reporter.ended`.
+
+        `run_token` is the run's secret, which it shows when it reports a checkpoint. It exists
+        only here and in the run's environment: the executor keeps just its hash."""
 
     async def adopt(self, run: RunRecord) -> None:
         """Take over a live run recorded before a restart of the executor."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from rota.clock import Clock
 from rota.contracts.job import JobSpec, WorkerPlacement
-from rota.contracts.subjects import EVENT_SUBJECTS, control
+from rota.contracts.subjects import control, run_checkpoint
 
 from rota_executor import launcher, procs
 from rota_executor.backend import Exit, Reporter, RunRecord, WorkerProcess
@@ -45,8 +45,8 @@ PASSED_THROUGH = (
 
 
 def run_env(
-    run: RunRecord, worker: WorkerPlacement, *, nats_url: str, checkpoint_dir: Path,
-    base: Mapping[str, str],
+    run: RunRecord, worker: WorkerPlacement, *, run_token: str, nats_url: str,
+    checkpoint_dir: Path, base: Mapping[str, str],
 ) -> dict[str, str]:
     """The environment of one worker: a few host variables, the spec's `local.env`, then the
     run's own variables, which the spec cannot override (a job cannot spoof another's token)."""
@@ -57,11 +57,11 @@ def run_env(
     env.update({
         "ROTA_JOB_ID": run.job_id,
         "ROTA_RUN_ID": run.run_id,
-        "ROTA_RUN_TOKEN": run.run_token,
+        "ROTA_RUN_TOKEN": run_token,
         "ROTA_ATTEMPT": str(run.attempt),
         "ROTA_NATS_URL": nats_url,
         "ROTA_CONTROL_SUBJECT": control(run.run_id),
-        "ROTA_ACK_SUBJECT": EVENT_SUBJECTS["RunCheckpointed"],
+        "ROTA_ACK_SUBJECT": run_checkpoint(run.run_id),
         "ROTA_RESUME_FROM": run.resume_from or "",
         "ROTA_CHECKPOINT_DIR": str(checkpoint_dir),
         "ROTA_WORKER_INDEX": str(worker.worker),
@@ -110,7 +110,6 @@ class Watched:
 class LocalBackend:
     name = "local"
     time_scale = 1.0
-    settles_acks = True  # the job acks by itself, so its run's end waits for the ack to be read
 
     def __init__(
         self, reporter: Reporter, clock: Clock, *, home: Path, nats_url: str,
@@ -140,7 +139,7 @@ class LocalBackend:
     def _exit_file(self, run_id: str, worker: int) -> Path:
         return self.home / "runs" / f"{run_id}.{worker}.exit"
 
-    async def start(self, run: RunRecord) -> None:
+    async def start(self, run: RunRecord, run_token: str) -> None:
         assert run.spec.local is not None
         checkpoint_dir = self.home / "checkpoints" / run.job_id
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +148,7 @@ class LocalBackend:
         creds = self.minter.mint(run.run_id) if self.minter is not None else None
         try:
             for placement in run.placement:
-                env = run_env(run, placement, nats_url=self.nats_url,
+                env = run_env(run, placement, run_token=run_token, nats_url=self.nats_url,
                               checkpoint_dir=checkpoint_dir, base=os.environ)
                 if creds is not None:
                     env["ROTA_NATS_CREDS"] = str(creds)
@@ -186,7 +185,8 @@ class LocalBackend:
                 await self.reporter.ended(run.run_id, Exit(None, "stopped before it started"))
             else:
                 log.info("local run %s was never launched; launching it now", run.run_id)
-                await self.start(run)
+                # Its first token was only in the memory of the executor that died.
+                await self.start(run, await self.reporter.new_token(run.run_id))
             return
         workers = [Worker(p, self._exit_file(run.run_id, p.worker)) for p in run.processes]
         watched = Watched(run, workers)

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from rota import metrics
 from rota.contracts import messages as m
+from rota.contracts.subjects import RUN_CHECKPOINT_ALL
 
 from rota_executor.backend import RunRecord
 from rota_executor.domain import Outcome
@@ -34,3 +35,10 @@ def run_ended(result: Outcome, run: RunRecord, ended_at: datetime, time_scale: f
 def could_not_start() -> None:
     """A StartRun whose placement or spec this executor cannot run: failed, never ran."""
     metrics.JOBS_FINISHED.labels(outcome="failed").inc()
+
+
+@metrics.never_raises
+def checkpoint_refused() -> None:
+    """A checkpoint report without its run's token: counted with the forged messages, under
+    the subject pattern (one label, not one per run)."""
+    metrics.FORGED_MESSAGES.labels(RUN_CHECKPOINT_ALL).inc()

@@ -1,6 +1,6 @@
 """The executor's bookkeeping: every change to a run and the event reporting it, in one transaction.
 
-Handlers (`app.py`) call `start`, `stop`, `checkpoint_seen` and `notice_seen`; backends call
+Handlers (`app.py`) call `start`, `stop`, `report_checkpoint` and `notice_seen`; backends call
 back through the `Reporter` methods `launched`, `checkpointed` and `ended`. Idempotency comes
 from natural state checks on the locked row: a run is inserted once (duplicate `StartRun`),
 ends once (`ended` on a run already over does nothing), and is stopped once.
@@ -8,13 +8,15 @@ ends once (`ended` on a run already over does nothing), and is stopped once.
 
 from __future__ import annotations
 
+import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import secrets
 from datetime import datetime
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 from pydantic import BaseModel
+from rota.bus.query import answer_query, api_error
 from rota.config.model import Node
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
@@ -34,10 +36,9 @@ log = logging.getLogger("rota.executor")
 SOURCE = "executor"
 
 
-def _event_attrs(event: BaseModel, run: RunRecord | m.StartRun,
-                 source: str) -> dict[str, AttributeValue | None]:
+def _event_attrs(event: BaseModel, run: RunRecord | m.StartRun) -> dict[str, AttributeValue | None]:
     data = event.model_dump(mode="json")
-    attrs: dict[str, AttributeValue | None] = {"rota.run_id": run.run_id, "rota.source": source}
+    attrs: dict[str, AttributeValue | None] = {"rota.run_id": run.run_id, "rota.source": SOURCE}
     for key in ("attempt", "reason", "forced", "checkpoint_uri", "notice_id", "exit_code",
                 "error", "lost_gpu_seconds", "resumed_from"):
         value = data.get(key)
@@ -47,16 +48,10 @@ def _event_attrs(event: BaseModel, run: RunRecord | m.StartRun,
 
 
 class Executor:
-    def __init__(
-        self, service: RotaService, nodes: list[Node],
-        settle: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, service: RotaService, nodes: list[Node]) -> None:
         self.service = service
         self.nodes = nodes
-        self.settle = settle
         self.backend: Backend | None = None
-        self.consuming = False
-        """Set once the subscribers run: only then can the end of a run wait for its acks."""
 
     @property
     def _backend(self) -> Backend:
@@ -72,12 +67,12 @@ class Executor:
             return None
 
     async def _emit(self, conn: AsyncConnection, event: BaseModel, run: RunRecord | m.StartRun,
-                    *, at: datetime, id: str | None = None, source: str = SOURCE) -> None:
-        env = envelope(event, source=source, job_id=run.job_id, run_id=run.run_id,
+                    *, at: datetime, id: str | None = None) -> None:
+        env = envelope(event, source=SOURCE, job_id=run.job_id, run_id=run.run_id,
                        occurred_at=at, id=id)
         # Each run event is a span in the job's trace, also when a backend's timer (a
         # simulated checkpoint, a process exit) rather than a message caused it.
-        with job_span(f"rota.executor.{env.type}", run.job_id, _event_attrs(event, run, source)):
+        with job_span(f"rota.executor.{env.type}", run.job_id, _event_attrs(event, run)):
             await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
 
     def _wake(self) -> None:
@@ -96,10 +91,12 @@ class Executor:
         backend, now = self._backend, self.service.clock.now()
         problem = placement_problem(list(start.placement), self.nodes) or backend.unsupported(
             start.spec)
+        # Minted here, kept only as its hash, and handed to the run alone: it is on no stream.
+        run_token = secrets.token_urlsafe(32)
         async with self.service.engine.begin() as conn:
             inserted = await store.insert_run(
-                conn, start, backend=backend.name, state="failed" if problem else "running",
-                now=now, detail=problem,
+                conn, start, token_sha256=token_sha256(run_token), backend=backend.name,
+                state="failed" if problem else "running", now=now, detail=problem,
             )
             if not inserted:
                 log.info("duplicate StartRun for run %s: it starts once", start.run_id)
@@ -111,7 +108,6 @@ class Executor:
                 await self._emit(conn, m.RunStarted(
                     run_id=start.run_id, job_id=start.job_id, attempt=start.attempt,
                     placement=start.placement, resumed_from=start.resume_from,
-                    token_sha256=token_sha256(start.run_token),
                 ), start, at=now)
             run = await store.get(conn, start.run_id)
         self._wake()
@@ -125,7 +121,7 @@ class Executor:
                  run.attempt, backend.name,
                  f", resuming from {run.resume_from}" if run.resume_from else "")
         try:
-            await backend.start(run)
+            await backend.start(run, run_token)
         except Exception as exc:  # a redelivery would find the row and never start it
             log.exception("run %s: the %s backend could not start it", run.run_id, backend.name)
             await self.ended(run.run_id, Exit(None, f"cannot start: {exc}"))
@@ -162,35 +158,56 @@ class Executor:
                  ", forced" if stop.forced else "")
         await self._backend.stop(run)
 
-    async def checkpoint_seen(self, raw: bytes) -> None:
-        """RunCheckpointed (from a job, or the simulator): track each run's last acknowledged
-        checkpoint. Only a checkpoint with the run's own token counts."""
-        env = self._parse(raw, m.RunCheckpointed)
-        if env is None:
-            return
-        data: m.RunCheckpointed = env.data
+    async def report_checkpoint(self, raw: bytes) -> bytes:
+        """A run's `ReportCheckpoint` request: with its own token, its checkpoint is recorded
+        and published as `RunCheckpointed` (without the token) in one transaction, and only
+        then answered, so a job that has its answer knows its acknowledgement counts."""
+        return await answer_query(raw, m.ReportCheckpoint, self._checkpoint_reported,
+                                  source=SOURCE, max_bytes=self.service.settings.max_message_bytes)
+
+    async def _checkpoint_reported(self, report: m.ReportCheckpoint) -> m.ApiReply:
         now = self.service.clock.now()
         async with self.service.engine.begin() as conn:
-            row = await store.lock(conn, data.run_id)
-            if row is None or row.state not in store.LIVE_STATES:
-                return  # not ours, or over: a late checkpoint changes nothing
-            if token_sha256(data.run_token) != row.token_sha256:
-                log.warning("checkpoint %s for run %s rejected: wrong run token",
-                            data.checkpoint_uri, data.run_id)
-                return
-            # The job's clock may be off: keep its time within what we have seen.
-            at = min(max(env.occurred_at, row.started_at), now)
-            values = self._checkpoint_values(row, data.checkpoint_uri, at, data.progress_s,
-                                             data.notice_id)
+            row = await store.lock(conn, report.run_id)
+            # The same answer for a wrong token and an unknown run: neither tells a prober
+            # which runs exist.
+            if row is None or not hmac.compare_digest(token_sha256(report.run_token),
+                                                      row.token_sha256):
+                metrics.checkpoint_refused()
+                log.warning("checkpoint %s for run %s refused: wrong run token",
+                            report.checkpoint_uri, report.run_id)
+                return api_error("UNAUTHORISED", "not this run's token", "run_token")
+            if row.job_id != report.job_id:
+                return api_error("INVALID", f"run {report.run_id} is not of job "
+                                 f"{report.job_id}", "job_id")
+            if row.state not in store.LIVE_STATES:
+                return api_error("RUN_OVER", f"run {report.run_id} is {row.state}: a late "
+                                 "checkpoint changes nothing", "run_id")
+            # The job's clock is not ours: the checkpoint counts from when it reached us.
+            values = self._checkpoint_values(row, report.checkpoint_uri, now, report.progress_s,
+                                             report.notice_id)
             if not values:
-                return
-            await store.update(conn, data.run_id, values)
-            run = await store.get(conn, data.run_id)
-        assert run is not None
-        if data.notice_id is not None:
-            log.info("run %s acknowledged notice %s with %s", run.run_id, data.notice_id,
-                     data.checkpoint_uri)
+                return m.ApiReply(ok=True, result={"recorded": False})  # a repeat
+            await store.update(conn, report.run_id, values)
+            run = await store.get(conn, report.run_id)
+            assert run is not None
+            await self._emit_checkpointed(conn, run, Checkpoint(
+                report.checkpoint_uri, now, report.progress_s, report.notice_id))
+        self._wake()
+        if report.notice_id is not None:
+            log.info("run %s acknowledged notice %s with %s", run.run_id, report.notice_id,
+                     report.checkpoint_uri)
             self._backend.noticed(run)
+        return m.ApiReply(ok=True, result={"recorded": True})
+
+    async def _emit_checkpointed(self, conn: AsyncConnection, run: RunRecord,
+                                 checkpoint: Checkpoint) -> None:
+        event = m.RunCheckpointed(
+            run_id=run.run_id, job_id=run.job_id, checkpoint_uri=checkpoint.uri,
+            notice_id=checkpoint.notice_id, progress_s=checkpoint.progress_s)
+        # Derived from what it reports, so a repeat after a restart is dropped by JetStream.
+        seed = f"checkpointed:{run.run_id}:{checkpoint.uri}:{checkpoint.notice_id}"
+        await self._emit(conn, event, run, at=checkpoint.at, id=derived_id(seed, checkpoint.at))
 
     @staticmethod
     def _checkpoint_values(row: Any, uri: str, at: datetime, progress_s: float | None,
@@ -239,9 +256,15 @@ class Executor:
             await store.update(conn, run_id, {"pids": [p.to_doc() for p in processes],
                                               "updated_at": self.service.clock.now()})
 
+    async def new_token(self, run_id: str) -> str:
+        run_token = secrets.token_urlsafe(32)
+        async with self.service.engine.begin() as conn:
+            await store.update(conn, run_id, {"token_sha256": token_sha256(run_token),
+                                              "updated_at": self.service.clock.now()})
+        return run_token
+
     async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None:
-        """A checkpoint the backend made itself. Published as the job would publish it (its
-        token, `source: run/<id>`), and recorded in the same transaction."""
+        """A checkpoint the backend made itself, recorded and published in one transaction."""
         async with self.service.engine.begin() as conn:
             row = await store.lock(conn, run.run_id)
             if row is None or row.state not in store.LIVE_STATES:
@@ -250,15 +273,7 @@ class Executor:
                                              checkpoint.progress_s, checkpoint.notice_id)
             if values:
                 await store.update(conn, run.run_id, values)
-            event = m.RunCheckpointed(
-                run_id=run.run_id, job_id=run.job_id, checkpoint_uri=checkpoint.uri,
-                run_token=run.run_token, notice_id=checkpoint.notice_id,
-                progress_s=checkpoint.progress_s,
-            )
-            # Derived from what it reports, so a repeat after a restart is dropped by JetStream.
-            seed = f"checkpointed:{run.run_id}:{checkpoint.uri}:{checkpoint.notice_id}"
-            await self._emit(conn, event, run, at=checkpoint.at, source=f"run/{run.run_id}",
-                             id=derived_id(seed, checkpoint.at))
+            await self._emit_checkpointed(conn, run, checkpoint)
         self._wake()
         if checkpoint.notice_id:
             log.info("sim run %s saved %s and acknowledged notice %s", run.run_id,
@@ -267,10 +282,6 @@ class Executor:
     async def ended(self, run_id: str, exit: Exit) -> None:
         """The run is over: finished, failed or stopped (see `domain.outcome`), reported once."""
         backend = self._backend
-        if backend.settles_acks and self.consuming and self.settle is not None:
-            # A job acks, then exits: its ack is in the stream before the exit, but our
-            # consumer may not have read it yet, and it decides stopped versus finished.
-            await self.settle()
         now = self.service.clock.now()
         async with self.service.engine.begin() as conn:
             row = await store.lock(conn, run_id)

@@ -23,7 +23,6 @@ log = logging.getLogger("rota.executor.sim")
 
 class SimBackend:
     name = "sim"
-    settles_acks = False  # the simulator's acks are recorded in the same transaction they go out
 
     def __init__(self, reporter: Reporter, clock: Clock, *, speed: float, tick_s: float) -> None:
         self.reporter = reporter
@@ -38,7 +37,7 @@ class SimBackend:
     def unsupported(self, spec: JobSpec) -> str | None:
         return None  # a spec without a `sim` section plays for its declared runtime
 
-    async def start(self, run: RunRecord) -> None:
+    async def start(self, run: RunRecord, run_token: str = "") -> None:
         self.plans[run.run_id] = SimPlan.of(run, self.time_scale)
         log.info("sim run %s of job %s started at progress %.0f s", run.run_id, run.job_id,
                  self.plans[run.run_id].p0)

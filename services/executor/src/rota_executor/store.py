@@ -13,7 +13,6 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_executor.backend import RunRecord, WorkerProcess
-from rota_executor.domain import token_sha256
 
 SCHEMA = "executor"
 metadata = sa.MetaData(schema=SCHEMA)
@@ -28,7 +27,6 @@ runs = sa.Table(
     sa.Column("spec", postgresql.JSONB, nullable=False),
     sa.Column("placement", postgresql.JSONB, nullable=False),
     sa.Column("gpus", sa.Integer, nullable=False),
-    sa.Column("run_token", sa.Text, nullable=False),
     sa.Column("token_sha256", sa.Text, nullable=False),
     sa.Column("resume_from", sa.Text),
     sa.Column("state", sa.Text, nullable=False),
@@ -58,7 +56,7 @@ def record(row: Any) -> RunRecord:
         run_id=row.run_id, job_id=row.job_id, attempt=row.attempt, backend=row.backend,
         spec=JobSpec.model_validate(row.spec),
         placement=[WorkerPlacement.model_validate(w) for w in row.placement],
-        run_token=row.run_token, state=row.state, started_at=row.started_at,
+        state=row.state, started_at=row.started_at,
         resume_from=row.resume_from,
         processes=[WorkerProcess.from_doc(p) for p in row.pids or []],
         last_checkpoint_uri=row.last_checkpoint_uri, last_checkpoint_at=row.last_checkpoint_at,
@@ -69,8 +67,8 @@ def record(row: Any) -> RunRecord:
 
 
 async def insert_run(
-    conn: AsyncConnection, start: m.StartRun, *, backend: str, state: str, now: datetime,
-    detail: str | None = None,
+    conn: AsyncConnection, start: m.StartRun, *, token_sha256: str, backend: str, state: str,
+    now: datetime, detail: str | None = None,
 ) -> bool:
     """Insert once per run_id: False when the run is known already (a duplicate StartRun).
 
@@ -83,8 +81,8 @@ async def insert_run(
         .values(
             run_id=start.run_id, job_id=start.job_id, attempt=start.attempt, backend=backend,
             spec=start.spec.model_dump(mode="json"), placement=placement,
-            gpus=sum(len(w.gpus) for w in start.placement), run_token=start.run_token,
-            token_sha256=token_sha256(start.run_token), resume_from=start.resume_from,
+            gpus=sum(len(w.gpus) for w in start.placement), token_sha256=token_sha256,
+            resume_from=start.resume_from,
             state=state, started_at=now, last_checkpoint_uri=start.resume_from,
             ended_at=None if state in LIVE_STATES else now, detail=detail, updated_at=now,
         )

@@ -1,7 +1,7 @@
 """The preemption coordinator: thin wiring from subjects and the clock to `Coordinator`.
 
 - `rota.evt.preemption.requested` (durable `preemption-plans`): open one saga per plan.
-- `rota.evt.run.>` (durable `preemption-runs`): token hashes, acknowledgements, run ends.
+- `rota.evt.run.>` (durable `preemption-runs`): acknowledgements and run ends.
 - `rota.evt.job.cancelled` (durable `preemption-cancels`): a cancelled preemptor aborts.
 - A timer task forces the stop of victims past their deadline, read from the database.
 - `rota.sys.preemption.plans`: the read API over sagas and victims.
@@ -48,8 +48,7 @@ def build(
             service.relay.wake()
 
     coordinator = Coordinator(lambda: service.engine, service.outbox, config, service.clock,
-                              max_bytes=max_bytes, on_commit=wake_relay,
-                              unverified_attempts=settings.unverified_ack_attempts)
+                              max_bytes=max_bytes, on_commit=wake_relay)
     timers: list[asyncio.Task[None]] = []
     install_metrics(service)
 
@@ -59,16 +58,13 @@ def build(
         """Open the saga: notices to the victims, in one transaction with its rows."""
         await coordinator.preemption_requested(msg.data)
 
-    # One consumer for every run event: a run's RunStarted (its token hash) is fetched in an
-    # earlier batch than its acks, or in the same one, where an ack retries until it is seen.
+    # One consumer for every run event, so a run's ack and its end are read in order.
     @service.js_subscriber(RUN_EVENTS, stream=s.STREAM_EVT, durable=CONSUMER_RUNS,
                            batch_size=128)
     async def run_event(msg: Msg) -> None:
-        """RunStarted, RunCheckpointed (the ack), RunStopped, RunFinished, RunFailed."""
-        attempt = msg.metadata.num_delivered
-        if not await coordinator.run_event(msg.data, attempt=attempt):
-            # Nacked here, so the consumer sends no ack afterwards.
-            await msg.nak(delay=service.settings.retry_delay_s)
+        """RunCheckpointed (the ack, verified by the executor), RunStopped, RunFinished,
+        RunFailed."""
+        await coordinator.run_event(msg.data)
 
     @service.js_subscriber(s.EVENT_SUBJECTS["JobCancelled"], stream=s.STREAM_EVT,
                            durable=CONSUMER_CANCELS)

@@ -43,14 +43,7 @@ _VERDICT_LOG: dict[AckVerdict, tuple[int, str]] = {
     AckVerdict.withdrawn: (logging.INFO, "ignored: the notice was withdrawn"),
     AckVerdict.after_end: (logging.INFO, "ignored: the run had already ended"),
     AckVerdict.stale_run: (logging.WARNING, "ignored: from a stale run, not the victim run"),
-    AckVerdict.wrong_token: (logging.WARNING, "rejected: wrong run token"),
-    AckVerdict.unverifiable: (logging.WARNING, "rejected: cannot be verified, no RunStarted"
-                              " token hash for this run"),
 }
-
-
-class RetryLater(Exception):
-    """Raised inside a transaction to roll it back; the message is delivered again later."""
 
 
 class Coordinator:
@@ -63,16 +56,12 @@ class Coordinator:
         *,
         max_bytes: int,
         on_commit: Callable[[], None] | None = None,
-        unverified_attempts: int = 3,
     ) -> None:
         self._engine = engine
         self._outbox = outbox
         self._clock = clock
         self._max_bytes = max_bytes
         self._on_commit = on_commit
-        # An ack whose run has no token hash yet is retried this many deliveries before it is
-        # rejected: the run's RunStarted may still be in flight (same batch, or retrying).
-        self._unverified_attempts = unverified_attempts
         self._grace = {tier: queue.preemption_grace_s for tier, queue in config.queues.items()}
         self._default_grace_s = config.preemption.default_grace_s
 
@@ -107,29 +96,19 @@ class Coordinator:
 
     # ------------------------------------------------------------ run events
 
-    async def run_event(self, raw: bytes, *, attempt: int = 1) -> bool:
-        """Apply one run event. False: not yet, deliver it again later (see `RetryLater`)."""
+    async def run_event(self, raw: bytes) -> None:
+        """Apply one run event: an acknowledgement, or the end of a run."""
         env = self._parse_any(raw)
         if env is None:
-            return True
+            return
         data = env.data
         if isinstance(data, m.RunCheckpointed):
             if data.notice_id is not None:  # without one it is a periodic checkpoint, no ack
-                try:
-                    await self._acknowledged(env.id, data, attempt)
-                except RetryLater:
-                    log.info("ack from run %s waits for the run's RunStarted (delivery %d)",
-                             data.run_id, attempt)
-                    return False
-        elif isinstance(data, m.RunStarted):
-            async with self._engine().begin() as conn:
-                await store.record_run_started(conn, data.run_id, data.job_id,
-                                               data.token_sha256, env.occurred_at)
+                await self._acknowledged(env.id, data)
         elif isinstance(data, m.RunStopped | m.RunFinished | m.RunFailed):
             await self._run_ended(data)
-        return True
 
-    async def _acknowledged(self, event_id: str, ack: m.RunCheckpointed, attempt: int) -> None:
+    async def _acknowledged(self, event_id: str, ack: m.RunCheckpointed) -> None:
         assert ack.notice_id is not None
         now = self._clock.now()
         async with self._engine().begin() as conn:
@@ -140,13 +119,10 @@ class Coordinator:
             if saga is None:
                 await self._unknown_notice(conn, ack)
                 return
-            token = domain.check_token(ack.run_token, await store.token_sha256(conn, ack.run_id))
             verdict, effects = domain.acknowledge(
-                saga, notice_id=ack.notice_id, run_id=ack.run_id, token=token,
+                saga, notice_id=ack.notice_id, run_id=ack.run_id,
                 checkpoint_uri=ack.checkpoint_uri, now=now,
             )
-            if verdict is AckVerdict.unverifiable and attempt < self._unverified_attempts:
-                raise RetryLater  # rolls back the guard row too, so the redelivery counts
             with ack_span(ack.job_id, ack.run_id, ack.notice_id, plan_id, verdict.value,
                           ack.checkpoint_uri):
                 if effects:
@@ -154,7 +130,6 @@ class Coordinator:
                     await self._emit(conn, saga, effects)
         level, text = _VERDICT_LOG[verdict]
         checkpoint = f", checkpoint {ack.checkpoint_uri}" if verdict is AckVerdict.accepted else ""
-        # Never the token itself, right or wrong.
         log.log(level, "ack from run %s of job %s (notice %s, plan %s%s) %s", ack.run_id,
                 ack.job_id, ack.notice_id, saga.plan.plan_id, checkpoint, text)
         if effects:

@@ -16,8 +16,6 @@ An ack and its StopRun commit together, so "acked" is an outcome, never a restin
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -50,12 +48,6 @@ class RunEnd(StrEnum):
     stopped = "stopped"
 
 
-class TokenCheck(StrEnum):
-    match = "match"
-    mismatch = "mismatch"
-    unknown = "unknown"  # RunStarted never seen: the ack cannot be verified
-
-
 class AckVerdict(StrEnum):
     """What became of one `RunCheckpointed` that names a notice. Only `accepted` acts."""
 
@@ -65,8 +57,6 @@ class AckVerdict(StrEnum):
     withdrawn = "withdrawn"          # the plan was aborted; the run keeps going
     after_end = "after_end"          # the run had already ended
     stale_run = "stale_run"          # another run of the job answered
-    wrong_token = "wrong_token"
-    unverifiable = "unverifiable"
 
 
 @dataclass
@@ -183,15 +173,6 @@ def grace_for(queue: Tier, queues: Mapping[Tier, float], default_grace_s: float)
     return queues.get(queue, default_grace_s)
 
 
-def check_token(run_token: str, token_sha256: str | None) -> TokenCheck:
-    if token_sha256 is None:
-        return TokenCheck.unknown
-    digest = hashlib.sha256(run_token.encode()).hexdigest()
-    # Constant time: the comparison must not tell a guesser how much of the hash it matched.
-    matched = hmac.compare_digest(digest, token_sha256.lower())
-    return TokenCheck.match if matched else TokenCheck.mismatch
-
-
 # ---------------------------------------------------------------- transitions
 
 
@@ -245,18 +226,14 @@ def start(
 
 
 def acknowledge(
-    saga: Saga, *, notice_id: str, run_id: str, token: TokenCheck, checkpoint_uri: str,
-    now: datetime,
+    saga: Saga, *, notice_id: str, run_id: str, checkpoint_uri: str, now: datetime,
 ) -> tuple[AckVerdict, list[Effect]]:
-    """A `RunCheckpointed` answering `notice_id` of this saga, sent by run `run_id`."""
+    """A `RunCheckpointed` answering `notice_id` of this saga, from run `run_id`. The executor
+    publishes it only once the run's token checked out, so it is believed as it is."""
     victim = saga.victim_by_notice(notice_id)
     assert victim is not None, "the caller finds the saga by the notice"
     if run_id != victim.run_id:
         return AckVerdict.stale_run, []
-    if token is TokenCheck.unknown:
-        return AckVerdict.unverifiable, []
-    if token is TokenCheck.mismatch:
-        return AckVerdict.wrong_token, []
     if victim.state is VictimState.noticed:
         victim.outcome = VictimOutcome.acked
         victim.checkpoint_uri, victim.acked_at = checkpoint_uri, now

@@ -23,14 +23,11 @@ from rota_preemption.domain import (
 from rota_preemption.spans import effect_span
 
 SOURCE = "preemption"
-ACK_SUBJECT = s.EVENT_SUBJECTS["RunCheckpointed"]
-
-
 def notice(saga: Saga, victim: Victim, *, withdrawn: bool = False) -> m.PreemptionNotice:
     return m.PreemptionNotice(
         notice_id=victim.notice_id, plan_id=saga.plan.plan_id, run_id=victim.run_id,
         job_id=victim.job_id, action="withdrawn" if withdrawn else "checkpoint_and_stop",
-        deadline=victim.deadline, grace_s=victim.grace_s, ack_subject=ACK_SUBJECT,
+        deadline=victim.deadline, grace_s=victim.grace_s, ack_subject=s.run_checkpoint(victim.run_id),
         reason=saga.plan.message,
     )
 

@@ -13,8 +13,3 @@ class PreemptionSettings(BaseSettings):
         1.0, gt=0, le=60,
         description="How often deadlines are checked: a forced stop goes out at most this late.",
     )
-    unverified_ack_attempts: int = Field(
-        3, ge=1, le=100,
-        description="Deliveries of an ack whose run has no RunStarted token hash yet (it may"
-        " still be in flight) before the ack is rejected as unverifiable.",
-    )

@@ -28,8 +28,6 @@ runs = sa.Table(
     "runs", metadata,
     sa.Column("run_id", sa.Text, primary_key=True),
     sa.Column("job_id", sa.Text, nullable=False),
-    sa.Column("token_sha256", sa.Text),
-    sa.Column("started_at", TS),
     sa.Column("ended", sa.Text),
     sa.Column("ended_at", TS),
 )
@@ -91,19 +89,6 @@ _VICTIM_MUTABLE = ("state", "outcome", "checkpoint_uri", "lost_gpu_seconds", "no
 # ---------------------------------------------------------------- runs and cancellations
 
 
-async def record_run_started(
-    conn: AsyncConnection, run_id: str, job_id: str, token_sha256: str | None, at: datetime
-) -> None:
-    await conn.execute(
-        insert(runs).values(run_id=run_id, job_id=job_id, token_sha256=token_sha256,
-                            started_at=at)
-        .on_conflict_do_update(index_elements=[runs.c.run_id], set_={
-            "token_sha256": sa.func.coalesce(runs.c.token_sha256, token_sha256),
-            "started_at": sa.func.coalesce(runs.c.started_at, at),
-        })
-    )
-
-
 async def record_run_ended(
     conn: AsyncConnection, run_id: str, job_id: str, how: RunEnd, at: datetime
 ) -> None:
@@ -130,11 +115,6 @@ async def lock_runs(conn: AsyncConnection, pairs: Iterable[tuple[str, str]]) -> 
         .returning(runs.c.run_id, runs.c.ended)
     )
     return {row.run_id: RunEnd(row.ended) for row in rows if row.ended}
-
-
-async def token_sha256(conn: AsyncConnection, run_id: str) -> str | None:
-    return (await conn.execute(
-        sa.select(runs.c.token_sha256).where(runs.c.run_id == run_id))).scalar_one_or_none()
 
 
 async def lock_preemptor(conn: AsyncConnection, job_id: str) -> None:

@@ -1,14 +1,12 @@
 """Decide, then act: turn one cycle's `Decisions` into the messages and records to commit.
 
-Pure: ids and tokens come from injected factories, so tests can pin them. Nothing here
-publishes; the app writes every `Outgoing` through the outbox in one transaction with the
-decision log and the run tokens, then marks the view.
+Pure: ids come from an injected factory, so tests can pin them. Nothing here publishes; the
+app writes every `Outgoing` through the outbox in one transaction with the decision log and
+the proposed runs, then marks the view.
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,7 +45,6 @@ class NewRun:
     run_id: str
     job_id: str
     proposal_id: str
-    token: str
 
 
 @dataclass
@@ -64,10 +61,6 @@ def placement_doc(slots: tuple[Slot, ...]) -> list[dict[str, Any]]:
     return [{"worker": s.worker, "node": s.node, "gpus": list(s.gpus)} for s in slots]
 
 
-def token_sha256(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def fingerprint(explanation: PendingExplanation) -> tuple[Any, ...]:
     eta = None if explanation.eta is None else int(explanation.eta // ETA_BUCKET_S)
     return (tuple(r.code.value for r in explanation.reasons), eta)
@@ -82,13 +75,12 @@ def plan_actions(
     decisions: Decisions,
     *,
     new_uuid: Callable[[], str] = new_id,
-    new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
 ) -> Actions:
     actions = Actions()
     plan_of = {p.preemptor_job_id: p.plan_id for p in view.plans.values()}
     for admission in decisions.admissions:
         job = view.jobs[admission.job_id]
-        run = NewRun(new_uuid(), job.job_id, new_uuid(), new_token())
+        run = NewRun(new_uuid(), job.job_id, new_uuid())
         actions.new_runs.append(run)
         spec = job.spec
         actions.outgoing.append(
@@ -258,7 +250,7 @@ def _stop_cancelled(view: ClusterView, job: JobRecord) -> Outgoing:
     )
 
 
-def start_run(job: JobRecord, run_id: str, token: str, view: ClusterView) -> Outgoing:
+def start_run(job: JobRecord, run_id: str, view: ClusterView) -> Outgoing:
     """The StartRun for a granted run; its id derives from the run, so a repeat is dropped."""
     allocation = view.allocations[run_id]
     return Outgoing(
@@ -268,7 +260,6 @@ def start_run(job: JobRecord, run_id: str, token: str, view: ClusterView) -> Out
             attempt=max(1, job.attempt),
             spec=job.spec,
             placement=placement_doc(allocation.placement),
-            run_token=token,
             resume_from=job.resume_from,
         ),
         RUN_START,

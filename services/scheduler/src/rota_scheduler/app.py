@@ -1,7 +1,7 @@
 """The scheduler service: lease, replay, debounced cycles, and acting on the decisions.
 
 A cycle, in numbered phases:
-    1. start    StartRun for every granted run not yet started (token from our table)
+    1. start    StartRun for every granted run not yet started (claimed in our table)
     2. snapshot the view, folded from ROTA_EVT
     3. decide   `policy.schedule(snapshot, now, config)`, pure
     4. act      proposals, plans, changed JobPending, stops, and the decision log, in one
@@ -195,8 +195,8 @@ class Scheduler:
         return frozenset(j.job_id for j in self.view.pending_jobs() if j.pending_fingerprint is None)
 
     async def _start_granted(self, now: datetime) -> None:
-        """Phase 1: StartRun once per granted run, all claimed in one transaction (a token
-        claimed and its StartRun queued commit together, so a crash loses neither)."""
+        """Phase 1: StartRun once per granted run, all claimed in one transaction (a claim
+        and its StartRun queued commit together, so a crash loses neither)."""
         todo: list[tuple[str, JobRecord]] = []
         for run_id in sorted(self.view.granted_unstarted - self.start_sent):
             allocation = self.view.allocations.get(run_id)
@@ -207,20 +207,20 @@ class Scheduler:
         if not todo:
             return
         async with self.service.engine.begin() as conn:
-            tokens = await store.claim_starts(conn, [run_id for run_id, _ in todo], now)
+            claimed = await store.claim_starts(conn, [run_id for run_id, _ in todo], now)
             rows = []
             for run_id, job in todo:
-                if (token := tokens.get(run_id)) is None:
+                if run_id not in claimed:
                     continue  # sent by a predecessor
                 with job_span("rota.scheduler.start_run", job.job_id,
                               {"rota.run_id": run_id, "rota.attempt": max(1, job.attempt),
                                "rota.resume_from": job.resume_from},
                               parent=self.traces.run_start(job.job_id, run_id)):
-                    rows.append(self._outbox_row(start_run(job, run_id, token, self.view), now))
+                    rows.append(self._outbox_row(start_run(job, run_id, self.view), now))
             await self.service.outbox.add_rows(conn, rows)
         for run_id, job in todo:
             self.start_sent.add(run_id)
-            if run_id in tokens:
+            if run_id in claimed:
                 metrics.job_started(job, now.timestamp())
 
     def _outbox_row(self, item: Outgoing, now: datetime) -> dict[str, Any]:

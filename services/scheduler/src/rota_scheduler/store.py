@@ -1,4 +1,4 @@
-"""The scheduler's tables (schema `scheduler`): run tokens and the decision log."""
+"""The scheduler's tables (schema `scheduler`): the runs it proposed, and the decision log."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ runs = sa.Table(
     sa.Column("run_id", sa.Text, primary_key=True),
     sa.Column("job_id", sa.Text, nullable=False),
     sa.Column("proposal_id", sa.Text, nullable=False),
-    sa.Column("token", sa.Text, nullable=False),
     sa.Column("proposed_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("start_sent_at", sa.DateTime(timezone=True)),
 )
@@ -47,7 +46,6 @@ async def add_runs(conn: AsyncConnection, new_runs: list[NewRun], at: datetime) 
                     "run_id": r.run_id,
                     "job_id": r.job_id,
                     "proposal_id": r.proposal_id,
-                    "token": r.token,
                     "proposed_at": at,
                 }
                 for r in new_runs
@@ -76,17 +74,17 @@ async def add_decisions(
         )
 
 
-async def claim_starts(conn: AsyncConnection, run_ids: list[str], at: datetime) -> dict[str, str]:
-    """run id → token, for those runs whose StartRun has not been sent yet; marks them sent."""
+async def claim_starts(conn: AsyncConnection, run_ids: list[str], at: datetime) -> set[str]:
+    """The runs whose StartRun has not been sent yet, marked sent."""
     if not run_ids:
-        return {}
+        return set()
     rows = await conn.execute(
         sa.update(runs)
         .where(runs.c.run_id.in_(run_ids), runs.c.start_sent_at.is_(None))
         .values(start_sent_at=at)
-        .returning(runs.c.run_id, runs.c.token)
+        .returning(runs.c.run_id)
     )
-    return {str(row.run_id): str(row.token) for row in rows}
+    return {str(row.run_id) for row in rows}
 
 
 async def prune_decisions(conn: AsyncConnection, older_than: datetime) -> int:

@@ -33,8 +33,10 @@ ADMIN = "admin"
 
 
 def _nats_permissions(p: Permissions) -> dict[str, Any]:
-    claims: dict[str, Any] = {"pub": {"allow": list(p.publish)},
-                              "sub": {"allow": list(p.subscribe)}}
+    subscribe: dict[str, list[str]] = {"allow": list(p.subscribe)}
+    if p.subscribe_deny:
+        subscribe["deny"] = list(p.subscribe_deny)
+    claims: dict[str, Any] = {"pub": {"allow": list(p.publish)}, "sub": subscribe}
     if p.responses:
         claims["resp"] = {"max": 1, "ttl": 0}
     return claims

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CTL
+from rota.contracts.subjects import (
+    EVENT_SUBJECTS,
+    RUN_PROTOCOL,
+    RUN_START,
+    RUN_STOP,
+    STREAM_CTL,
+    run_checkpoint,
+)
 
 SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
 
@@ -22,8 +29,9 @@ EVENT_OWNERS: dict[str, frozenset[str]] = {
     "AllocationReleased": frozenset({"ledger"}),
     "UsageRecorded": frozenset({"ledger"}),
     "RunStarted": frozenset({"executor"}),
-    # The job's own acknowledgement comes from its run identity (`run/<run_id>`).
-    "RunCheckpointed": frozenset({"executor", "run"}),
+    # A job's own report reaches the executor by request (`ReportCheckpoint`, with its run
+    # token); the executor publishes the token-free event once the token is verified.
+    "RunCheckpointed": frozenset({"executor"}),
     "RunFinished": frozenset({"executor"}),
     "RunFailed": frozenset({"executor"}),
     # The scheduler records the stop of a run that was granted but never started.
@@ -32,7 +40,7 @@ EVENT_OWNERS: dict[str, frozenset[str]] = {
     "PreemptionNoticed": frozenset({"preemption"}),
     "PreemptionCompleted": frozenset({"preemption"}),
 }
-"""Every event type and the identities that may publish it: a service name, or `run`."""
+"""Every event type and the services that may publish it."""
 
 COMMAND_OWNERS: dict[str, frozenset[str]] = {
     RUN_START: frozenset({"scheduler"}),
@@ -59,6 +67,10 @@ class Permissions:
     responses: bool = False
     inbox_prefix: str = "_INBOX"
     tags: tuple[str, ...] = field(default=())
+    subscribe_deny: tuple[str, ...] = field(default=())
+
+
+RUN_TOKEN_READER = "executor"
 
 
 def service_permissions(service: str) -> Permissions:
@@ -71,6 +83,8 @@ def service_permissions(service: str) -> Permissions:
         subscribe=("rota.>", _SERVICE_INBOX),
         responses=True,
         tags=(f"service:{service}",),
+        # A run's reports carry its token: only the executor, which checks them, reads them.
+        subscribe_deny=() if service == RUN_TOKEN_READER else (RUN_PROTOCOL,),
     )
 
 
@@ -101,9 +115,10 @@ def run_inbox(run_id: str) -> str:
 
 def run_template() -> Permissions:
     """What every run identity may do, bound to its own run id by the server: read its own
-    notices (live, and the last one kept on ROTA_CTL), and publish its acknowledgement."""
+    notices (live, and the last one kept on ROTA_CTL), and report its checkpoints (its
+    acknowledgement) to the executor."""
     return Permissions(
-        publish=(EVENT_SUBJECTS["RunCheckpointed"],
+        publish=(run_checkpoint(RUN_NAME),
                  f"$JS.API.DIRECT.GET.{STREAM_CTL}.rota.ctl.run.{RUN_NAME}"),
         subscribe=(f"rota.ctl.run.{RUN_NAME}", f"{run_inbox(RUN_NAME)}.>"),
         inbox_prefix=run_inbox(RUN_NAME),
@@ -114,8 +129,12 @@ def shipped_table() -> dict[str, object]:
     """The table as `contracts/permissions.json` ships it, for servers configured by hand."""
 
     def rendered(p: Permissions) -> dict[str, object]:
-        return {"publish": list(p.publish), "subscribe": list(p.subscribe),
-                "allow_responses": p.responses, "inbox_prefix": p.inbox_prefix}
+        doc: dict[str, object] = {"publish": list(p.publish), "subscribe": list(p.subscribe),
+                                  "allow_responses": p.responses,
+                                  "inbox_prefix": p.inbox_prefix}
+        if p.subscribe_deny:
+            doc["subscribe_deny"] = list(p.subscribe_deny)
+        return doc
 
     return {
         "event_owners": {t: sorted(owners) for t, owners in EVENT_OWNERS.items()},

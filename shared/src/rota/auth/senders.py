@@ -8,8 +8,8 @@ identity (its `.creds` seed), in the headers `Rota-Signer` (the public key) and
 key; only public keys are in it.
 
 Not signed, by design: a team's commands (the team comes from the subject, which only that
-team may publish on) and a job's own acknowledgement (`RunCheckpointed` from `run/<run_id>`,
-proven by its run token).
+team may publish on) and a run's `ReportCheckpoint` request (proven by its run token, which
+the executor checks before it publishes the signed `RunCheckpointed`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ SIGNER_HEADER = "Rota-Signer"
 SIGNATURE_HEADER = "Rota-Signature"
 
 _TYPE_OF_SUBJECT = {subject: name for name, subject in EVENT_SUBJECTS.items()}
-_RUN_ACK = "RunCheckpointed"
 
 
 class Signer:
@@ -97,8 +96,6 @@ class SenderCheck:
         headers = headers or {}
         signer, signature = headers.get(SIGNER_HEADER), headers.get(SIGNATURE_HEADER)
         if signer is None or signature is None:
-            if "run" in owners and _is_run_ack(body):
-                return None
             if stored_at is not None and stored_at < self.roster.signed_since:
                 return None
             return f"{subject}: unsigned, and only {', '.join(sorted(owners))} may publish it"
@@ -131,13 +128,3 @@ def _peek_type(body: bytes) -> str | None:
         return None
     kind = doc.get("type") if isinstance(doc, dict) else None
     return kind if isinstance(kind, str) else None
-
-
-def _is_run_ack(body: bytes) -> bool:
-    """A job's own acknowledgement: its type and its `run/<run_id>` source agree."""
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return False
-    return (isinstance(doc, dict) and doc.get("type") == _RUN_ACK
-            and doc.get("source") == f"run/{doc.get('run_id')}")

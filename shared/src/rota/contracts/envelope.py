@@ -41,7 +41,10 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionNoticed": m.PreemptionNoticed,
     "PreemptionCompleted": m.PreemptionCompleted,
 }
-CONTROL_TYPES: dict[str, type[BaseModel]] = {"PreemptionNotice": m.PreemptionNotice}
+CONTROL_TYPES: dict[str, type[BaseModel]] = {
+    "PreemptionNotice": m.PreemptionNotice,
+    "ReportCheckpoint": m.ReportCheckpoint,
+}
 QUERY_TYPES: dict[str, type[BaseModel]] = {
     "GetJob": m.GetJob,
     "ListJobs": m.ListJobs,

@@ -55,7 +55,6 @@ class StartRun(StrictModel):
     attempt: StrictInt = Field(ge=1, le=10_000)
     spec: JobSpec
     placement: Placement
-    run_token: RunToken
     resume_from: Uri | None = None
 
 
@@ -196,19 +195,17 @@ class RunStarted(OpenModel):
     attempt: StrictInt = Field(ge=1, le=10_000)
     placement: Placement
     resumed_from: Uri | None = None
-    token_sha256: str | None = Field(
-        None, description="sha256 hex of the run token: acks are checked against it, and the "
-        "token itself never travels in an event but the job's own acknowledgement."
-    )
 
 
 class RunCheckpointed(OpenModel):
-    """A checkpoint is saved. When answering a notice, this is the acknowledgement."""
+    """A checkpoint is saved. When answering a notice, this is the acknowledgement.
+
+    Published by the executor only: for a job's own `ReportCheckpoint` once its run token is
+    verified, or for a checkpoint the simulator made. It never carries the token."""
 
     run_id: Uuid
     job_id: Uuid
     checkpoint_uri: Uri
-    run_token: RunToken
     notice_id: Uuid | None = Field(None, description="The PreemptionNotice this answers.")
     progress_s: StrictFloat | None = Field(None, ge=0)
 
@@ -315,6 +312,19 @@ class PreemptionCompleted(OpenModel):
     preemptor_job_id: Uuid
     aborted: StrictBool = False
     victims: list[VictimResult]
+
+
+class ReportCheckpoint(StrictModel):
+    """From a run to the executor, as a request on `rota.run.checkpoint.<run_id>`: a checkpoint
+    is saved; with `notice_id`, it acknowledges that notice. The reply is an `ApiReply`, sent
+    once the report is recorded. The run token never goes onto a stream."""
+
+    run_id: Uuid
+    job_id: Uuid
+    checkpoint_uri: Uri
+    run_token: RunToken
+    notice_id: Uuid | None = Field(None, description="The PreemptionNotice this answers.")
+    progress_s: StrictFloat | None = Field(None, ge=0)
 
 
 class PreemptionNotice(OpenModel):

@@ -63,6 +63,17 @@ def control(run_id: str) -> str:
     return f"rota.ctl.run.{run_id}"
 
 
+RUN_CHECKPOINT_ALL = "rota.run.checkpoint.*"
+RUN_PROTOCOL = "rota.run.>"
+"""Core NATS only, never captured by a stream: the run's requests carry its token."""
+
+
+def run_checkpoint(run_id: str) -> str:
+    """Where a run reports its checkpoints (and acknowledges a notice): a request to the
+    executor, which answers once it has recorded it."""
+    return f"rota.run.checkpoint.{run_id}"
+
+
 def ping(service: str) -> str:
     return f"{SYS_PING}.{service}"
 
