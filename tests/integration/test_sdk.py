@@ -1,4 +1,5 @@
-"""The job-side protocol over real JetStream: a notice reaches the job, its ack reaches Rota."""
+"""The job-side protocol over real NATS: a notice reaches the job, and its acknowledgement is a
+request to the executor that carries the run token and goes onto no stream."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from rota.contracts import subjects as s
 from rota.endpoints import Endpoints
 from rota.ids import new_id
 
-from tests.integration.harness import events, eventually, stream_last_seq
+from tests.integration.harness import eventually, stream_last_seq
+from tests.integration.run_protocol import executor_side
 
 
 def run_env(endpoints: Endpoints, run_id: str, job_id: str, token: str) -> dict[str, str]:
@@ -30,7 +32,7 @@ async def send_notice(nc: Client, run_id: str, job_id: str, action: str, notice_
     notice = m.PreemptionNotice(
         notice_id=notice_id, plan_id=new_id(), run_id=run_id, job_id=job_id, action=action,  # type: ignore[arg-type]
         deadline=datetime.now(UTC) + timedelta(seconds=300), grace_s=300,
-        ack_subject=s.EVENT_SUBJECTS["RunCheckpointed"], reason="reclaimed by production",
+        ack_subject=s.run_checkpoint(run_id), reason="reclaimed by production",
     )
     env = envelope(notice, source="preemption", job_id=job_id, run_id=run_id)
     await nc.jetstream().publish(s.control(run_id), env.to_bytes(), stream=s.STREAM_CTL,
@@ -42,26 +44,51 @@ async def test_notice_then_acknowledgement(nc: Client, endpoints: Endpoints) -> 
     notice_id = new_id()
     # Sent before the job listens: it must still be seen.
     await send_notice(nc, run_id, job_id, "checkpoint_and_stop", notice_id)
-    since = await stream_last_seq(nc)
-    run = await asyncio.to_thread(sdk.attach, run_env(endpoints, run_id, job_id, token))
-    try:
-        assert run.resume_from == "file:///ckpt/1"
-        assert await asyncio.to_thread(run.wait_for_preemption, 10)
-        assert run.notice is not None and run.notice.notice_id == notice_id
-        await asyncio.to_thread(run.acknowledge, "file:///ckpt/2")
-    finally:
-        await asyncio.to_thread(run.close)
-
-    async def acks() -> list[dict[str, object]]:
-        return [e for e in await events(nc, "rota.evt.run.checkpointed", since_seq=since)
-                if e["run_id"] == run_id]
-
-    [ack] = await eventually(acks)
-    assert ack["type"] == "RunCheckpointed"
-    assert ack["data"] == {  # type: ignore[comparison-overlap]
+    since = {stream: await stream_last_seq(nc, stream) for stream in s.STREAM_SUBJECTS}
+    async with executor_side(nc, run_id) as executor:
+        run = await asyncio.to_thread(sdk.attach, run_env(endpoints, run_id, job_id, token))
+        try:
+            assert run.resume_from == "file:///ckpt/1"
+            assert await asyncio.to_thread(run.wait_for_preemption, 10)
+            assert run.notice is not None and run.notice.notice_id == notice_id
+            await asyncio.to_thread(run.acknowledge, "file:///ckpt/2")
+        finally:
+            await asyncio.to_thread(run.close)
+    # `acknowledge` returned: the executor had answered.
+    assert [r.model_dump() for r in executor.reports] == [{
         "run_id": run_id, "job_id": job_id, "checkpoint_uri": "file:///ckpt/2",
         "run_token": token, "notice_id": notice_id, "progress_s": None,
-    }
+    }]
+    for stream, seq in since.items():
+        assert await stream_last_seq(nc, stream) == seq, f"the SDK wrote to {stream}"
+
+
+async def test_a_refused_report_raises_with_the_executors_reason(
+        nc: Client, endpoints: Endpoints) -> None:
+    run_id, job_id = new_id(), new_id()
+    async with executor_side(nc, run_id, refuse=True):
+        run = await asyncio.to_thread(sdk.attach, run_env(endpoints, run_id, job_id, "t" * 20))
+        try:
+            with pytest.raises(sdk.SdkError, match="UNAUTHORISED"):
+                await asyncio.to_thread(run.report_checkpoint, "file:///ckpt/1")
+        finally:
+            await asyncio.to_thread(run.close)
+
+
+async def test_a_report_waits_for_an_executor_that_is_away(
+        nc: Client, endpoints: Endpoints) -> None:
+    run_id, job_id = new_id(), new_id()
+    run = await asyncio.to_thread(sdk.attach, run_env(endpoints, run_id, job_id, "t" * 20))
+    try:
+        reporting = asyncio.create_task(
+            asyncio.to_thread(run.report_checkpoint, "file:///ckpt/1", 30.0))
+        await asyncio.sleep(1.0)  # nobody answers yet: the SDK asks again
+        assert not reporting.done()
+        async with executor_side(nc, run_id) as executor:
+            await reporting
+        assert [r.checkpoint_uri for r in executor.reports] == ["file:///ckpt/1"]
+    finally:
+        await asyncio.to_thread(run.close)
 
 
 async def test_a_withdrawn_notice_clears_the_request(nc: Client, endpoints: Endpoints) -> None:

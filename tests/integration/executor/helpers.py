@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -32,7 +31,7 @@ class RunRef(Protocol):
 async def start_run(
     nc: Client, *, spec: dict[str, Any], gpus: tuple[int, ...] = (0, 1), node: str = "h100-0",
     run_id: str | None = None, job_id: str | None = None, attempt: int = 1,
-    resume_from: str | None = None, token: str | None = None, copies: int = 1,
+    resume_from: str | None = None, copies: int = 1,
 ) -> m.StartRun:
     """Publish a StartRun; `copies` > 1 sends it again under new message ids (a redelivery
     JetStream cannot drop)."""
@@ -40,7 +39,7 @@ async def start_run(
         run_id=run_id or new_id(), job_id=job_id or new_id(), attempt=attempt,
         spec=JobSpec.model_validate(spec_doc(gpus_per_worker=len(gpus), **spec)),
         placement=[WorkerPlacement(worker=0, node=node, gpus=list(gpus))],
-        run_token=token or secrets.token_urlsafe(24), resume_from=resume_from,
+        resume_from=resume_from,
     )
     for _ in range(copies):
         env = envelope(command, source="scheduler", job_id=command.job_id, run_id=command.run_id)
@@ -65,7 +64,7 @@ async def send_notice(nc: Client, run: RunRef, *, action: str = "checkpoint_and_
         notice_id=notice_id, plan_id=new_id(), run_id=run.run_id, job_id=run.job_id,
         action=action,  # type: ignore[arg-type,unused-ignore]
         deadline=datetime.now(UTC) + timedelta(seconds=300), grace_s=300,
-        ack_subject=s.EVENT_SUBJECTS["RunCheckpointed"], reason="reclaimed by production",
+        ack_subject=s.run_checkpoint(run.run_id), reason="reclaimed by production",
     )
     env = envelope(notice, source="preemption", job_id=run.job_id, run_id=run.run_id)
     await nc.jetstream().publish(s.control(run.run_id), env.to_bytes(), stream=s.STREAM_CTL,

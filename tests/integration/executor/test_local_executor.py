@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import sys
@@ -10,10 +11,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import sqlalchemy as sa
 from nats.aio.client import Client
+from nats.js.errors import NotFoundError
 from rota.contracts import messages as m
+from rota.contracts import subjects as s
 from rota.db.engine import make_engine
 from rota.endpoints import Endpoints
 
@@ -68,15 +72,16 @@ async def test_train_plain_acks_a_notice_then_resumes_from_its_file(
     since = await stream_last_seq(nc)
     first = await start_run(nc, spec=train_plain(), gpus=(2, 3), node="h100-1")
     await wait_event(nc, first.run_id, since, "RunStarted")
-    # A periodic checkpoint from the job itself: it is attached and listening.
+    # A periodic checkpoint the job reported: it is attached and listening. The executor
+    # checked the job's token and published the checkpoint without it.
     periodic = await wait_event(nc, first.run_id, since, "RunCheckpointed")
-    assert periodic["source"] == f"run/{first.run_id}" and periodic["data"]["notice_id"] is None
+    assert periodic["source"] == "executor" and periodic["data"]["notice_id"] is None
     assert "CUDA_VISIBLE_DEVICES=2,3" in run_log(executor_home, first)
 
     notice_id = await send_notice(nc, first)
     ack = await wait_event(nc, first.run_id, since, "RunCheckpointed",
                            where=lambda e: e["data"]["notice_id"] == notice_id)
-    assert ack["data"]["run_token"] == first.run_token
+    assert "run_token" not in ack["data"]
     uri = ack["data"]["checkpoint_uri"]
     assert uri.startswith("file://")
     assert await asyncio.to_thread(Path(uri.removeprefix("file://")).exists)
@@ -129,6 +134,47 @@ async def test_exit_codes_decide_finished_or_failed(nc: Client, executor: Servic
     assert failed["data"]["exit_code"] == 127 and "cannot start" in failed["data"]["error"]
     failed = await wait_event(nc, no_local.run_id, since, "RunFailed")
     assert "no `local` section" in failed["data"]["error"]
+
+
+async def stored_row(endpoints: Endpoints, run_id: str) -> dict[str, Any]:
+    engine = make_engine(endpoints.database_url)
+    try:
+        async with engine.connect() as conn:
+            row = (await conn.execute(sa.text("SELECT * FROM executor.runs WHERE run_id = :r"),
+                                      {"r": run_id})).mappings().one()
+    finally:
+        await engine.dispose()
+    return dict(row)
+
+
+async def messages_on(nc: Client, stream: str, since: int) -> list[bytes]:
+    js = nc.jetstream()
+    last = (await js.stream_info(stream)).state.last_seq
+    found = []
+    for seq in range(since + 1, last + 1):
+        try:
+            found.append((await js.get_msg(stream, seq)).data or b"")
+        except NotFoundError:
+            continue  # removed by the stream's limits
+    return found
+
+
+async def test_the_run_token_is_in_the_runs_environment_only(
+        nc: Client, endpoints: Endpoints, executor: ServiceProcess, executor_home: Path) -> None:
+    since = {stream: await stream_last_seq(nc, stream) for stream in s.STREAM_SUBJECTS}
+    run = await start_run(nc, spec=train_plain(), gpus=(4,), node="h100-1")
+    ack_since = since[s.STREAM_EVT]
+    await wait_event(nc, run.run_id, ack_since, "RunCheckpointed")  # it reported, with its token
+    [pid] = await eventually(lambda: pids(endpoints, run.run_id))
+    token = psutil.Process(pid).environ()["ROTA_RUN_TOKEN"]
+    row = await stored_row(endpoints, run.run_id)
+    assert "run_token" not in row
+    assert row["token_sha256"] == hashlib.sha256(token.encode()).hexdigest()
+    await stop_run(nc, run, "cancelled")
+    await wait_event(nc, run.run_id, ack_since, "RunStopped")
+    for stream, seq in since.items():
+        assert not [b for b in await messages_on(nc, stream, seq) if token.encode() in b], stream
+    assert token not in executor.log()
 
 
 async def test_a_restarted_executor_adopts_live_runs_and_fails_vanished_ones(

@@ -1,5 +1,5 @@
-"""The SDK's additions over real JetStream: the notice callback, the context manager, periodic
-checkpoint reports, and the environment helpers."""
+"""The SDK's additions over real NATS: the notice callback, the context manager, periodic
+checkpoint reports, and the environment helpers (the executor's side played by the test)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from rota.contracts import messages as m
 from rota.endpoints import Endpoints
 from rota.ids import new_id
 
-from tests.integration.executor.helpers import run_events, send_notice
-from tests.integration.harness import eventually, stream_last_seq
+from tests.integration.executor.helpers import send_notice
+from tests.integration.run_protocol import executor_side
 
 
 def env(endpoints: Endpoints, run: FakeRun) -> dict[str, str]:
@@ -35,7 +35,6 @@ class FakeRun:
 async def test_on_preemption_calls_back_once_and_the_context_manager_closes(
         nc: Client, endpoints: Endpoints) -> None:
     run_cmd = FakeRun()
-    since = await stream_last_seq(nc)
     seen: list[m.PreemptionNotice] = []
     called = threading.Event()
 
@@ -49,20 +48,16 @@ async def test_on_preemption_calls_back_once_and_the_context_manager_closes(
         run.report_checkpoint("file:///ckpt/periodic", progress_s=12.5)
         return run
 
-    with await asyncio.to_thread(attach_and_report) as run:
-        notice_id = await send_notice(nc, run_cmd)
-        assert await asyncio.to_thread(called.wait, 10)
-        late: list[str] = []
-        run.on_preemption(lambda n: late.append(n.notice_id))  # registered after: called at once
-        assert late == [notice_id]
-        await asyncio.to_thread(run.acknowledge, "file:///ckpt/final")
+    async with executor_side(nc, run_cmd.run_id) as executor:
+        with await asyncio.to_thread(attach_and_report) as run:
+            notice_id = await send_notice(nc, run_cmd)
+            assert await asyncio.to_thread(called.wait, 10)
+            late: list[str] = []
+            run.on_preemption(lambda n: late.append(n.notice_id))  # registered after: at once
+            assert late == [notice_id]
+            await asyncio.to_thread(run.acknowledge, "file:///ckpt/final")
     assert [n.notice_id for n in seen] == [notice_id]
-
-    async def both() -> list[dict[str, object]]:
-        found = [e["data"] for e in await run_events(nc, run_cmd.run_id, since)]
-        return found if len(found) == 2 else []
-
-    periodic, ack = await eventually(both)
+    periodic, ack = (r.model_dump() for r in executor.reports)
     assert periodic == {"run_id": run_cmd.run_id, "job_id": run_cmd.job_id,
                         "checkpoint_uri": "file:///ckpt/periodic", "run_token": run_cmd.run_token,
                         "notice_id": None, "progress_s": 12.5}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
+from rota.contracts import envelope, parse
+from rota.contracts import messages as m
+from rota.contracts import subjects as s
 from rota.endpoints import Endpoints
 from rota.ids import new_id
 
@@ -41,7 +43,7 @@ async def test_a_run_checkpoints_periodically_then_finishes(nc: Client, executor
     since = await stream_last_seq(nc)
     run = await start_run(nc, spec={"sim": {"duration_s": 300, "checkpoint_interval_s": 100}})
     started_ = await wait_event(nc, run.run_id, since, "RunStarted")
-    assert started_["data"]["token_sha256"] == hashlib.sha256(run.run_token.encode()).hexdigest()
+    assert "token_sha256" not in started_["data"]
     assert started_["data"]["attempt"] == 1 and started_["source"] == "executor"
     await wait_event(nc, run.run_id, since, "RunFinished")
     evts = await run_events(nc, run.run_id, since)
@@ -49,12 +51,12 @@ async def test_a_run_checkpoints_periodically_then_finishes(nc: Client, executor
                                          "RunFinished"]
     assert [c["checkpoint_uri"] for c in checkpoints(evts)] == [
         f"sim://{run.job_id}/100", f"sim://{run.job_id}/200"]
-    for event in evts[1:3]:  # sent as the job itself would send them
-        assert event["source"] == f"run/{run.run_id}"
-        assert event["data"]["run_token"] == run.run_token and event["data"]["notice_id"] is None
+    for event in evts[1:3]:  # the executor made them: no token to show
+        assert event["source"] == "executor"
+        assert "run_token" not in event["data"] and event["data"]["notice_id"] is None
 
 
-async def test_a_notice_is_saved_acknowledged_with_the_token_then_stopped(
+async def test_a_notice_is_saved_acknowledged_then_stopped(
         nc: Client, executor: ServiceProcess) -> None:
     since = await stream_last_seq(nc)
     run = await start_run(nc, spec={"sim": {"duration_s": 100_000, "checkpoint_interval_s": 100,
@@ -63,7 +65,7 @@ async def test_a_notice_is_saved_acknowledged_with_the_token_then_stopped(
     notice_id = await send_notice(nc, run)
     ack = await wait_event(nc, run.run_id, since, "RunCheckpointed",
                            where=lambda e: e["data"]["notice_id"] == notice_id)
-    assert ack["data"]["run_token"] == run.run_token
+    assert ack["source"] == "executor" and "run_token" not in ack["data"]
     assert ack["data"]["checkpoint_uri"] == f"sim://{run.job_id}/{ack['data']['progress_s']:g}"
     await stop_run(nc, run, "preempted")
     stopped = await wait_event(nc, run.run_id, since, "RunStopped")
@@ -120,6 +122,34 @@ async def test_a_placement_outside_the_cluster_fails_the_run(nc: Client, executo
     failed = await wait_event(nc, run.run_id, since, "RunFailed")
     assert "no node 'h100-99'" in failed["data"]["error"]
     assert [e["type"] for e in await run_events(nc, run.run_id, since)] == ["RunFailed"]
+
+
+async def test_a_checkpoint_report_without_the_runs_token_is_refused_and_not_published(
+        nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec={"sim": {"duration_s": 100_000}})
+    await wait_event(nc, run.run_id, since, "RunStarted")
+    guess = "not-the-token-" + "x" * 20
+
+    async def report(run_id: str, job_id: str, token: str) -> m.ApiReply:
+        request = m.ReportCheckpoint(run_id=run_id, job_id=job_id,
+                                     checkpoint_uri="file:///mine", run_token=token,
+                                     notice_id=new_id())
+        body = envelope(request, source=f"run/{run_id}", job_id=job_id, run_id=run_id)
+        msg = await nc.request(s.run_checkpoint(run_id), body.to_bytes(), timeout=10)
+        return parse(msg.data, m.ApiReply, max_bytes=65536).data
+
+    for reply in (await report(run.run_id, run.job_id, guess),
+                  await report(new_id(), run.job_id, guess)):  # an unknown run: the same
+        assert not reply.ok and reply.error is not None
+        assert (reply.error.code, reply.error.field) == ("UNAUTHORISED", "run_token")
+    malformed = await nc.request(s.run_checkpoint(run.run_id), b'{"type": "ReportCheckpoint"}',
+                                 timeout=10)
+    assert not parse(malformed.data, m.ApiReply, max_bytes=65536).data.ok
+    await stop_run(nc, run, "cancelled")
+    await wait_event(nc, run.run_id, since, "RunStopped")
+    assert "RunCheckpointed" not in [e["type"] for e in await run_events(nc, run.run_id, since)]
+    assert guess not in executor.log()
 
 
 async def _logged(service: ServiceProcess, text: str) -> bool:
