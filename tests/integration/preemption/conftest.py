@@ -49,8 +49,6 @@ async def coordinator(
     await fresh_consumers(nc, PREEMPTION_CONSUMERS)
     service = ServiceProcess("preemption", endpoints, home, {
         "ROTA_CONFIG": str(config), "ROTA_PREEMPTION_TIMER_INTERVAL_S": "0.2",
-        # With ROTA_RETRY_DELAY_S=0.5 from the harness: 2.5 s for a RunStarted to catch up.
-        "ROTA_PREEMPTION_UNVERIFIED_ACK_ATTEMPTS": "5",
     })
     service.start()
     await service.wait_ready(nc)

@@ -6,7 +6,6 @@ streams. Messages are real envelopes published to JetStream with `Nats-Msg-Id`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ async def last_seq(nc: Client, stream: str) -> int:
 
 @dataclass
 class Victim:
-    """A running victim: its run, its job, its secret token."""
+    """A running victim: its run, its job, and the token its run environment would hold."""
 
     tier: Tier = Tier.training
     run_id: str = field(default_factory=new_id)
@@ -97,7 +96,6 @@ class Saga:
         await publish_event(self.nc, m.RunStarted(
             run_id=v.run_id, job_id=v.job_id, attempt=1,
             placement=[WorkerPlacement(worker=0, node="node-0", gpus=list(range(8)))],
-            token_sha256=hashlib.sha256(v.token.encode()).hexdigest(),
         ), job_id=v.job_id, run_id=v.run_id, source="executor")
 
     def request(self) -> m.PreemptionRequested:
@@ -182,7 +180,7 @@ class Saga:
     # ---------------------------------------------------------------- writing
 
     async def ack(self, v: Victim | None = None, *, notice_id: str | None = None,
-                  token: str | None = None, run_id: str | None = None,
+                  run_id: str | None = None,
                   uri: str = "s3://ckpt/acked", env: Envelope[Any] | None = None
                   ) -> Envelope[Any]:
         v = v or self.victim
@@ -190,9 +188,10 @@ class Saga:
             notice_id = (await self.notice(v))["data"]["notice_id"]
         run = run_id or v.run_id
         data = m.RunCheckpointed(run_id=run, job_id=v.job_id, checkpoint_uri=uri,
-                                 run_token=token or v.token, notice_id=notice_id)
+                                 notice_id=notice_id)
+        # The executor publishes an acknowledgement once the run's token checked out.
         return await publish_event(self.nc, data, job_id=v.job_id, run_id=run, env=env,
-                                   source=f"run/{run}")
+                                   source="executor")
 
     async def run_stopped(self, v: Victim | None = None, *, forced: bool = False,
                           lost: float = 0.0, uri: str | None = None) -> None:

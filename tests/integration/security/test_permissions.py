@@ -18,7 +18,16 @@ from nats.aio.client import Client
 from rota.auth.keys import ADMIN, AuthDir, run_creds
 from rota.auth.permissions import run_inbox, team_inbox
 from rota.bus.broker import ensure_streams
-from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_CMD, STREAM_CTL, STREAM_EVT
+from rota.contracts.subjects import (
+    EVENT_SUBJECTS,
+    RUN_PROTOCOL,
+    STREAM_CMD,
+    STREAM_CTL,
+    STREAM_EVT,
+    feed,
+    run_checkpoint,
+    team_feed,
+)
 from rota.embedded import EmbeddedNats
 
 RUN = "01a00000-0000-7000-8000-00000000a001"
@@ -174,35 +183,83 @@ async def test_a_team_may_submit_for_itself_and_ask_on_its_own_subjects(
     await team.nc.close()
 
 
-async def test_a_run_reads_its_own_notices_and_acks_and_nothing_else(
+async def test_a_run_reads_its_own_notices_and_reports_to_the_executor_and_nothing_else(
     server: tuple[EmbeddedNats, AuthDir], admin: Client, tmp_path: Path
 ) -> None:
     await admin.jetstream().publish(f"rota.ctl.run.{RUN}", b"mine", stream=STREAM_CTL)
     await admin.jetstream().publish(f"rota.ctl.run.{OTHER_RUN}", b"theirs", stream=STREAM_CTL)
+    embedded, auth = server
+    executor = await Identity().connect(embedded.url, auth.creds_path("executor"), "_INBOX")
+    assert executor.nc is not None
+
+    async def answer(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(b"recorded")
+
+    await executor.nc.subscribe(run_checkpoint(RUN), cb=answer)
+    await executor.nc.flush()
     run = await _run(server, tmp_path, RUN)
     assert run.nc is not None
     js = run.nc.jetstream()
     own = await js.get_last_msg(STREAM_CTL, f"rota.ctl.run.{RUN}", direct=True)
     assert own.data == b"mine"
     await run.nc.subscribe(f"rota.ctl.run.{RUN}")
-    acks = await _count(admin, STREAM_EVT, EVENT_SUBJECTS["RunCheckpointed"])
-    await js.publish(EVENT_SUBJECTS["RunCheckpointed"], b"{}", stream=STREAM_EVT)
-    assert await _count(admin, STREAM_EVT, EVENT_SUBJECTS["RunCheckpointed"]) == acks + 1
+    # Its report reaches the executor, and the executor's answer reaches the run.
+    assert (await run.nc.request(run_checkpoint(RUN), b"{}", timeout=5)).data == b"recorded"
     assert run.errors == []
 
     other = f"$JS.API.DIRECT.GET.{STREAM_CTL}.rota.ctl.run.{OTHER_RUN}"
     await run.nc.publish(other, b"")
     assert await run.refused(other)
-    # Nothing that carries another run's token (StartRun, acknowledgements) is readable.
-    for subject in (f"rota.ctl.run.{OTHER_RUN}", "rota.cmd.run.start", "rota.evt.>", "_INBOX.>"):
+    # Nothing of another run's (its notices, its reports and their token) is readable.
+    for subject in (f"rota.ctl.run.{OTHER_RUN}", "rota.cmd.run.start", "rota.evt.>", "_INBOX.>",
+                    run_checkpoint(OTHER_RUN), RUN_PROTOCOL):
         await run.nc.subscribe(subject)
         assert await run.refused(subject, "subscription"), subject
+    # It may not report for another run, nor publish the acknowledgement event itself.
     for forged in ("rota.evt.run.finished", "rota.evt.allocation.released", "rota.cmd.run.stop",
                    f"rota.ctl.run.{OTHER_RUN}", "rota.cmd.submit.nlp",
-                   "$JS.API.STREAM.MSG.GET.ROTA_CMD"):
+                   "$JS.API.STREAM.MSG.GET.ROTA_CMD", EVENT_SUBJECTS["RunCheckpointed"],
+                   run_checkpoint(OTHER_RUN)):
         await run.nc.publish(forged, b"{}")
         assert await run.refused(forged), forged
     await run.nc.close()
+    await executor.nc.close()
+
+
+@pytest.mark.parametrize("service", ["submission", "ledger", "scheduler", "preemption",
+                                     "notifier"])
+async def test_no_service_but_the_executor_reads_a_runs_reports(
+    server: tuple[EmbeddedNats, AuthDir], service: str
+) -> None:
+    embedded, auth = server
+    identity = await Identity().connect(embedded.url, auth.creds_path(service), "_INBOX")
+    assert identity.nc is not None
+    for subject in (RUN_PROTOCOL, run_checkpoint(RUN)):
+        await identity.nc.subscribe(subject)
+        assert await identity.refused(subject, "subscription"), subject
+    await identity.nc.close()
+
+
+async def test_a_team_follows_its_own_feed_and_no_one_elses(
+    server: tuple[EmbeddedNats, AuthDir], tmp_path: Path
+) -> None:
+    embedded, auth = server
+    submission = await Identity().connect(embedded.url, auth.creds_path("submission"), "_INBOX")
+    assert submission.nc is not None
+    team = await _team(server, tmp_path, "nlp")
+    assert team.nc is not None
+    own = await team.nc.subscribe(team_feed("nlp"))
+    await team.nc.flush()
+    await submission.nc.publish(feed("nlp", EVENT_SUBJECTS["RunStarted"]), b"started")
+    assert (await own.next_msg(timeout=5)).data == b"started"
+    for subject in (team_feed("vision"), "rota.feed.>", "rota.feed.*.run.started"):
+        await team.nc.subscribe(subject)
+        assert await team.refused(subject, "subscription"), subject
+    # Only the submission service feeds a team.
+    await team.nc.publish(feed("nlp", EVENT_SUBJECTS["RunStarted"]), b"forged")
+    assert await team.refused(feed("nlp", EVENT_SUBJECTS["RunStarted"]))
+    await team.nc.close()
+    await submission.nc.close()
 
 
 @pytest.mark.parametrize(("service", "subject"), [

@@ -107,18 +107,22 @@ async def test_a_stop_command_needs_its_owners_signature(
     assert seen == [stop]
 
 
-async def test_a_jobs_own_acknowledgement_needs_no_service_signature(
+async def test_an_acknowledgement_is_believed_only_when_the_executor_signed_it(
     endpoints: Endpoints, auth: AuthDir
 ) -> None:
-    ack = envelope(m.RunCheckpointed(run_id=RUN, job_id=JOB, checkpoint_uri="s3://b/1",
-                                     run_token="t" * 32), source=f"run/{RUN}",
-                   job_id=JOB, run_id=RUN).to_bytes()
-    posing = envelope(m.RunCheckpointed(run_id=RUN, job_id=JOB, checkpoint_uri="s3://b/2",
-                                        run_token="t" * 32), source="executor",
+    """A run reports to the executor by request; on the stream, an ack not signed by the
+    executor is a forgery, whatever its source says."""
+    signed = envelope(m.RunCheckpointed(run_id=RUN, job_id=JOB, checkpoint_uri="s3://b/1",
+                                        notice_id=new_id()), source="executor",
                       job_id=JOB, run_id=RUN).to_bytes()
+    unsigned = [envelope(m.RunCheckpointed(run_id=RUN, job_id=JOB, checkpoint_uri=f"s3://b/{n}",
+                                           notice_id=new_id()), source=source,
+                         job_id=JOB, run_id=RUN).to_bytes()
+                for n, source in ((2, f"run/{RUN}"), (3, "executor"))]
     seen = await _handled(endpoints, auth, EVENT_SUBJECTS["RunCheckpointed"], STREAM_EVT, [
-        (ack, {"Nats-Msg-Id": new_id()}), (posing, {"Nats-Msg-Id": new_id()})])
-    assert seen == [ack]
+        (signed, _signed(auth, "executor", signed)),
+        *((body, {"Nats-Msg-Id": new_id()}) for body in unsigned)])
+    assert seen == [signed]
 
 
 def test_keys_survive_a_new_start_and_rotation_keeps_old_ones(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from rota.service import RotaService
 
 from rota_submission import queries, retention
 from rota_submission.commands import SOURCE, Commands, Origin
+from rota_submission.feed import feed_headers
 from rota_submission.projection import project_batch
 
 log = logging.getLogger("rota.submission")
@@ -53,8 +54,17 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     @service.js_batch_subscriber("rota.evt.>", stream=s.STREAM_EVT,
                                  durable="submission-projection")
     async def project_events(batch: list[Msg]) -> None:
-        """Fold every job event into the read model, a pull batch per transaction."""
-        await project_batch(service.engine, [msg.data for msg in batch], max_bytes=max_bytes)
+        """Fold every job event into the read model, a pull batch per transaction; then the
+        new ones go on their teams' feeds."""
+        fed = await project_batch(service.engine, [msg.data for msg in batch],
+                                  max_bytes=max_bytes)
+        nc = service.broker.connection
+        try:
+            for item in fed:
+                msg = batch[item.position]
+                await nc.publish(item.subject, msg.data, headers=feed_headers(msg.headers))
+        except Exception as exc:  # recorded already: a redelivery would feed nothing again
+            log.warning("team feeds: %d event(s) not handed on: %s", len(fed), exc)
 
     def query(model: type[BaseModel], run: Callable[..., Awaitable[m.ApiReply]]) -> Query:
         async def handle(raw: bytes, team: str | None) -> m.ApiReply:

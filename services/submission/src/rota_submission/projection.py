@@ -1,4 +1,5 @@
-"""The read model: every job event from ROTA_EVT, folded into `jobs` and kept in `job_events`."""
+"""The read model: every job event from ROTA_EVT, folded into `jobs` and kept in `job_events`,
+and the new ones of each job handed on to its team's feed (`rota_submission.feed`)."""
 
 from __future__ import annotations
 
@@ -10,31 +11,41 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota_submission import store
 from rota_submission.domain import STATE_EVENTS, apply_event, related_jobs
+from rota_submission.feed import FeedItem, feed_items
 
 log = logging.getLogger("rota.submission.projection")
 
 
-async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: int) -> int:
+async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: int
+                        ) -> list[FeedItem]:
     """Apply a batch of events in one transaction (the read model's hot path: about six
     events per job). Idempotent per event, so a retried batch changes nothing twice.
 
     The history rows of the whole batch go in with one statement; only events that are new
-    for their job and can change its state then touch the job's row.
+    for their job and can change its state then touch the job's row. Returns what the teams'
+    feeds get: the events new for their job, each once, for the caller to publish after commit.
     """
     facts: list[tuple[Envelope[Any], dict[str, Any], str]] = []
-    for raw in raws:
+    positions: dict[str, int] = {}
+    # A submission refused before it became a job has no history to guard it: it goes on
+    # its team's feed each time it is delivered, and its envelope id tells a repeat.
+    jobless: list[tuple[int, Envelope[Any], dict[str, Any]]] = []
+    for position, raw in enumerate(raws):
         try:
             env = parse_any(raw, max_bytes=max_bytes)
         except ContractError as exc:
             log.warning("projection: skipping an unreadable event: %s", exc)
             continue
         data: dict[str, Any] = env.data.model_dump(mode="json")
-        # A job's own acknowledgement carries its run token; the read model, and so `rota
-        # trace`, never keeps it.
+        # An acknowledgement from before the executor verified them carried a run token; the
+        # read model, and so `rota trace`, never keeps one.
         data.pop("run_token", None)
+        positions.setdefault(env.id, position)
+        if env.job_id is None and env.type == "JobRejected":
+            jobless.append((position, env, data))
         facts.extend((env, data, job_id) for job_id in related_jobs(env.type, data, env.job_id))
     if not facts:
-        return 0
+        return feed_items(jobless, {})
     async with engine.begin() as conn:
         new = await store.record_events(conn, [
             {"event_id": env.id, "job_id": job_id, "type": env.type,
@@ -51,7 +62,11 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
                 folds.append((env, data, job_id))
         if folds:
             await _fold_all(conn, folds)
-    return len(new)
+        fed = [(positions[env.id], env, data) for env, data, job_id in facts
+               if (env.id, job_id) in new and job_id == env.job_id]
+        teams = await store.teams_of(conn, sorted({env.job_id for _, env, _ in fed
+                                                   if env.job_id}))
+    return feed_items([*fed, *jobless], teams)
 
 
 async def _fold_all(conn: AsyncConnection, folds: list[tuple[Envelope[Any], dict[str, Any], str]]) -> None:

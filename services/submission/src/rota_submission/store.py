@@ -192,6 +192,13 @@ async def job_history(conn: AsyncConnection, job_id: str) -> list[dict[str, Any]
     return [dict(row._mapping) for row in result]
 
 
+async def teams_of(conn: AsyncConnection, job_ids: list[str]) -> dict[str, str]:
+    if not job_ids:
+        return {}
+    rows = await conn.execute(sa.select(jobs.c.job_id, jobs.c.team).where(jobs.c.job_id.in_(job_ids)))
+    return {row.job_id: row.team for row in rows}
+
+
 async def record_events(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
     """The projection's idempotency guard, for a whole batch in one statement: the
     (event_id, job_id) pairs seen for the first time."""

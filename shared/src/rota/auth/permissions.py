@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 
 from rota.contracts.subjects import (
     EVENT_SUBJECTS,
+    FEED_PREFIX,
     RUN_PROTOCOL,
     RUN_START,
     RUN_STOP,
     STREAM_CTL,
     run_checkpoint,
+    team_feed,
 )
 
 SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
@@ -52,6 +54,8 @@ SERVICE_REQUESTS: dict[str, tuple[str, ...]] = {
     # its lease in a KV bucket.
     "scheduler": ("rota.sys.ledger.allocations", "$KV.rota_scheduler_lease.>"),
     "preemption": ("rota.ctl.run.*",),
+    # Each team's live feed of its own jobs' events (rota_submission.feed).
+    "submission": (f"{FEED_PREFIX}.>",),
 }
 
 # JetStream's API, acks and flow control: services manage and consume the streams.
@@ -93,13 +97,14 @@ def team_inbox(team: str) -> str:
 
 
 def team_permissions(team: str) -> Permissions:
-    """Its own commands and requests, its own replies, and nothing else: no `$JS.API`, so no
-    stream of anyone's is readable. The services take the team from the subject."""
+    """Its own commands and requests, its own replies, its own jobs' live events, and nothing
+    else: no `$JS.API`, so no stream of anyone's is readable. The services take the team from
+    the subject."""
     inbox = team_inbox(team)
     return Permissions(
         publish=(f"rota.cmd.submit.{team}", f"rota.cmd.cancel.{team}",
                  f"rota.api.*.{team}", f"rota.api.*.*.{team}"),
-        subscribe=(f"{inbox}.>",),
+        subscribe=(f"{inbox}.>", team_feed(team)),
         inbox_prefix=inbox,
         tags=(f"team:{team}",),
     )

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats
+from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
@@ -25,12 +29,19 @@ SOURCE = "cli"
 FAILURE_CODES = {"UNAVAILABLE", "INTERNAL"}
 
 
-async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
-    """Send one API request and return its `result`, or raise with the server's reason."""
+@dataclass
+class Connection:
+    nc: Client
+    team: str | None
+    """The team of the credentials, when they are a team's."""
+    refusals: list[str] = field(default_factory=list)
+    """The server's permission refusals, which nats-py reports only to the error callback."""
+
+
+@asynccontextmanager
+async def connected(settings: Settings) -> AsyncIterator[Connection]:
     url = resolve(settings, need_database=False).nats_url
     team = creds_team(settings.nats_creds) if settings.nats_creds is not None else None
-    if subject in TEAM_QUERIES and team is not None:
-        subject = team_query(subject, team)  # all a team identity may ask
     refusals: list[str] = []
 
     async def on_error(exc: Exception) -> None:
@@ -45,17 +56,27 @@ async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     except (TimeoutError, OSError, NatsTimeout, nats.errors.NoServersError) as exc:
         raise CommandFailed(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
     try:
-        raw = await nc.request(
-            subject, envelope(data, source=SOURCE).to_bytes(), timeout=settings.request_timeout_s
-        )
-    except NoRespondersError:
-        raise CommandFailed(f"no service answers {subject}: is the submission service up?") from None
-    except NatsTimeout:
-        if refusals:  # the server refused the publish: these credentials may not ask that
-            raise CommandFailed(f"NATS refused {subject}: {refusals[0]}") from None
-        raise CommandFailed(f"no answer on {subject} in {settings.request_timeout_s:.0f} s") from None
+        yield Connection(nc, team, refusals)
     finally:
         await nc.close()
+
+
+async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
+    """Send one API request and return its `result`, or raise with the server's reason."""
+    async with connected(settings) as conn:
+        if subject in TEAM_QUERIES and conn.team is not None:
+            subject = team_query(subject, conn.team)  # all a team identity may ask
+        try:
+            raw = await conn.nc.request(subject, envelope(data, source=SOURCE).to_bytes(),
+                                        timeout=settings.request_timeout_s)
+        except NoRespondersError:
+            raise CommandFailed(
+                f"no service answers {subject}: is the submission service up?") from None
+        except NatsTimeout:
+            if conn.refusals:  # the server refused the publish: these credentials may not
+                raise CommandFailed(f"NATS refused {subject}: {conn.refusals[0]}") from None
+            raise CommandFailed(
+                f"no answer on {subject} in {settings.request_timeout_s:.0f} s") from None
     reply = m.ApiReply.model_validate(json.loads(raw.data)["data"])
     if not reply.ok:
         assert reply.error is not None

@@ -17,6 +17,7 @@ from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
 from rota.cli.stack import SERVICES, migrate_all
 from rota.cli.up import up
+from rota.cli.watch import watch
 from rota.config import load_config
 from rota.demo.runner import demo
 from rota.endpoints import resolve
@@ -44,6 +45,7 @@ app.command()(job_commands.cancel)
 app.command()(job_commands.queues)
 app.command()(job_commands.why)
 app.command()(job_commands.trace)
+app.command()(watch)
 app.command()(notifications)
 app.command()(deadletter)
 app.command()(operations.preemptions)

@@ -74,6 +74,19 @@ def run_checkpoint(run_id: str) -> str:
     return f"rota.run.checkpoint.{run_id}"
 
 
+FEED_PREFIX = "rota.feed"
+
+
+def feed(team: str, event_subject: str) -> str:
+    """A team's live copy of one of its jobs' events: `rota.evt.run.started` of a job of team
+    `nlp` is also on `rota.feed.nlp.run.started` (core NATS, published by submission)."""
+    return f"{FEED_PREFIX}.{team}.{event_subject.removeprefix('rota.evt.')}"
+
+
+def team_feed(team: str) -> str:
+    return f"{FEED_PREFIX}.{team}.>"
+
+
 def ping(service: str) -> str:
     return f"{SYS_PING}.{service}"
 
