@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.up import rota
+from tests.e2e.up import ROTA, rota
 
 pytestmark = pytest.mark.e2e
 
@@ -80,6 +80,37 @@ def test_team_credentials_see_and_touch_only_their_own_team(
     forged = rota(as_nlp, "submit", "--team", "vision", "--user", "carol", "--queue",
                   "experiment", "--flavor", "a100", "--gpus", "1", "--name", "forged")
     assert forged.returncode != 0 and "ermission" in forged.stderr + forged.stdout
+
+
+def test_a_team_watches_its_own_jobs_live_and_no_one_elses(
+    rota_up: subprocess.Popen[bytes], env: dict[str, str], home: Path
+) -> None:
+    issued = rota(env, "creds", "issue", "--team", "nlp", "--out", str(home / "watch.creds"),
+                  "--json")
+    assert issued.returncode == 0, issued.stderr
+    as_nlp = {**env, "ROTA_NATS_CREDS": json.loads(issued.stdout)["creds"]}
+    theirs = rota(as_nlp, "watch", "--team", "vision", "--for", "1")
+    assert theirs.returncode == 2 and "--team" in theirs.stderr
+
+    watcher = subprocess.Popen([ROTA, "watch", "--json", "--for", "20"], env=as_nlp,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert watcher.stderr is not None
+        assert "watching rota.feed.nlp.>" in watcher.stderr.readline()  # subscribed
+        jobs = {}
+        for team, user in (("nlp", "alice"), ("vision", "carol")):
+            done = rota(env, "submit", "--team", team, "--user", user, "--queue", "experiment",
+                        "--flavor", "a100", "--gpus", "1", "--name", f"watched-{team}")
+            assert done.returncode == 0, done.stderr
+            jobs[team] = done.stdout.strip()
+        out, _ = watcher.communicate(timeout=40)
+    finally:
+        watcher.kill()
+    events = [json.loads(line) for line in out.splitlines()]
+    mine = [e["type"] for e in events if e["job_id"] == jobs["nlp"]]
+    assert mine[:1] == ["JobSubmitted"] and "AllocationGranted" in mine, mine
+    assert jobs["vision"] not in out
+    assert all(e["job_id"] is None or e["data"].get("team", "nlp") == "nlp" for e in events)
 
 
 def test_sigterm_stops_everything_within_10_seconds(

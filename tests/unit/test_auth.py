@@ -41,7 +41,7 @@ def test_a_team_has_no_jetstream_and_only_its_own_subjects() -> None:
     nlp = team_permissions("nlp")
     assert not any(p.startswith("$JS") for p in (*nlp.publish, *nlp.subscribe))
     assert all(p.endswith(".nlp") for p in nlp.publish)
-    assert nlp.subscribe == ("_INBOX_team_nlp.>",)
+    assert nlp.subscribe == ("_INBOX_team_nlp.>", "rota.feed.nlp.>")
 
 
 def test_a_runs_credentials_name_the_run_and_the_scoped_key(tmp_path: Path) -> None:

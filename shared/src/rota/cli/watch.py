@@ -81,8 +81,8 @@ async def follow(settings: Settings, *, team: str | None, job: str | None, count
         await asyncio.sleep(0.1)  # a refused subscription is reported asynchronously
         if conn.refusals:
             raise CommandFailed(f"NATS refused {subject}: {conn.refusals[0]}")
-        if not json_out:
-            err_console.print(f"watching {subject} (Ctrl-C to stop)", highlight=False)
+        # On stderr, so that `--json` output stays one envelope per line.
+        err_console.print(f"watching {subject} (Ctrl-C to stop)", highlight=False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout=seconds)
         return seen
