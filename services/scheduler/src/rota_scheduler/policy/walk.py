@@ -73,13 +73,17 @@ def walk(cy: Cycle) -> bool:
             return reservations_full(q.flavor)
         return True
 
+    def room(q: PendingQueue) -> int:
+        return free_total.get(q.flavor, 0)
+
     groups = (
         [list(cy.snapshot.pending)]
         if rules.order == "submit"
         else list(tier_queues(cy.snapshot.pending).values())
     )
     for group, queues in enumerate(groups):
-        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version)
+        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version,
+                         room=room)
         for job in walk:
             f, g = job.flavor, job.gpus
             if job.job_id in cy.planned:
@@ -145,7 +149,9 @@ def walk(cy: Cycle) -> bool:
             qkey = (job.tier, job.team, f)
             missed = misses[qkey] = misses.get(qkey, 0) + 1
             if missed >= depth:
-                walk.drop_current()
+                # Past the window only jobs that the free GPUs could hold get a turn: the
+                # window bounds the work spent on jobs that cannot start, never hides one that can.
+                walk.narrow_current()
             if (
                 attempts <= 0
                 and not ready
@@ -187,7 +193,7 @@ def walk(cy: Cycle) -> bool:
                         )
                     misses[qkey] = missed + len(passed)
                     if missed + len(passed) >= depth:
-                        walk.drop_current()
+                        walk.narrow_current()
         if all_blocked and attempts <= 0 and not ready:
             break
     return _confirm(cy, unsure, changes)
