@@ -6,6 +6,11 @@ A cycle, in numbered phases:
     3. decide   `policy.schedule(snapshot, now, config)`, pure
     4. act      proposals, plans, changed JobPending, stops, and the decision log, in one
                 transaction through the outbox; then the view records what it sent
+
+Phases 2-3 and the planning of 4 run in a worker thread, so that however long the policy
+takes, the event loop still renews the lease and answers the server's pings. Events that
+arrive meanwhile wait in a list and are folded in once the decisions are planned: the view
+holds still under the thread, as it did when the policy ran on the loop (docs/DECISIONS.md).
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
 
 from rota_scheduler import metrics, store
-from rota_scheduler.actions import Outgoing, plan_actions, record_sent, start_run
+from rota_scheduler.actions import Actions, Outgoing, plan_actions, record_sent, start_run
 from rota_scheduler.lease import Lease
-from rota_scheduler.policy import PolicyConfig, policy_config_from, schedule
+from rota_scheduler.policy import Decisions, PolicyConfig, policy_config_from, schedule
 from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView, JobRecord
 
@@ -61,6 +66,8 @@ class Scheduler:
         self.lease_ttl_s = settings.scheduler_lease_ttl_s
         self.explain_interval_s = settings.scheduler_explain_interval_s
         self.last_full_explain = 0.0
+        self._held: list[Msg] | None = None
+        """Events that arrived while a worker thread decides from the view; None otherwise."""
 
     # ------------------------------------------------------------ events
 
@@ -76,6 +83,12 @@ class Scheduler:
             return None
 
     async def on_event(self, msg: Msg) -> None:
+        if self._held is not None:
+            self._held.append(msg)
+            return
+        self._take(msg)
+
+    def _take(self, msg: Msg) -> None:
         if (env := self._believed(msg)) is not None:
             data = env.data.model_dump(mode="json")
             self.view.apply(env.type, data, env.occurred_at.timestamp())
@@ -159,13 +172,17 @@ class Scheduler:
         now = self.service.clock.now()
         epoch = now.timestamp()
         await self._start_granted(now)
-        decisions = schedule(self.view.snapshot(epoch, self._to_explain(epoch)), epoch,
-                             self.policy)
-        metrics.observe_cycle(self.view, decisions, epoch)
-        actions = plan_actions(self.view, decisions)
-        for job_id in decisions.abandoned_plans:
-            for plan_id in [p.plan_id for p in self.view.plans.values() if p.preemptor_job_id == job_id]:
-                self.view.plans.pop(plan_id, None)
+        self._held = []
+        try:
+            decisions, actions = await asyncio.to_thread(self._decide, epoch)
+            for job_id in decisions.abandoned_plans:
+                for plan_id in [p.plan_id for p in self.view.plans.values()
+                                if p.preemptor_job_id == job_id]:
+                    self.view.plans.pop(plan_id, None)
+        finally:
+            held, self._held = self._held, None
+            for msg in held:
+                self._take(msg)
         if not actions.outgoing:
             return
         cycle_id = new_id()
@@ -182,6 +199,14 @@ class Scheduler:
         self.cycles += 1
         if self.service.relay is not None:
             self.service.relay.wake()
+
+    def _decide(self, epoch: float) -> tuple[Decisions, Actions]:
+        """Phases 2-3 and the plan of 4, in a worker thread: nothing else touches the view
+        meanwhile (`on_event` holds events back), and the snapshot is a copy the policy owns."""
+        decisions = schedule(self.view.snapshot(epoch, self._to_explain(epoch)), epoch,
+                             self.policy)
+        metrics.observe_cycle(self.view, decisions, epoch)
+        return decisions, plan_actions(self.view, decisions)
 
     def _to_explain(self, epoch: float) -> frozenset[str] | None:
         """Every pending job now and then; in between only those never explained yet.
