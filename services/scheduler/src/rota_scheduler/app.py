@@ -37,7 +37,14 @@ from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
 
 from rota_scheduler import metrics, store
-from rota_scheduler.actions import Actions, Outgoing, plan_actions, record_sent, start_run
+from rota_scheduler.actions import (
+    Actions,
+    Outgoing,
+    next_to_explain,
+    plan_actions,
+    record_sent,
+    start_run,
+)
 from rota_scheduler.lease import Lease
 from rota_scheduler.policy import Decisions, PolicyConfig, policy_config_from, schedule
 from rota_scheduler.tracing import JobTraces, decision_span, paired
@@ -46,6 +53,10 @@ from rota_scheduler.view import ClusterView, JobRecord
 log = logging.getLogger("rota.scheduler")
 
 SOURCE = "scheduler"
+
+EXPLAINED_PER_CYCLE = 2_000
+"""JobPending events one cycle publishes at most, and jobs it asks about between full explains:
+a cycle's transaction and its explaining stay small however many waits change at once."""
 
 
 class Scheduler:
@@ -68,6 +79,8 @@ class Scheduler:
         self.last_full_explain = 0.0
         self._held: list[Msg] | None = None
         """Events that arrived while a worker thread decides from the view; None otherwise."""
+        self.held_back: set[str] = set()
+        """Jobs whose changed explanation is still to publish (`plan_actions`' `pending_limit`)."""
 
     # ------------------------------------------------------------ events
 
@@ -174,7 +187,7 @@ class Scheduler:
         await self._start_granted(now)
         self._held = []
         try:
-            decisions, actions = await asyncio.to_thread(self._decide, epoch)
+            decisions, actions, asked = await asyncio.to_thread(self._decide, epoch)
             for job_id in decisions.abandoned_plans:
                 for plan_id in [p.plan_id for p in self.view.plans.values()
                                 if p.preemptor_job_id == job_id]:
@@ -183,7 +196,11 @@ class Scheduler:
             held, self._held = self._held, None
             for msg in held:
                 self._take(msg)
+        backlog = (self.held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
+        if backlog or (asked is not None and len(asked) >= EXPLAINED_PER_CYCLE):
+            self.dirty.set()  # more to explain: the next cycle comes after the debounce
         if not actions.outgoing:
+            self.held_back = backlog
             return
         cycle_id = new_id()
         async with self.service.engine.begin() as conn:
@@ -195,21 +212,25 @@ class Scheduler:
                     rows.append(self._outbox_row(item, now))
             await self.service.outbox.add_rows(conn, rows)
         record_sent(self.view, actions, epoch)
+        self.held_back = backlog
         metrics.decided(actions.records)
         self.cycles += 1
         if self.service.relay is not None:
             self.service.relay.wake()
 
-    def _decide(self, epoch: float) -> tuple[Decisions, Actions]:
+    def _decide(self, epoch: float) -> tuple[Decisions, Actions, frozenset[str] | None]:
         """Phases 2-3 and the plan of 4, in a worker thread: nothing else touches the view
-        meanwhile (`on_event` holds events back), and the snapshot is a copy the policy owns."""
-        decisions = schedule(self.view.snapshot(epoch, self._to_explain(epoch)), epoch,
-                             self.policy)
+        meanwhile (`on_event` holds events back), and the snapshot is a copy the policy owns.
+        Also returns the jobs asked about (None: all)."""
+        asked = self._to_explain(epoch)
+        decisions = schedule(self.view.snapshot(epoch, asked), epoch, self.policy)
         metrics.observe_cycle(self.view, decisions, epoch)
-        return decisions, plan_actions(self.view, decisions)
+        actions = plan_actions(self.view, decisions, pending_limit=EXPLAINED_PER_CYCLE)
+        return decisions, actions, asked
 
     def _to_explain(self, epoch: float) -> frozenset[str] | None:
-        """Every pending job now and then; in between only those never explained yet.
+        """Every pending job now and then; in between only those never explained yet and
+        those whose changed explanation is still to publish, a bounded number per cycle.
 
         Explaining costs about a quarter of a millisecond per pending job, so a deep queue
         explained every cycle would slow every admission behind it.
@@ -217,7 +238,7 @@ class Scheduler:
         if epoch - self.last_full_explain >= self.explain_interval_s:
             self.last_full_explain = epoch
             return None
-        return frozenset(j.job_id for j in self.view.pending_jobs() if j.pending_fingerprint is None)
+        return next_to_explain(self.view, self.held_back, EXPLAINED_PER_CYCLE)
 
     async def _start_granted(self, now: datetime) -> None:
         """Phase 1: StartRun once per granted run, all claimed in one transaction (a token
