@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota.contracts.messages import WaitReasonCode as Code
-from rota_scheduler.policy import PolicyConfig, Snapshot, schedule
+from rota_scheduler.policy import PendingJob, PolicyConfig, Snapshot, schedule
 from rota_scheduler.policy.baselines.slurm import SLURM_RULES
 from rota_scheduler.policy.core import ROTA_RULES
-from rota_scheduler.policy.engine import Rules, run_cycle
+from rota_scheduler.policy.engine import Cycle, Rules, run_cycle
 
 from tests.unit.scheduler.builders import World, gpu_jobs, team_config
 
@@ -98,3 +99,25 @@ def test_the_window_hides_no_job_that_could_start(
         e.job_id: e.reasons for e in reference.pending
     }
     assert [e.job_id for e in decided.pending if e.reasons[0].code is Code.PRIORITY] == []
+
+
+def test_a_queue_its_quota_refuses_costs_the_window_not_its_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Past the window, a job too big for what its quota allows is passed by like one too big
+    # for the free GPUs: it could not start either, so 5,000 of them cost no more than 64.
+    world = World(nodes=4)
+    pending = gpu_jobs("a", "training", n=5000, gpus=1, runtime=600.0)
+    tried: list[str] = []
+    block = Cycle.block
+
+    def counted(cy: Cycle, job: PendingJob, code: Code, detail: str = "") -> None:
+        tried.append(job.job_id)
+        block(cy, job, code, detail)
+
+    monkeypatch.setattr(Cycle, "block", counted)
+    config = team_config({"a": 0, "b": 32}, borrowing={"a": 0})
+    decisions = schedule(world.snapshot(pending), NOW, config)
+    assert decisions.admissions == ()
+    assert len(tried) <= ROTA_RULES.per_queue_depth
+    assert {e.reasons[0].code for e in decisions.pending} == {Code.QUOTA_EXCEEDED}

@@ -74,7 +74,20 @@ def walk(cy: Cycle) -> bool:
         return True
 
     def room(q: PendingQueue) -> int:
-        return free_total.get(q.flavor, 0)
+        # The most GPUs a job of `q` could start on now: free, and allowed by quota. Both only
+        # shrink within a cycle, and quota refuses every size above one it refuses, so the
+        # largest size allowed is found by bisection, and a job above it stays unable to start.
+        free = free_total.get(q.flavor, 0)
+        if not rules.quotas or free <= 0 or quota.allows(q.team, q.flavor, free):
+            return free
+        allowed, refused = 0, free
+        while refused - allowed > 1:
+            mid = (allowed + refused) // 2
+            if quota.allows(q.team, q.flavor, mid):
+                allowed = mid
+            else:
+                refused = mid
+        return allowed
 
     groups = (
         [list(cy.snapshot.pending)]
