@@ -188,14 +188,15 @@ class Scheduler:
         self._held = []
         try:
             decisions, actions, asked = await asyncio.to_thread(self._decide, epoch)
-            for job_id in decisions.abandoned_plans:
-                for plan_id in [p.plan_id for p in self.view.plans.values()
-                                if p.preemptor_job_id == job_id]:
-                    self.view.plans.pop(plan_id, None)
-        finally:
-            held, self._held = self._held, None
-            for msg in held:
-                self._take(msg)
+        except asyncio.CancelledError:
+            raise  # the thread may still be reading the view: events stay held, we are stopping
+        except Exception:
+            self._fold_held()
+            raise
+        for job_id in decisions.abandoned_plans:
+            for plan_id in [p.plan_id for p in self.view.plans.values() if p.preemptor_job_id == job_id]:
+                self.view.plans.pop(plan_id, None)
+        self._fold_held()
         backlog = (self.held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
         if backlog or (asked is not None and len(asked) >= EXPLAINED_PER_CYCLE):
             self.dirty.set()  # more to explain: the next cycle comes after the debounce
@@ -217,6 +218,12 @@ class Scheduler:
         self.cycles += 1
         if self.service.relay is not None:
             self.service.relay.wake()
+
+    def _fold_held(self) -> None:
+        """Fold in, in order, the events that arrived while a cycle decided."""
+        held, self._held = self._held or [], None
+        for msg in held:
+            self._take(msg)
 
     def _decide(self, epoch: float) -> tuple[Decisions, Actions, frozenset[str] | None]:
         """Phases 2-3 and the plan of 4, in a worker thread: nothing else touches the view
