@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota.contracts.messages import WaitReasonCode as Code
-from rota_scheduler.policy import PendingJob, PolicyConfig, Snapshot, schedule
+from rota_scheduler.policy import PendingJob, PlanInFlight, PolicyConfig, Slot, Snapshot, schedule
 from rota_scheduler.policy.baselines.slurm import SLURM_RULES
 from rota_scheduler.policy.core import ROTA_RULES
 from rota_scheduler.policy.engine import Cycle, Rules, run_cycle
@@ -121,3 +121,15 @@ def test_a_queue_its_quota_refuses_costs_the_window_not_its_length(
     assert decisions.admissions == ()
     assert len(tried) <= ROTA_RULES.per_queue_depth
     assert {e.reasons[0].code for e in decisions.pending} == {Code.QUOTA_EXCEEDED}
+
+
+def test_a_preemptor_whose_plan_is_complete_starts_however_deep_in_its_queue() -> None:
+    # Its held GPUs are no longer free, so it does not "fit" them: it is let through anyway.
+    world = World(nodes=2)
+    world.run("b", "training", node=0, gpus=8, end=NOW + DAY)
+    pending = gpu_jobs("a", "production", n=100, gpus=8, runtime=600.0)
+    preemptor = pending[79].job_id
+    world.plans.append(PlanInFlight(preemptor, (), (Slot(0, "n1", tuple(range(8))),)))
+    config = team_config({"a": 16, "b": 8}, max_preemption_attempts=0)
+    decisions = schedule(world.snapshot(pending), NOW, config)
+    assert [(a.job_id, a.via_plan) for a in decisions.admissions] == [(preemptor, True)]

@@ -16,7 +16,7 @@ never too low: the lazy check is exact).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 
 from rota.contracts.common import TIER_ORDER, Tier
 
@@ -130,6 +130,7 @@ class QueueWalk:
     """
 
     __slots__ = (
+        "_always",
         "_current",
         "_dynamic",
         "_heap",
@@ -153,16 +154,19 @@ class QueueWalk:
         hopeless: Callable[[PendingQueue], bool] | None = None,
         version: Callable[[], int] | None = None,
         room: Callable[[PendingQueue], int] | None = None,
+        always: Set[str] = frozenset(),
     ) -> None:
         """`version()`, if given, changes whenever a dynamic key may have changed: a head whose
         key was computed at the current version is not recomputed when it surfaces. `room(q)`
-        is how many GPUs a job of `q` could start on now (needed by `narrow_current`)."""
+        is how many GPUs a job of `q` could start on now (needed by `narrow_current`); the
+        jobs in `always` get their turn in a narrowed queue whatever their size."""
         self._queues = queues
         self._key = key
         self._dynamic = dynamic
         self._hopeless = hopeless
         self._version = version
         self._room = room
+        self._always = always
         self._narrow = False
         self._narrowed: set[int] = set()
         """Queues past their window: they yield only jobs that fit `room` at their turn."""
@@ -211,7 +215,7 @@ class QueueWalk:
 
     def __iter__(self) -> Iterator[PendingJob]:
         heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
-        version, room, narrowed = self._version, self._room, self._narrowed
+        version, room, narrowed, always = self._version, self._room, self._narrowed, self._always
         dynamic = self._dynamic
         while heap:
             k, submitted, job_id, qi, pos, at = heap[0]
@@ -221,10 +225,11 @@ class QueueWalk:
                 continue
             jobs = queue.jobs
             job = jobs[pos]
-            if qi in narrowed and room is not None and job.gpus > (most := room(queue)):
+            if (qi in narrowed and room is not None and job.gpus > (most := room(queue))
+                    and job.job_id not in always):
                 # Free GPUs only shrink within a cycle: a job too big for them now stays so.
                 # Its successors' keys are no lower, so the merged order still holds.
-                nxt_pos = next_fitting(queue, pos + 1, most)
+                nxt_pos = next_fitting(queue, pos + 1, most, always)
                 if nxt_pos is None:
                     heapq.heappop(heap)
                 else:
@@ -256,15 +261,18 @@ class QueueWalk:
         heapq.heapreplace(self._heap, (self._key(nxt), nxt.submitted_at, nxt.job_id, qi, pos, at))
 
 
-def next_fitting(queue: PendingQueue, start: int, most: int) -> int | None:
+def next_fitting(
+    queue: PendingQueue, start: int, most: int, always: Set[str] = frozenset()
+) -> int | None:
     """The position of the first job of `queue` from `start` on that needs at most `most`
-    GPUs. A plain scan: the walk only moves forward in a queue, so over a cycle it reads each
-    job once at most, no more than building any index would."""
-    if queue.min_gpus > most:
+    GPUs, or is in `always`. A plain scan: the walk only moves forward in a queue, so over a
+    cycle it reads each job once at most, no more than building any index would."""
+    if queue.min_gpus > most and (not always or queue.ids().isdisjoint(always)):
         return None
     jobs = queue.jobs
     for pos in range(start, len(jobs)):
-        if jobs[pos].gpus <= most:
+        job = jobs[pos]
+        if job.gpus <= most or job.job_id in always:
             return pos
     return None
 

@@ -96,7 +96,7 @@ def walk(cy: Cycle) -> bool:
     )
     for group, queues in enumerate(groups):
         walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version,
-                         room=room)
+                         room=room, always=cy.planned.keys())
         for job in walk:
             f, g = job.flavor, job.gpus
             if job.job_id in cy.planned:
@@ -162,8 +162,9 @@ def walk(cy: Cycle) -> bool:
             qkey = (job.tier, job.team, f)
             missed = misses[qkey] = misses.get(qkey, 0) + 1
             if missed >= depth:
-                # Past the window only jobs that the free GPUs could hold get a turn: the
-                # window bounds the work spent on jobs that cannot start, never hides one that can.
+                # Past the window only jobs that could start get a turn (those the free GPUs and
+                # their quota allow, and preemptors with a plan in flight): the window bounds the
+                # work spent on jobs that cannot start, never hides one that can.
                 walk.narrow_current()
             if (
                 attempts <= 0
