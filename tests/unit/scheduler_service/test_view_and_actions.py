@@ -8,7 +8,7 @@ from typing import Any
 from rota.config import load_config
 from rota.contracts import messages as m
 from rota.ids import new_id
-from rota_scheduler.actions import plan_actions, record_sent
+from rota_scheduler.actions import next_to_explain, plan_actions, record_sent
 from rota_scheduler.policy import policy_config_from, schedule
 from rota_scheduler.view import ClusterView
 
@@ -170,3 +170,27 @@ def test_reconciling_with_the_ledger_trusts_its_rows() -> None:
     assert set(story.view.allocations) == {proposals[job].run_id, foreign["run_id"]}
     free_on_h100_3 = next(n for n in story.view.snapshot(story.now).nodes if n.name == "h100-3").free
     assert 0 not in free_on_h100_3 and 1 not in free_on_h100_3
+
+
+def test_many_changed_waits_are_published_over_several_cycles_each_once() -> None:
+    # A restart, or a burst that moves every ETA: no cycle publishes more than its limit,
+    # the rest is asked about again in the cycles after, and nothing goes out twice.
+    story = Story()
+    story.submit(workers=4, team="nlp", user="alice")  # fills the cluster
+    waiting = {story.submit(workers=4, team="nlp", user="alice") for _ in range(25)}
+    limit, held_back = 10, set[str]()
+    asked: frozenset[str] | None = None  # the first cycle explains everyone
+    published: list[str] = []
+    for _ in range(5):
+        decisions = schedule(story.view.snapshot(story.now, asked), story.now, POLICY)
+        actions = plan_actions(story.view, decisions, new_uuid=story.uuid, pending_limit=limit)
+        record_sent(story.view, actions, story.now)
+        for item in actions.outgoing:
+            story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+        out = [p.job_id for p in of([i.message for i in actions.outgoing], m.JobPending)]
+        assert len(out) <= limit
+        published += out
+        held_back = (held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
+        asked = next_to_explain(story.view, held_back, limit)
+    assert sorted(published) == sorted(waiting)
+    assert held_back == set() and asked == frozenset()

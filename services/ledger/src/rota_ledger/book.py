@@ -4,7 +4,8 @@ Reading the rows per proposal costs a round trip each while the flavor locks are
 fetches the rows every proposal of the batch bears on at once; `Book` hands each proposal the
 `Snapshot` of the tables at its turn, and folds each grant in (GPUs taken, the team's use, the
 run seen, the preemptor's holds cleared) so the next proposal sees it as it would have seen
-it in the tables. The writes of the batch then go in with one multi-row statement per table.
+it in the tables. The writes of the batch then go in with one multi-row statement per table
+(per few thousand rows: `rota.db.chunks`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
+from rota.db.chunks import chunks, row_chunks
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -122,33 +125,36 @@ async def insert_grants(conn: AsyncConnection, grants: Sequence[tuple[RunInfo, S
         return set()
     # In GPU order across the batch, so that two writers racing for the same GPUs wait on
     # each other in one order, never in a deadlock.
+    # Chunks go in that order too.
     rows.sort(key=lambda r: (r["node"], r["gpu"]))
-    inserted = (
-        await conn.execute(
-            insert(allocations).values(rows)
-            .on_conflict_do_nothing(index_elements=["node", "gpu"],
-                                    index_where=allocations.c.released_at.is_(None))
-            .returning(allocations.c.id, allocations.c.run_id)
-        )
-    ).all()
+    inserted: list[sa.Row[Any]] = []
+    for chunk in row_chunks(allocations, rows):
+        inserted += (
+            await conn.execute(
+                insert(allocations).values(list(chunk))
+                .on_conflict_do_nothing(index_elements=["node", "gpu"],
+                                        index_where=allocations.c.released_at.is_(None))
+                .returning(allocations.c.id, allocations.c.run_id)
+            )
+        ).all()
     got: dict[str, list[int]] = {}
     for row in inserted:
         got.setdefault(row.run_id, []).append(row.id)
     failed = {run.run_id for run, seats in grants if len(got.get(run.run_id, ())) != len(seats)}
     leftovers = [i for run_id in failed for i in got.get(run_id, ())]
-    if leftovers:
-        await conn.execute(sa.delete(allocations).where(allocations.c.id.in_(leftovers)))
+    for ids in chunks(leftovers, 1):
+        await conn.execute(sa.delete(allocations).where(allocations.c.id.in_(ids)))
     return failed
 
 
 async def add_grant_entries(conn: AsyncConnection,
                             grants: Sequence[tuple[RunInfo, int, int, datetime]]) -> None:
-    """One `grant` entry per (run, GPUs, borrowed GPUs, at), in one statement; a run that
+    """One `grant` entry per (run, GPUs, borrowed GPUs, at), in few statements; a run that
     has its entry already keeps it (as `store.add_entry`)."""
-    if grants:
+    rows = [entry_row("grant", run, gpus, borrowed, 0.0, at, run.proposal_id)
+            for run, gpus, borrowed, at in grants]  # fmt: skip
+    for chunk in row_chunks(entries, rows):
         await conn.execute(
-            insert(entries).values([
-                entry_row("grant", run, gpus, borrowed, 0.0, at, run.proposal_id)
-                for run, gpus, borrowed, at in grants
-            ]).on_conflict_do_nothing(constraint="entries_once_per_run")
+            insert(entries).values(list(chunk))
+            .on_conflict_do_nothing(constraint="entries_once_per_run")
         )

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from rota.db.chunks import row_chunks
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -206,10 +207,11 @@ async def add_holds(
              expires_at=created_at + timedelta(seconds=ttl_s))
         for (node, gpu), victim in gpus
     ]
-    if not values:
-        return 0
-    result = await conn.execute(insert(holds).values(values).on_conflict_do_nothing())
-    return int(result.rowcount)
+    added = 0
+    for chunk in row_chunks(holds, values):
+        result = await conn.execute(insert(holds).values(list(chunk)).on_conflict_do_nothing())
+        added += int(result.rowcount)
+    return added
 
 
 async def clear_holds(conn: AsyncConnection, plan_id: str | None, preemptor_job_id: str | None = None) -> int:

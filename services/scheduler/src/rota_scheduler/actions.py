@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import chain, islice
 from typing import Any
 
 from pydantic import BaseModel
@@ -55,6 +56,8 @@ class Actions:
     fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     stops: list[str] = field(default_factory=list)
     """Job ids whose run was told to stop (cancelled)."""
+    held_back: list[str] = field(default_factory=list)
+    """Job ids whose explanation changed but was left for a later cycle (`pending_limit`)."""
 
 
 def placement_doc(slots: tuple[Slot, ...]) -> list[dict[str, Any]]:
@@ -75,7 +78,12 @@ def plan_actions(
     decisions: Decisions,
     *,
     new_uuid: Callable[[], str] = new_id,
+    pending_limit: int | None = None,
 ) -> Actions:
+    """The cycle's messages. Only explanations that changed are published, and at most
+    `pending_limit` of them: a restart or a burst that changes every ETA spreads over a few
+    cycles instead of one transaction of every pending job. Admissions, plans and stops are
+    never held back."""
     actions = Actions()
     plan_of = {p.preemptor_job_id: p.plan_id for p in view.plans.values()}
     for admission in decisions.admissions:
@@ -140,6 +148,9 @@ def plan_actions(
             continue
         print_ = fingerprint(explanation)
         if print_ == waiting.pending_fingerprint:
+            continue
+        if pending_limit is not None and len(actions.fingerprints) >= pending_limit:
+            actions.held_back.append(waiting.job_id)
             continue
         actions.fingerprints[waiting.job_id] = print_
         job = waiting
@@ -268,6 +279,18 @@ def start_run(job: JobRecord, run_id: str, view: ClusterView) -> Outgoing:
         run_id,
         id=stable_id(f"start:{run_id}"),
     )
+
+
+def next_to_explain(view: ClusterView, held_back: set[str], limit: int) -> frozenset[str]:
+    """The jobs a cycle between full explains asks about, `limit` at most: those never
+    explained first (nobody has seen why they wait), then those whose changed explanation an
+    earlier cycle held back. Whatever is left over is asked about in the cycles after."""
+    fresh = (j.job_id for j in view.pending_jobs() if j.pending_fingerprint is None)
+    jobs = view.jobs
+    waiting = (job_id for job_id in held_back
+               if (job := jobs.get(job_id)) is not None and job.state == "pending"
+               and not job.cancelled)  # fmt: skip
+    return frozenset(islice(chain(fresh, waiting), limit))
 
 
 def record_sent(view: ClusterView, actions: Actions, epoch: float) -> None:

@@ -6,6 +6,11 @@ A cycle, in numbered phases:
     3. decide   `policy.schedule(snapshot, now, config)`, pure
     4. act      proposals, plans, changed JobPending, stops, and the decision log, in one
                 transaction through the outbox; then the view records what it sent
+
+Phases 2-3 and the planning of 4 run in a worker thread, so that however long the policy
+takes, the event loop still renews the lease and answers the server's pings. Events that
+arrive meanwhile wait in a list and are folded in once the decisions are planned: the view
+holds still under the thread, as it did when the policy ran on the loop (docs/DECISIONS.md).
 """
 
 from __future__ import annotations
@@ -32,15 +37,26 @@ from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
 
 from rota_scheduler import metrics, store
-from rota_scheduler.actions import Outgoing, plan_actions, record_sent, start_run
+from rota_scheduler.actions import (
+    Actions,
+    Outgoing,
+    next_to_explain,
+    plan_actions,
+    record_sent,
+    start_run,
+)
 from rota_scheduler.lease import Lease
-from rota_scheduler.policy import PolicyConfig, policy_config_from, schedule
+from rota_scheduler.policy import Decisions, PolicyConfig, policy_config_from, schedule
 from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView, JobRecord
 
 log = logging.getLogger("rota.scheduler")
 
 SOURCE = "scheduler"
+
+EXPLAINED_PER_CYCLE = 2_000
+"""JobPending events one cycle publishes at most, and jobs it asks about between full explains:
+a cycle's transaction and its explaining stay small however many waits change at once."""
 
 
 class Scheduler:
@@ -61,6 +77,10 @@ class Scheduler:
         self.lease_ttl_s = settings.scheduler_lease_ttl_s
         self.explain_interval_s = settings.scheduler_explain_interval_s
         self.last_full_explain = 0.0
+        self._held: list[Msg] | None = None
+        """Events that arrived while a worker thread decides from the view; None otherwise."""
+        self.held_back: set[str] = set()
+        """Jobs whose changed explanation is still to publish (`plan_actions`' `pending_limit`)."""
 
     # ------------------------------------------------------------ events
 
@@ -76,6 +96,12 @@ class Scheduler:
             return None
 
     async def on_event(self, msg: Msg) -> None:
+        if self._held is not None:
+            self._held.append(msg)
+            return
+        self._take(msg)
+
+    def _take(self, msg: Msg) -> None:
         if (env := self._believed(msg)) is not None:
             data = env.data.model_dump(mode="json")
             self.view.apply(env.type, data, env.occurred_at.timestamp())
@@ -159,14 +185,23 @@ class Scheduler:
         now = self.service.clock.now()
         epoch = now.timestamp()
         await self._start_granted(now)
-        decisions = schedule(self.view.snapshot(epoch, self._to_explain(epoch)), epoch,
-                             self.policy)
-        metrics.observe_cycle(self.view, decisions, epoch)
-        actions = plan_actions(self.view, decisions)
+        self._held = []
+        try:
+            decisions, actions, asked = await asyncio.to_thread(self._decide, epoch)
+        except asyncio.CancelledError:
+            raise  # the thread may still be reading the view: events stay held, we are stopping
+        except Exception:
+            self._fold_held()
+            raise
         for job_id in decisions.abandoned_plans:
             for plan_id in [p.plan_id for p in self.view.plans.values() if p.preemptor_job_id == job_id]:
                 self.view.plans.pop(plan_id, None)
+        self._fold_held()
+        backlog = (self.held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
+        if backlog or (asked is not None and len(asked) >= EXPLAINED_PER_CYCLE):
+            self.dirty.set()  # more to explain: the next cycle comes after the debounce
         if not actions.outgoing:
+            self.held_back = backlog
             return
         cycle_id = new_id()
         async with self.service.engine.begin() as conn:
@@ -178,13 +213,31 @@ class Scheduler:
                     rows.append(self._outbox_row(item, now))
             await self.service.outbox.add_rows(conn, rows)
         record_sent(self.view, actions, epoch)
+        self.held_back = backlog
         metrics.decided(actions.records)
         self.cycles += 1
         if self.service.relay is not None:
             self.service.relay.wake()
 
+    def _fold_held(self) -> None:
+        """Fold in, in order, the events that arrived while a cycle decided."""
+        held, self._held = self._held or [], None
+        for msg in held:
+            self._take(msg)
+
+    def _decide(self, epoch: float) -> tuple[Decisions, Actions, frozenset[str] | None]:
+        """Phases 2-3 and the plan of 4, in a worker thread: nothing else touches the view
+        meanwhile (`on_event` holds events back), and the snapshot is a copy the policy owns.
+        Also returns the jobs asked about (None: all)."""
+        asked = self._to_explain(epoch)
+        decisions = schedule(self.view.snapshot(epoch, asked), epoch, self.policy)
+        metrics.observe_cycle(self.view, decisions, epoch)
+        actions = plan_actions(self.view, decisions, pending_limit=EXPLAINED_PER_CYCLE)
+        return decisions, actions, asked
+
     def _to_explain(self, epoch: float) -> frozenset[str] | None:
-        """Every pending job now and then; in between only those never explained yet.
+        """Every pending job now and then; in between only those never explained yet and
+        those whose changed explanation is still to publish, a bounded number per cycle.
 
         Explaining costs about a quarter of a millisecond per pending job, so a deep queue
         explained every cycle would slow every admission behind it.
@@ -192,7 +245,7 @@ class Scheduler:
         if epoch - self.last_full_explain >= self.explain_interval_s:
             self.last_full_explain = epoch
             return None
-        return frozenset(j.job_id for j in self.view.pending_jobs() if j.pending_fingerprint is None)
+        return next_to_explain(self.view, self.held_back, EXPLAINED_PER_CYCLE)
 
     async def _start_granted(self, now: datetime) -> None:
         """Phase 1: StartRun once per granted run, all claimed in one transaction (a claim

@@ -4,6 +4,9 @@ The leader creates the key and renews it (compare-and-set on its revision) every
 the TTL. A standby keeps trying to create it; once the leader stops renewing, the bucket's
 TTL removes the key and the standby's create succeeds. A leader whose renewal fails has lost
 the lease and must stop acting at once.
+
+Renewal runs on the event loop, so nothing CPU-bound may hold the loop for a TTL: the policy
+runs in a worker thread (`Scheduler.cycle`).
 """
 
 from __future__ import annotations
@@ -23,19 +26,22 @@ KEY = "leader"
 
 
 class Lease:
-    def __init__(self, js: JetStreamContext, holder: str, ttl_s: float) -> None:
+    def __init__(self, js: JetStreamContext, holder: str, ttl_s: float, *, bucket: str = BUCKET) -> None:
         self._js = js
         self.holder = holder
         self.ttl_s = ttl_s
+        self.bucket = bucket
         self._kv: KeyValue | None = None
         self._revision = 0
+        self.renewals = 0
+        """Renewals that succeeded, for tests and logs."""
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
             try:
-                self._kv = await self._js.key_value(BUCKET)
+                self._kv = await self._js.key_value(self.bucket)
             except BucketNotFoundError:
-                self._kv = await self._js.create_key_value(bucket=BUCKET, ttl=self.ttl_s, history=1)
+                self._kv = await self._js.create_key_value(bucket=self.bucket, ttl=self.ttl_s, history=1)
         return self._kv
 
     async def try_acquire(self) -> bool:
@@ -61,6 +67,7 @@ class Lease:
         except KeyWrongLastSequenceError:
             log.error("lease lost by %s", self.holder)
             return False
+        self.renewals += 1
         return True
 
     async def keep(self, lost: asyncio.Event) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
+from rota.db.chunks import chunks, row_chunks
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -38,53 +39,38 @@ decisions = sa.Table(
 
 
 async def add_runs(conn: AsyncConnection, new_runs: list[NewRun], at: datetime) -> None:
-    if new_runs:
-        await conn.execute(
-            sa.insert(runs),
-            [
-                {
-                    "run_id": r.run_id,
-                    "job_id": r.job_id,
-                    "proposal_id": r.proposal_id,
-                    "proposed_at": at,
-                }
-                for r in new_runs
-            ],
-        )
+    rows = [
+        {"run_id": r.run_id, "job_id": r.job_id, "proposal_id": r.proposal_id, "proposed_at": at}
+        for r in new_runs
+    ]
+    for chunk in row_chunks(runs, rows):
+        await conn.execute(sa.insert(runs), list(chunk))
 
 
 async def add_decisions(
     conn: AsyncConnection, cycle_id: str, at: datetime, records: list[DecisionRecord]
 ) -> None:
-    if records:
-        await conn.execute(
-            sa.insert(decisions),
-            [
-                {
-                    "cycle_id": cycle_id,
-                    "at": at,
-                    "job_id": r.job_id,
-                    "decision": r.decision,
-                    "reason": r.reason,
-                    "factors": r.factors,
-                    "details": r.details,
-                }
-                for r in records
-            ],
-        )
+    rows = [
+        {"cycle_id": cycle_id, "at": at, "job_id": r.job_id, "decision": r.decision,
+         "reason": r.reason, "factors": r.factors, "details": r.details}
+        for r in records
+    ]  # fmt: skip
+    for chunk in row_chunks(decisions, rows):
+        await conn.execute(sa.insert(decisions), list(chunk))
 
 
 async def claim_starts(conn: AsyncConnection, run_ids: list[str], at: datetime) -> set[str]:
     """The runs whose StartRun has not been sent yet, marked sent."""
-    if not run_ids:
-        return set()
-    rows = await conn.execute(
-        sa.update(runs)
-        .where(runs.c.run_id.in_(run_ids), runs.c.start_sent_at.is_(None))
-        .values(start_sent_at=at)
-        .returning(runs.c.run_id)
-    )
-    return {str(row.run_id) for row in rows}
+    claimed: set[str] = set()
+    for chunk in chunks(run_ids, 1):
+        rows = await conn.execute(
+            sa.update(runs)
+            .where(runs.c.run_id.in_(chunk), runs.c.start_sent_at.is_(None))
+            .values(start_sent_at=at)
+            .returning(runs.c.run_id)
+        )
+        claimed.update(str(row.run_id) for row in rows)
+    return claimed
 
 
 async def prune_decisions(conn: AsyncConnection, older_than: datetime) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from rota.contracts import JobSpec
 from rota.contracts.job import TERMINAL_STATES
+from rota.db.chunks import row_chunks
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -72,17 +73,18 @@ def job_row(job_id: str, spec: JobSpec, spec_hash: str, now: datetime) -> dict[s
 
 
 async def insert_jobs(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[str]:
-    """Insert once per (team, submission_id), many jobs in one statement: the job ids that
+    """Insert once per (team, submission_id), many jobs per statement: the job ids that
     went in. A row whose key already has a job (in the table, or earlier in `rows`) is
     skipped, exactly as inserting them one by one would."""
-    if not rows:
-        return set()
-    result = await conn.execute(
-        insert(jobs).values(rows)
-        .on_conflict_do_nothing(constraint="jobs_submission_once")
-        .returning(jobs.c.job_id)
-    )
-    return {str(row.job_id) for row in result}
+    inserted: set[str] = set()
+    for chunk in row_chunks(jobs, rows):  # in order: a later chunk sees an earlier one's rows
+        result = await conn.execute(
+            insert(jobs).values(list(chunk))
+            .on_conflict_do_nothing(constraint="jobs_submission_once")
+            .returning(jobs.c.job_id)
+        )
+        inserted.update(str(row.job_id) for row in result)
+    return inserted
 
 
 async def jobs_by_submission(
@@ -200,13 +202,16 @@ async def teams_of(conn: AsyncConnection, job_ids: list[str]) -> dict[str, str]:
 
 
 async def record_events(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """The projection's idempotency guard, for a whole batch in one statement: the
+    """The projection's idempotency guard, for a whole batch in a statement per chunk: the
     (event_id, job_id) pairs seen for the first time."""
-    result = await conn.execute(
-        insert(job_events).values(rows).on_conflict_do_nothing()
-        .returning(job_events.c.event_id, job_events.c.job_id)
-    )
-    return {(row.event_id, row.job_id) for row in result}
+    fresh: set[tuple[str, str]] = set()
+    for chunk in row_chunks(job_events, rows):
+        result = await conn.execute(
+            insert(job_events).values(list(chunk)).on_conflict_do_nothing()
+            .returning(job_events.c.event_id, job_events.c.job_id)
+        )
+        fresh.update((row.event_id, row.job_id) for row in result)
+    return fresh
 
 
 async def update_job(conn: AsyncConnection, job_id: str, values: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota.bus.broker import publish_headers
 from rota.contracts import Envelope
+from rota.db.chunks import chunks, row_chunks
 from rota.db.tables import outbox_table, processed_table
 from rota.faults import crash_point
 from rota.metrics import OUTBOX_LAG
@@ -54,10 +55,11 @@ class Outbox:
                 "headers": publish_headers(env, carrier, body=body)}
 
     async def add_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
-        """Queue many rows with one multi-row INSERT, in the caller's transaction; a batch's
-        events cost one round trip instead of one each. `seq` follows the list's order."""
-        if rows:
-            await conn.execute(sa.insert(self.table).values(rows))
+        """Queue many rows with multi-row INSERTs, in the caller's transaction; a batch's
+        events cost a round trip per few thousand instead of one each, and no statement binds
+        more than the driver takes. `seq` follows the list's order."""
+        for chunk in row_chunks(self.table, rows):
+            await conn.execute(sa.insert(self.table).values(list(chunk)))
 
     async def first_time(self, conn: AsyncConnection, consumer: str, message_id: str) -> bool:
         """The idempotency guard: True once per (consumer, message), inside the caller's tx."""
@@ -66,19 +68,20 @@ class Outbox:
     async def first_times(
         self, conn: AsyncConnection, consumer: str, message_ids: list[str]
     ) -> set[str]:
-        """The guard for a whole batch in one statement: the ids seen for the first time.
+        """The guard for a whole batch in a statement per chunk: the ids seen for the first time.
         An id twice in `message_ids` is returned once; the caller applies its first copy."""
-        if not message_ids:
-            return set()
         from sqlalchemy.dialects.postgresql import insert
 
-        result = await conn.execute(
-            insert(self.processed)
-            .values([{"consumer": consumer, "message_id": i} for i in dict.fromkeys(message_ids)])
-            .on_conflict_do_nothing()
-            .returning(self.processed.c.message_id)
-        )
-        return {str(row.message_id) for row in result}
+        fresh: set[str] = set()
+        for chunk in chunks(list(dict.fromkeys(message_ids)), 2):
+            result = await conn.execute(
+                insert(self.processed)
+                .values([{"consumer": consumer, "message_id": i} for i in chunk])
+                .on_conflict_do_nothing()
+                .returning(self.processed.c.message_id)
+            )
+            fresh.update(str(row.message_id) for row in result)
+        return fresh
 
 
 class OutboxRelay:

@@ -44,7 +44,8 @@ class Rules:
     reservations: int | None = None
     """Reservations per flavor; None takes the config's `backfill_reservations`."""
     per_queue_depth: int = 64
-    """Blocked jobs tried per (tier, team, flavor) queue per cycle, like Slurm's bf_max_job_user."""
+    """Blocked jobs tried per (tier, team, flavor) queue per cycle, like Slurm's bf_max_job_user.
+    Past it, a queue's jobs still get their turn if the free GPUs could hold them."""
     pass_over: bool = True
     """Pass over a queue's jobs that a reservation blocks in one step, when that cannot change a
     decision; False tries them one by one (the reference the tests compare with)."""

@@ -16,7 +16,7 @@ never too low: the lazy check is exact).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 
 from rota.contracts.common import TIER_ORDER, Tier
 
@@ -124,19 +124,23 @@ class QueueWalk:
 
     `dynamic` re-checks a head's key when it surfaces. `hopeless(queue)` lets the caller drop a
     queue none of whose jobs can start this cycle (its smallest request exceeds what is free),
-    and `drop_current()` drops the queue of the job just yielded: both keep a cycle's cost
-    proportional to the queues, not to the jobs.
+    and `narrow_current()` narrows the queue of the job just yielded to the jobs that fit
+    `room(queue)` GPUs at their turn: both keep a cycle's cost proportional to the queues and
+    to the jobs that could start, not to all the jobs.
     """
 
     __slots__ = (
+        "_always",
         "_current",
-        "_drop",
         "_dynamic",
         "_heap",
         "_hopeless",
         "_key",
+        "_narrow",
+        "_narrowed",
         "_passed",
         "_queues",
+        "_room",
         "_version",
         "current_key",
     )
@@ -149,15 +153,23 @@ class QueueWalk:
         dynamic: bool = False,
         hopeless: Callable[[PendingQueue], bool] | None = None,
         version: Callable[[], int] | None = None,
+        room: Callable[[PendingQueue], int] | None = None,
+        always: Set[str] = frozenset(),
     ) -> None:
         """`version()`, if given, changes whenever a dynamic key may have changed: a head whose
-        key was computed at the current version is not recomputed when it surfaces."""
+        key was computed at the current version is not recomputed when it surfaces. `room(q)`
+        is how many GPUs a job of `q` could start on now (needed by `narrow_current`); the
+        jobs in `always` get their turn in a narrowed queue whatever their size."""
         self._queues = queues
         self._key = key
         self._dynamic = dynamic
         self._hopeless = hopeless
         self._version = version
-        self._drop = False
+        self._room = room
+        self._always = always
+        self._narrow = False
+        self._narrowed: set[int] = set()
+        """Queues past their window: they yield only jobs that fit `room` at their turn."""
         self._current: tuple[PendingJob, ...] = ()
         self._passed = 0
         self.current_key: tuple[float, float, str] = (0.0, 0.0, "")
@@ -171,8 +183,13 @@ class QueueWalk:
         heapq.heapify(heap)
         self._heap = heap
 
-    def drop_current(self) -> None:
-        self._drop = True
+    def narrow_current(self) -> None:
+        """From now on, the queue of the job just yielded yields only the jobs that fit
+        `room(queue)` GPUs when their turn comes; those that do not are passed by unseen. A
+        window on how many blocked jobs a queue may show thus never hides one that could start.
+        """
+        assert self._room is not None, "narrow_current needs `room`"
+        self._narrow = True
 
     def pass_over(self, blocked: Callable[[PendingJob], bool], limit: int) -> list[PendingJob]:
         """Consume the jobs right after the one just yielded, in its queue, while `blocked`
@@ -198,7 +215,7 @@ class QueueWalk:
 
     def __iter__(self) -> Iterator[PendingJob]:
         heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
-        version = self._version
+        version, room, narrowed, always = self._version, self._room, self._narrowed, self._always
         dynamic = self._dynamic
         while heap:
             k, submitted, job_id, qi, pos, at = heap[0]
@@ -208,6 +225,16 @@ class QueueWalk:
                 continue
             jobs = queue.jobs
             job = jobs[pos]
+            if (qi in narrowed and room is not None and job.gpus > (most := room(queue))
+                    and job.job_id not in always):
+                # Free GPUs only shrink within a cycle: a job too big for them now stays so.
+                # Its successors' keys are no lower, so the merged order still holds.
+                nxt_pos = next_fitting(queue, pos + 1, most, always)
+                if nxt_pos is None:
+                    heapq.heappop(heap)
+                else:
+                    self._push_back(qi, nxt_pos)
+                continue
             if dynamic:
                 now_at = version() if version is not None else at + 1
                 if now_at != at:
@@ -215,17 +242,39 @@ class QueueWalk:
                     if fresh > k + 1e-9:
                         heapq.heapreplace(heap, (fresh, submitted, job_id, qi, pos, now_at))
                         continue
-            self._drop = False
+            self._narrow = False
             self._current, self._passed = jobs, pos + 1
             self.current_key = (k, submitted, job_id)
             yield job
             pos = self._passed
-            if self._drop or pos >= len(jobs):
+            if self._narrow:
+                narrowed.add(qi)
+            if pos >= len(jobs):
                 heapq.heappop(heap)
             else:
-                nxt = jobs[pos]
-                at = version() if version is not None else 0
-                heapq.heapreplace(heap, (key(nxt), nxt.submitted_at, nxt.job_id, qi, pos, at))
+                self._push_back(qi, pos)
+
+    def _push_back(self, qi: int, pos: int) -> None:
+        """Replace the heap's head, a job of queue `qi`, with that queue's job at `pos`."""
+        nxt = self._queues[qi].jobs[pos]
+        at = self._version() if self._version is not None else 0
+        heapq.heapreplace(self._heap, (self._key(nxt), nxt.submitted_at, nxt.job_id, qi, pos, at))
+
+
+def next_fitting(
+    queue: PendingQueue, start: int, most: int, always: Set[str] = frozenset()
+) -> int | None:
+    """The position of the first job of `queue` from `start` on that needs at most `most`
+    GPUs, or is in `always`. A plain scan: the walk only moves forward in a queue, so over a
+    cycle it reads each job once at most, no more than building any index would."""
+    if queue.min_gpus > most and (not always or queue.ids().isdisjoint(always)):
+        return None
+    jobs = queue.jobs
+    for pos in range(start, len(jobs)):
+        job = jobs[pos]
+        if job.gpus <= most or job.job_id in always:
+            return pos
+    return None
 
 
 def tier_queues(queues: Sequence[PendingQueue]) -> dict[Tier, list[PendingQueue]]:

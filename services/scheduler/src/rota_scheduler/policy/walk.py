@@ -73,13 +73,30 @@ def walk(cy: Cycle) -> bool:
             return reservations_full(q.flavor)
         return True
 
+    def room(q: PendingQueue) -> int:
+        # The most GPUs a job of `q` could start on now: free, and allowed by quota. Both only
+        # shrink within a cycle, and quota refuses every size above one it refuses, so the
+        # largest size allowed is found by bisection, and a job above it stays unable to start.
+        free = free_total.get(q.flavor, 0)
+        if not rules.quotas or free <= 0 or quota.allows(q.team, q.flavor, free):
+            return free
+        allowed, refused = 0, free
+        while refused - allowed > 1:
+            mid = (allowed + refused) // 2
+            if quota.allows(q.team, q.flavor, mid):
+                allowed = mid
+            else:
+                refused = mid
+        return allowed
+
     groups = (
         [list(cy.snapshot.pending)]
         if rules.order == "submit"
         else list(tier_queues(cy.snapshot.pending).values())
     )
     for group, queues in enumerate(groups):
-        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version)
+        walk = QueueWalk(queues, key, dynamic=dynamic, hopeless=hopeless, version=quota_version,
+                         room=room, always=cy.planned.keys())
         for job in walk:
             f, g = job.flavor, job.gpus
             if job.job_id in cy.planned:
@@ -145,7 +162,10 @@ def walk(cy: Cycle) -> bool:
             qkey = (job.tier, job.team, f)
             missed = misses[qkey] = misses.get(qkey, 0) + 1
             if missed >= depth:
-                walk.drop_current()
+                # Past the window only jobs that could start get a turn (those the free GPUs and
+                # their quota allow, and preemptors with a plan in flight): the window bounds the
+                # work spent on jobs that cannot start, never hides one that can.
+                walk.narrow_current()
             if (
                 attempts <= 0
                 and not ready
@@ -187,7 +207,7 @@ def walk(cy: Cycle) -> bool:
                         )
                     misses[qkey] = missed + len(passed)
                     if missed + len(passed) >= depth:
-                        walk.drop_current()
+                        walk.narrow_current()
         if all_blocked and attempts <= 0 and not ready:
             break
     return _confirm(cy, unsure, changes)
