@@ -41,7 +41,10 @@ def test_preemption_notice_says_when_why_what_and_where() -> None:
         assert "production" in body and "PRIORITY" in body  # why: preemptor tier + reason
         assert "acknowledge" in body and ctx["control_subject"] in body  # SDK and protocol
         assert ctx["notice_id"] in body
-        assert "s3://ckpt/llama-ft/step-1200" in body  # where it resumes
+        # Where it resumes: what it acknowledges, or its last checkpoint without an ack.
+        assert "the checkpoint it acknowledges" in " ".join(body.split())
+        assert "s3://ckpt/llama-ft/step-1200" in body
+        assert "ReportCheckpoint" in body and "RunCheckpointed" not in body  # the protocol
 
 
 def test_relative_deadline_is_computed_when_sent() -> None:

@@ -244,7 +244,8 @@ class Scheduler:
         queues = self.view.changes != self.observed_changes or bool(decisions.pending)
         self.observed_changes = self.view.changes
         metrics.observe_cycle(self.view, decisions, epoch, queues=queues)
-        actions = plan_actions(self.view, decisions, pending_limit=EXPLAINED_PER_CYCLE)
+        actions = plan_actions(self.view, decisions, now=epoch,
+                               pending_limit=EXPLAINED_PER_CYCLE)
         return decisions, actions, asked
 
     def _to_explain(self, epoch: float) -> frozenset[str] | None:

@@ -210,7 +210,14 @@ class ClusterView:
             job.pending_fingerprint = (
                 tuple(r["code"] for r in data.get("reasons", [])),
                 None if eta is None else int(eta // ETA_BUCKET_S),
+                self.overdue(job, at),
             )
+
+    def overdue(self, job: JobRecord, at: float) -> bool:
+        """Whether the job has waited past its queue's long-wait threshold: a JobPending is
+        published again when it crosses it, so that its owner hears of the long wait."""
+        queue = self.config.queues.get(Tier(job.spec.queue))
+        return queue is not None and at - job.queued_since >= queue.long_wait_threshold_s
 
     def _on_UsageRecorded(self, data: dict[str, Any], at: float) -> None:
         self.usage = {team: float(v) for team, v in data.get("teams", {}).items()}
