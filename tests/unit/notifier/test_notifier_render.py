@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rota.units import gpu_time
 from rota_notifier.domain import notices
 from rota_notifier.render import Renderer, human_duration, relative, when
 
@@ -86,7 +87,8 @@ def test_escaping_for_html_and_slack() -> None:
                    "other_reasons": []}, "Still waiting after 1 h 6 min: llama-ft"),
     ("preemption_completed", {"run_id": "r", "plan_id": "p", "outcome": "acked",
                               "aborted": False, "checkpoint_uri": "s3://c",
-                              "lost_gpu_hours": 0, "preemptor_job_id": "x"},
+                              "lost_gpu_hours": 0, "lost_gpu_seconds": 0,
+                              "lost_work": "0.0 GPU-s", "preemptor_job_id": "x"},
      "Preempted after a checkpoint: llama-ft"),
     ("digest", {"items": [{"subject": "one"}, {"subject": "two"}]}, "2 notifications"),
 ])
@@ -122,3 +124,12 @@ def test_when_and_relative() -> None:
                    "local": "2026-07-01 11:00 EDT (America/New_York)", "relative": "in 1 h"}
     assert when(NOW.isoformat(), "Not/AZone", NOW) == {"utc": "2026-07-01 14:00 UTC",
                                                        "local": None, "relative": "now"}
+
+
+def test_a_small_loss_is_shown_in_gpu_seconds_not_rounded_away() -> None:
+    ctx = notice_context() | {"kind": "preemption_completed", "run_id": "r", "plan_id": "p",
+                              "outcome": "forced", "aborted": False, "checkpoint_uri": None,
+                              "lost_gpu_hours": 0.0, "lost_gpu_seconds": 10.3,
+                              "lost_work": gpu_time(10.3), "preemptor_job_id": "x"}
+    out = Renderer().render("preemption_completed", ctx, NOW)
+    assert "Lost work: 10.3 GPU-s" in out.text
