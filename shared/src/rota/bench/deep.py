@@ -124,7 +124,7 @@ async def list_latency(nc: Client, calls: int = 20) -> list[float]:
 
 
 async def measure_backlog(nc: Client, count: int, scheduler_pid: int | None, *,
-                          settle_s: float = 15.0, idle_window_s: float = 10.0,
+                          settle_s: float = 15.0, idle_window_s: float = 30.0,
                           progress: Callable[[str], None] | None = None) -> DeepQueue:
     recorded_s = await submit_backlog(nc, count, progress)
     if progress:
