@@ -13,8 +13,7 @@ from typing import Any
 
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, Tier
-
-from rota_scheduler.policy import (
+from rota_policy import (
     NodeState,
     PendingJob,
     PlanInFlight,
