@@ -30,6 +30,7 @@ from rota_policy import (
     group_pending,
     schedule,
 )
+from rota_policy.layout import Layout, layout_of
 
 __all__ = ["bench_config", "bench_snapshot", "run_core_bench"]
 
@@ -64,8 +65,11 @@ def _pending(n: int) -> list[PendingJob]:
     return jobs
 
 
-def bench_snapshot(nodes: int, pending: int, *, full: bool, explain: frozenset[str] | None) -> Snapshot:
-    """An empty cluster (`full=False`: measures admissions) or one full of running work."""
+def bench_snapshot(
+    nodes: int, pending: int, *, full: bool, explain: frozenset[str] | None, layout: Layout | None = None
+) -> Snapshot:
+    """An empty cluster (`full=False`: measures admissions) or one full of running work;
+    `layout` is the nodes' layout as a caller keeps it between cycles (`Snapshot.layout`)."""
     states = []
     running = []
     for i in range(nodes):
@@ -83,7 +87,9 @@ def bench_snapshot(nodes: int, pending: int, *, full: bool, explain: frozenset[s
         else:
             states.append(NodeState(name, "gpu", f"r{i // 8}", 8, tuple(range(8))))
     usage = {f"team{i}": 1000.0 * (i + 1) for i in range(TEAMS)}
-    return Snapshot(tuple(states), tuple(running), group_pending(_pending(pending)), usage, (), explain)
+    return Snapshot(
+        tuple(states), tuple(running), group_pending(_pending(pending)), usage, (), explain, layout=layout
+    )
 
 
 def _time(snap: Snapshot, now: float, config: PolicyConfig, repeat: int) -> tuple[float, Decisions]:
@@ -103,14 +109,16 @@ def run_core_bench(
     results: list[dict[str, Any]] = []
     for nodes in (128, 1250) if throughput else ():
         config = bench_config(nodes)
+        # As the simulator does, keep the layout from one cycle to the next.
+        kept = layout_of(bench_snapshot(nodes, 0, full=False, explain=frozenset()).nodes)
         for pending in sizes:
             repeat = 3 if pending <= 10_000 else 1
-            empty = bench_snapshot(nodes, pending, full=False, explain=frozenset())
+            empty = bench_snapshot(nodes, pending, full=False, explain=frozenset(), layout=kept)
             admit_s, decisions = _time(empty, 10.0 * pending, config, repeat)
             admitted = len(decisions.admissions)
-            full_quiet = bench_snapshot(nodes, pending, full=True, explain=frozenset())
+            full_quiet = bench_snapshot(nodes, pending, full=True, explain=frozenset(), layout=kept)
             quiet_s, _ = _time(full_quiet, 10.0 * pending, config, repeat)
-            full_all = bench_snapshot(nodes, pending, full=True, explain=None)
+            full_all = bench_snapshot(nodes, pending, full=True, explain=None, layout=kept)
             explain_s, explained = _time(full_all, 10.0 * pending, config, 1)
             row = {
                 "nodes": nodes,

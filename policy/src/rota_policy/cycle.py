@@ -64,8 +64,8 @@ class Cycle:
 
     def __init__(self, snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> None:
         self.snapshot, self.now, self.config, self.rules = snapshot, now, config, rules
-        self.state = ClusterState(snapshot.nodes)
-        self.quota = QuotaBook(config, snapshot.running, self.state.capacity, snapshot.in_use)
+        self.state = ClusterState(snapshot.nodes, snapshot.layout)
+        self.quota = QuotaBook(config, snapshot.running, self.state.layout.capacity, snapshot.in_use)
         self._admitted_jobs: list[PendingJob] = []
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
@@ -206,7 +206,7 @@ class Cycle:
         self.taken.update(v.run_id for v in plan.victims)
         self.quota.add(job.team, job.flavor, job.gpus)
         for slot in plan.target:
-            node = self.state.index[slot.node]
+            node = self.state.layout.index[slot.node]
             free = set(self.state.free[node])
             already = tuple(g for g in slot.gpus if g in free)
             if already:

@@ -49,7 +49,7 @@ def _resolve_plans(cy: Cycle) -> None:
                 victim_gpus.update((s.node, g) for s in run.placement for g in s.gpus)
         complete, broken = True, False
         for slot in plan.target:
-            node = state.index.get(slot.node)
+            node = state.layout.index.get(slot.node)
             if node is None:
                 broken = True
                 break
@@ -64,14 +64,14 @@ def _resolve_plans(cy: Cycle) -> None:
             cy.abandoned.append(plan.preemptor_job_id)
             continue
         for slot in plan.target:
-            node = state.index[slot.node]
+            node = state.layout.index[slot.node]
             free = set(state.free[node])
             held = tuple(g for g in slot.gpus if g in free)
             if held:
                 state.take_exact(node, held)
         cy.planned[plan.preemptor_job_id] = plan.target if complete else None
         gpus = sum(len(s.gpus) for s in plan.target)
-        flavor = state.node_flavor[state.index[plan.target[0].node]] if plan.target else ""
+        flavor = state.layout.node_flavor[state.layout.index[plan.target[0].node]] if plan.target else ""
         cy.quota.add(queue.team, flavor, gpus)
 
 

@@ -69,7 +69,7 @@ class Eta:
         clock = self.clock.get(f, cy.now)
         runtime = cy.runtime(job) * self.scale
         if depth >= EXACT_DEPTH:
-            capacity = cy.state.capacity.get(f, 0) or 1
+            capacity = cy.state.layout.capacity.get(f, 0) or 1
             self.clock[f] = clock + g * runtime / capacity
             return clock
         heap = self.releases.setdefault(f, [])

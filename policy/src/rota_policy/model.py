@@ -15,6 +15,8 @@ from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 from rota.contracts.messages import WaitReasonCode
 
+from rota_policy.layout import Layout
+
 __all__ = [
     "Admission",
     "Decisions",
@@ -276,6 +278,9 @@ class Snapshot:
     """GPUs that `running` holds per (team, flavor); None: the cycle adds them up. A caller
     that keeps these totals as runs start and stop (the simulator) passes them, so that a
     cycle's cost does not grow with the number of runs just to count them again."""
+    layout: Layout | None = None
+    """The layout of `nodes` as a caller kept it from an earlier cycle (`rota_policy.layout`);
+    used only if it matches `nodes`, compared in full. None: the cycle builds its own."""
 
 
 # ---------------------------------------------------------------- decisions

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from rota.contracts.job import RackAffinity
 
+from rota_policy.layout import Layout, layout_of
 from rota_policy.model import NodeState, PendingJob, Slot
 
 __all__ = ["ClusterState", "Fit", "fit_on_counts"]
@@ -60,101 +61,20 @@ def fit_on_counts(
     return _fit_nodes([n for _, n in usable], counts, workers, per_worker)
 
 
-LayoutKey = tuple[tuple[str, str, str, int], ...]
-"""Each node's name, flavor, rack and GPUs, in node order."""
-
-
-class _Layout:
-    """What depends only on the cluster's layout, never on what is free: the nodes' names,
-    flavors, racks and sizes, and the answers derived from them. Kept from one cycle to the
-    next while the layout stays the same; read-only once built, but for the memos."""
-
-    __slots__ = (
-        "capacity",
-        "empty_slots",
-        "fit_ever",
-        "flavor_nodes",
-        "flavors",
-        "index",
-        "key",
-        "max_node",
-        "names",
-        "node_flavor",
-        "rack_slots",
-        "racks",
-        "size",
-    )
-
-    def __init__(self, key: LayoutKey) -> None:
-        self.key = key
-        self.names = [name for name, _, _, _ in key]
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.node_flavor = [flavor for _, flavor, _, _ in key]
-        self.racks = [rack for _, _, rack, _ in key]
-        self.size = [gpus for _, _, _, gpus in key]
-        self.capacity: dict[str, int] = {}
-        self.max_node: dict[str, int] = {}
-        self.flavor_nodes: dict[str, list[int]] = {}
-        for i, (_, f, _, gpus) in enumerate(key):
-            self.capacity[f] = self.capacity.get(f, 0) + gpus
-            self.max_node[f] = max(self.max_node.get(f, 0), gpus)
-            self.flavor_nodes.setdefault(f, []).append(i)
-        self.flavors = frozenset(self.capacity)
-        self.rack_slots: dict[tuple[str, int], int] = {}
-        """The most workers of a given size one rack can ever host, for EXCEEDS_CLUSTER."""
-        self.empty_slots: dict[tuple[str, int], int] = {}
-        self.fit_ever: dict[tuple[str, int, int, RackAffinity], bool] = {}
-
-
-_last_layout: list[_Layout] = []
-"""The layout of the last ClusterState built. What it holds is a pure function of the layout,
-so no cycle's result depends on it; it spares each cycle of a replay building it again, and
-asking again, per shape, whether a job could ever fit."""
-
-
-def _layout(nodes: tuple[NodeState, ...]) -> _Layout:
-    key = tuple([(n.name, n.flavor, n.rack, n.gpus) for n in nodes])
-    if _last_layout and _last_layout[0].key == key:
-        return _last_layout[0]
-    layout = _Layout(key)
-    _last_layout[:] = [layout]
-    return layout
-
-
 class ClusterState:
     """A mutable working copy of the nodes for one cycle."""
 
-    __slots__ = (
-        "buckets",
-        "capacity",
-        "empty_slots",
-        "fit_ever",
-        "flavor_nodes",
-        "flavors",
-        "free",
-        "free_total",
-        "index",
-        "max_node",
-        "names",
-        "node_flavor",
-        "rack_slots",
-        "racks",
-        "size",
-    )
+    __slots__ = ("buckets", "free", "free_total", "layout")
 
-    def __init__(self, nodes: tuple[NodeState, ...]) -> None:
-        layout = _layout(nodes)
-        self.names, self.index, self.node_flavor = layout.names, layout.index, layout.node_flavor
-        self.racks, self.size, self.flavors = layout.racks, layout.size, layout.flavors
-        self.capacity, self.max_node = layout.capacity, layout.max_node
-        self.flavor_nodes = layout.flavor_nodes
-        self.rack_slots, self.empty_slots = layout.rack_slots, layout.empty_slots
-        self.fit_ever = layout.fit_ever
+    def __init__(self, nodes: tuple[NodeState, ...], layout: Layout | None = None) -> None:
+        """`layout`, if given, is used only if it is the layout of `nodes` (compared in full)."""
+        self.layout = layout_of(nodes, layout)
         free = self.free = [list(n.free) for n in nodes]
         self.free_total: dict[str, int] = {}
         self.buckets: dict[str, list[dict[int, None]]] = {}
-        for f, members in self.flavor_nodes.items():
-            buckets: list[dict[int, None]] = [{} for _ in range(self.max_node[f] + 1)]
+        max_node = self.layout.max_node
+        for f, members in self.layout.flavor_nodes.items():
+            buckets: list[dict[int, None]] = [{} for _ in range(max_node[f] + 1)]
             total = 0
             for i in members:
                 count = len(free[i])
@@ -171,46 +91,13 @@ class ClusterState:
     def free_on(self, flavor: str) -> int:
         return self.free_total.get(flavor, 0)
 
-    def worker_slots(self, flavor: str, gpus_per_worker: int) -> int:
-        """How many workers of this size the flavor's nodes hold when empty (memoized: a walk
-        asks this for every pending job, and the answer depends only on the cluster's shape)."""
-        key = (flavor, gpus_per_worker)
-        slots = self.empty_slots.get(key)
-        if slots is None:
-            slots = sum(self.size[n] // gpus_per_worker for n in self.flavor_nodes.get(flavor, []))
-            self.empty_slots[key] = slots
-        return slots
-
     def can_ever_fit(self, job: PendingJob) -> bool:
-        """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER (memoized per
-        shape: the walk asks for every job it looks at)."""
-        return self.shape_fits(job.flavor, job.workers, job.gpus_per_worker, job.rack)
+        """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER."""
+        return self.layout.shape_fits(job.flavor, job.workers, job.gpus_per_worker, job.rack)
 
     def shape_fits(self, flavor: str, workers: int, per_worker: int, rack: RackAffinity) -> bool:
         """`can_ever_fit` for a job of this shape."""
-        shape = (flavor, workers, per_worker, rack)
-        fits = self.fit_ever.get(shape)
-        if fits is None:
-            fits = self.fit_ever[shape] = self._can_ever_fit(*shape)
-        return fits
-
-    def _can_ever_fit(self, f: str, workers: int, per_worker: int, rack: RackAffinity) -> bool:
-        if per_worker > self.max_node.get(f, 0) or workers * per_worker > self.capacity.get(f, 0):
-            return False
-        members = self.flavor_nodes.get(f, [])
-        if self.worker_slots(f, per_worker) < workers:
-            return False
-        if rack is RackAffinity.required:
-            key = (f, per_worker)
-            best = self.rack_slots.get(key)
-            if best is None:
-                per_rack: dict[str, int] = {}
-                for n in members:
-                    per_rack[self.racks[n]] = per_rack.get(self.racks[n], 0) + (self.size[n] // per_worker)
-                best = max(per_rack.values(), default=0)
-                self.rack_slots[key] = best
-            return best >= workers
-        return True
+        return self.layout.shape_fits(flavor, workers, per_worker, rack)
 
     def find(self, job: PendingJob) -> Fit | None:
         per_worker, workers = job.gpus_per_worker, job.workers
@@ -228,13 +115,13 @@ class ClusterState:
                     if len(fit) == workers:
                         return fit
             return None
-        counts = self.counts()
-        return fit_on_counts(counts, self.flavor_nodes[job.flavor], self.racks, workers, per_worker, job.rack)
+        nodes, racks = self.layout.flavor_nodes[job.flavor], self.layout.racks
+        return fit_on_counts(self.counts(), nodes, racks, workers, per_worker, job.rack)
 
     # ------------------------------------------------------------ changes
 
     def _move(self, node: int, before: int) -> None:
-        buckets = self.buckets[self.node_flavor[node]]
+        buckets = self.buckets[self.layout.node_flavor[node]]
         del buckets[before][node]
         buckets[len(self.free[node])][node] = None
 
@@ -244,7 +131,7 @@ class ClusterState:
         before = len(free)
         taken = tuple(free[:gpus])
         del free[:gpus]
-        self.free_total[self.node_flavor[node]] -= gpus
+        self.free_total[self.layout.node_flavor[node]] -= gpus
         self._move(node, before)
         return taken
 
@@ -254,7 +141,7 @@ class ClusterState:
         wanted = set(indices)
         self.free[node] = [g for g in free if g not in wanted]
         removed = before - len(self.free[node])
-        self.free_total[self.node_flavor[node]] -= removed
+        self.free_total[self.layout.node_flavor[node]] -= removed
         self._move(node, before)
 
     def give(self, node: int, indices: tuple[int, ...]) -> None:
@@ -262,13 +149,12 @@ class ClusterState:
         before = len(free)
         free.extend(indices)
         free.sort()
-        self.free_total[self.node_flavor[node]] += len(indices)
+        self.free_total[self.layout.node_flavor[node]] += len(indices)
         self._move(node, before)
 
     def allocate(self, fit: Fit) -> tuple[Slot, ...]:
-        return tuple(
-            Slot(worker, self.names[node], self.take(node, gpus)) for worker, (node, gpus) in enumerate(fit)
-        )
+        names = self.layout.names
+        return tuple(Slot(w, names[node], self.take(node, gpus)) for w, (node, gpus) in enumerate(fit))
 
     def is_free(self, node: int, indices: tuple[int, ...]) -> bool:
         free = self.free[node]

@@ -128,7 +128,7 @@ def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> t
     slots = []
     for worker, (node, gpus) in enumerate(fit):
         pool = pools[node]
-        slots.append(Slot(worker, state.names[node], tuple(pool[:gpus])))
+        slots.append(Slot(worker, state.layout.names[node], tuple(pool[:gpus])))
         del pool[:gpus]
     return tuple(slots)
 
@@ -193,7 +193,7 @@ def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
     if found is None:
         now = ctx.now
         key = (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
-        on_nodes = tuple(_gpus_by_node(run, ctx.state.index).items())
+        on_nodes = tuple(_gpus_by_node(run, ctx.state.layout.index).items())
         found = ctx.ranked[run.run_id] = Ranked(key, run, rank, rota_loss(run, now), on_nodes)
     return found
 
@@ -216,7 +216,7 @@ def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float
     held = ctx.below.get(key)
     if held is None:
         held = ctx.below[key] = {}
-        now, index = ctx.now, ctx.state.index
+        now, index = ctx.now, ctx.state.layout.index
         for run, run_rank in victim_pool(ctx, flavor):
             if run_rank > rank and rota_loss(run, now) <= cap:
                 _gpus_by_node(run, index, held)
@@ -287,7 +287,7 @@ def _must_lose_too_much(
     slot without such a run only from its free GPUs plus the allowed victims on it; if those
     slots are too few for the gang, there is no point in searching. (Most searches by
     non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
-    now, index = ctx.now, ctx.state.index
+    now, index = ctx.now, ctx.state.layout.index
     allowed: dict[int, int] = {}
     for run, _, _ in picked:
         if rota_loss(run, now) <= cap:
@@ -333,7 +333,7 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
     offers: list[Offer] = []
     gained: dict[int, int] = {}
     prefixes: dict[int, list[Choice]] = {}
-    for node in state.flavor_nodes.get(job.flavor, []):
+    for node in state.layout.flavor_nodes.get(job.flavor, []):
         free = len(state.free[node])
         if free >= per_worker:
             offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
@@ -367,7 +367,7 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     else:
         by_rack: dict[str, list[Offer]] = {}
         for offer in offers:
-            by_rack.setdefault(state.racks[offer[1]], []).append(offer)
+            by_rack.setdefault(state.layout.racks[offer[1]], []).append(offer)
         groups = list(by_rack.values())
         if job.rack is RackAffinity.preferred:
             groups.append(offers)
@@ -395,7 +395,7 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     victims = tuple(Candidate(r.run, category, r.loss, (category, *r.key)) for category, r in ordered)
     if not _admissible(job, victims, ctx):
         return None
-    index = state.index
+    index = state.layout.index
     freed: dict[int, list[int]] = {}
     for victim in victims:
         for slot in victim.run.placement:
@@ -441,8 +441,8 @@ def greedy_plan(
     chosen so far (Kueue only reclaims from a team while it is still borrowing).
     """
     state, quota = ctx.state, ctx.quota
-    index = state.index
-    nodes = state.flavor_nodes.get(job.flavor, [])
+    index = state.layout.index
+    nodes = state.layout.flavor_nodes.get(job.flavor, [])
     counts = state.counts()
     per_worker, workers = job.gpus_per_worker, job.workers
 
@@ -451,7 +451,7 @@ def greedy_plan(
             return None
         if sum(counts[n] for n in nodes) < job.gpus:
             return None
-        return fit_on_counts(counts, nodes, state.racks, workers, per_worker, job.rack)
+        return fit_on_counts(counts, nodes, state.layout.racks, workers, per_worker, job.rack)
 
     def apply(c: Candidate, sign: int) -> None:
         for slot in c.run.placement:

@@ -110,10 +110,10 @@ def _reasons(
     shared = _Shared.of(cy)
     f, g, state = job.flavor, job.gpus, cy.state
     free = state.free_total.get(f, 0)
-    cap = state.capacity.get(f, 0)
+    cap = state.layout.capacity.get(f, 0)
     need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
     if block is None:
-        if f not in state.flavors:
+        if f not in state.layout.flavors:
             block = Block(Code.NO_MATCHING_FLAVOR)
         elif not state.can_ever_fit(job):
             block = Block(Code.EXCEEDS_CLUSTER)
@@ -131,11 +131,12 @@ def _reasons(
     msg: str
     details = shared.base(g, free, cap)
     if code is Code.NO_MATCHING_FLAVOR:
-        msg = f"no node offers flavor {f}; the cluster has {', '.join(sorted(state.flavors)) or 'none'}"
+        offered = ", ".join(sorted(state.layout.flavors)) or "none"
+        msg = f"no node offers flavor {f}; the cluster has {offered}"
     elif code is Code.EXCEEDS_CLUSTER:
         msg = (
             f"needs {need} {f} GPUs{' in one rack' if job.rack.value == 'required' else ''}; the cluster"
-            f" has {cap} on nodes of at most {state.max_node.get(f, 0)}: it can never start"
+            f" has {cap} on nodes of at most {state.layout.max_node.get(f, 0)}: it can never start"
         )
     elif code is Code.QUOTA_EXCEEDED:
         msg = block.detail or f"team {job.team} is at its {f} quota"
@@ -293,7 +294,7 @@ def _deep(
         code = block.code if block is not None else None
         start: float | None = None
         if code not in NO_ETA:
-            capacity = cy.state.capacity.get(f, 0) or 1
+            capacity = cy.state.layout.capacity.get(f, 0) or 1
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
         out.append((job, _explanation(cy, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
     return out
@@ -309,7 +310,7 @@ def _diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]])
         tier = TIER_ORDER[rank]
         counts = Counter(ex.primary for _, ex in members)
         top, n = counts.most_common(1)[0]
-        cap = cy.state.capacity.get(flavor, 0)
+        cap = cy.state.layout.capacity.get(flavor, 0)
         big = [j for j, _ in members if cap and j.gpus * 2 > cap]
         oldest = max(cy.now - j.submitted_at for j, _ in members)
         if len(big) * 2 >= len(members) and top is not Code.EXCEEDS_CLUSTER:

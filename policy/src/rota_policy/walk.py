@@ -107,7 +107,7 @@ def walk(cy: Cycle) -> bool:
                 else:
                     cy.block(job, Code.WAITING_FOR_PREEMPTION)
                 continue
-            if f not in state.flavors:
+            if f not in state.layout.flavors:
                 cy.block(job, Code.NO_MATCHING_FLAVOR)
                 continue
             if not state.can_ever_fit(job):
@@ -170,7 +170,7 @@ def walk(cy: Cycle) -> bool:
                 attempts <= 0
                 and not ready
                 and not any(free_total.values())
-                and (rules.backfill != "reserve" or all(reservations_full(fl) for fl in state.flavors))
+                and (rules.backfill != "reserve" or all(reservations_full(fl) for fl in state.layout.flavors))
             ):
                 break
             if (
@@ -246,7 +246,7 @@ def _all_blocked(
     fits, flavor = cy.state.shape_fits, jobs[0].flavor
     # A job no larger than the largest node fits on it, whatever its shape: ask per shape
     # only when the run holds a bigger one.
-    if largest > cy.state.max_node.get(flavor, 0) and not all(
+    if largest > cy.state.layout.max_node.get(flavor, 0) and not all(
         fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.rack) for j in jobs}
     ):
         return False

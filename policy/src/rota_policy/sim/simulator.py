@@ -21,6 +21,7 @@ from rota.contracts.common import Tier
 
 from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
 from rota_policy.fairshare import accrue, water_fill
+from rota_policy.layout import layout_of
 from rota_policy.model import (
     Decisions,
     NodeState,
@@ -140,6 +141,8 @@ class Simulator:
         self.cycle_s = cycle_s
         self.progress_cb = progress
         self.node_states = list(nodes)
+        self.layout = layout_of(nodes)
+        """Kept for every cycle: the nodes' shape never changes in a replay."""
         self.node_free = [list(n.free) for n in nodes]
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self.capacity = sum(n.gpus for n in nodes)
@@ -445,6 +448,7 @@ class Simulator:
             explain=explain,
             runtime_scale=self.runtime_scale,
             in_use={(team, "gpu"): gpus for team, gpus in self.running_gpus.items() if gpus},
+            layout=self.layout,
         )
 
     def _cycle(self, t: float) -> None:
