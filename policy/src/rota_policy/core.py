@@ -22,12 +22,10 @@ _LOWEST = len(TIER_ORDER) - 1
 
 def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
     """The lowest tier (highest rank) among runs of `flavor` that any rule could preempt."""
-    key = ("rota-pool", flavor)
-    cached = cy.memo.get(key)
-    if isinstance(cached, int):
-        return cached
-    rank = max((r for _, r in victim_pool(cy.preemption, flavor)), default=-1)
-    cy.memo[key] = rank
+    ranks = cy.planner_cache.pool_rank
+    rank = ranks.get(flavor)
+    if rank is None:
+        rank = ranks[flavor] = max((r for _, r in victim_pool(cy.preemption, flavor)), default=-1)
     return rank
 
 
@@ -35,9 +33,10 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     # Cheap gate first: a plan needs either lower-tier work to stop, or room in the team's own
     # quota that borrowers are using (reclaim). Most blocked jobs have neither.
     # The victim pool costs a pass over the running runs, so it is looked at last.
-    memo_key = ("rota-miss", job.tier, job.team, job.flavor, job.gpus_per_worker, job.rack)
-    missed = cy.memo.get(memo_key)
-    if isinstance(missed, int) and job.workers >= missed:
+    misses = cy.planner_cache.fewest_missed
+    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.rack)
+    missed = misses.get(miss_key)
+    if missed is not None and job.workers >= missed:
         return None
     quota = ctx.quota
     reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
@@ -45,7 +44,7 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
         return None
     plan = rota_plan(job, ctx)
     if plan is None:
-        cy.memo[memo_key] = job.workers
+        misses[miss_key] = job.workers
     return plan
 
 

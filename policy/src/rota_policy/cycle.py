@@ -3,13 +3,16 @@ a policy uses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
+from rota.contracts.common import Tier
+from rota.contracts.job import RackAffinity
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.backfill import ReservationBook
+from rota_policy.block import NO_ETA, Block
 from rota_policy.config import PolicyConfig
 from rota_policy.fairshare import fairshare_factors
 from rota_policy.model import (
@@ -24,9 +27,8 @@ from rota_policy.ordering import Scorer, submit_key
 from rota_policy.placement import ClusterState
 from rota_policy.preemption import PreemptionContext
 from rota_policy.quota import QuotaBook
-from rota_policy.reasons import NO_ETA, Block
 
-__all__ = ["Cycle", "Order", "Planner", "Rules"]
+__all__ = ["Cycle", "Order", "Planner", "PlannerCache", "Rules"]
 
 Order = Literal["score", "slurm", "tier_fifo", "submit"]
 Planner = Callable[[PendingJob, PreemptionContext, "Cycle"], PreemptionPlan | None]
@@ -51,6 +53,22 @@ class Rules:
     decision; False tries them one by one (the reference the tests compare with)."""
 
 
+MissKey = tuple[Tier, str, str, int, RackAffinity]
+"""A job's tier, team, flavor, GPUs per worker and rack affinity: what a failed search for
+victims depends on, but for the number of workers."""
+
+
+@dataclass(slots=True)
+class PlannerCache:
+    """Answers a planner reuses between the jobs of one cycle (Rota's, in `core`)."""
+
+    pool_rank: dict[str, int] = field(default_factory=dict)
+    """Per flavor, the lowest tier (highest rank) among runs that any rule could preempt."""
+    fewest_missed: dict[MissKey, int] = field(default_factory=dict)
+    """The fewest workers for which a search found no plan: a larger gang of the same key
+    finds none either, as it needs more of the same victims."""
+
+
 class _EveryJob:
     def __contains__(self, job_id: object) -> bool:
         return True
@@ -67,6 +85,7 @@ class Cycle:
         self.state = ClusterState(snapshot.nodes, snapshot.layout)
         self.quota = QuotaBook(config, snapshot.running, self.state.layout.capacity, snapshot.in_use)
         self._admitted_jobs: list[PendingJob] = []
+        """The jobs behind `admissions`, in order: their GPUs come back after their runtime."""
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
@@ -86,8 +105,7 @@ class Cycle:
         self._runs_by_flavor: dict[str, list[RunningRun]] | None = None
         self._fs: dict[str, float] | None = None
         self._preemption: PreemptionContext | None = None
-        self.memo: dict[object, object] = {}
-        """Per-cycle caches for planners (e.g. the victim pool of a flavor)."""
+        self.planner_cache = PlannerCache()
         self.scorer = Scorer(
             config,
             now,
@@ -103,11 +121,9 @@ class Cycle:
         est = job.runtime_estimate_s
         return est if est is not None and est > 0 else self.config.default_runtime_s
 
-    def run_end(self, run: RunningRun) -> float:
-        end = run.expected_end
-        if end is None:
-            end = run.started_at + self.config.default_runtime_s
-        return max(end, self.now)
+    @property
+    def admitted_jobs(self) -> Sequence[PendingJob]:
+        return self._admitted_jobs
 
     @property
     def preemption(self) -> PreemptionContext:
@@ -158,16 +174,12 @@ class Cycle:
     def book(self, flavor: str) -> ReservationBook:
         book = self.books.get(flavor)
         if book is None:
-            # run_end, inlined: a book is built per flavor in most cycles, over every run.
             now, default, taken = self.now, self.config.default_runtime_s, self.taken
-            releases: list[tuple[float, int]] = []
-            for r in self.runs_by_flavor.get(flavor, ()):
-                if r.run_id in taken:
-                    continue
-                end = r.expected_end
-                if end is None:
-                    end = r.started_at + default
-                releases.append((end if end >= now else now, r.gpus))
+            releases = [
+                (r.end(now, default), r.gpus)
+                for r in self.runs_by_flavor.get(flavor, ())
+                if r.run_id not in taken
+            ]
             releases.extend(
                 (self.now + self.runtime(job), job.gpus)
                 for job in self._admitted_jobs

@@ -12,12 +12,9 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from rota_policy.cycle import Cycle
 from rota_policy.model import PendingJob, PendingQueue
-
-if TYPE_CHECKING:
-    from rota_policy.cycle import Cycle
 
 __all__ = ["EXACT_DEPTH", "DeepQueues", "Eta"]
 
@@ -43,12 +40,7 @@ class Eta:
         for run in cy.snapshot.running:
             if run.run_id in taken:
                 continue
-            # cy.run_end(run), inlined: this runs over every run in every explaining cycle.
-            declared = run.expected_end
-            if declared is None:
-                declared = run.started_at + default
-            if declared < now:
-                declared = now
+            declared = run.end(now, default)
             end = run.started_at + (declared - run.started_at) * scale
             if end < now:
                 end = now
@@ -57,13 +49,13 @@ class Eta:
                 releases[run.flavor] = [(end, run.gpus)]
             else:
                 found.append((end, run.gpus))
-        for job in cy._admitted_jobs:
+        for job in cy.admitted_jobs:
             self.releases.setdefault(job.flavor, []).append((now + cy.runtime(job) * scale, job.gpus))
         for heap in self.releases.values():
             heapq.heapify(heap)
 
     def start(self, job: PendingJob, not_before: float | None = None) -> float | None:
-        f, g, cy = job.flavor, job.workers * job.gpus_per_worker, self.cy
+        f, g, cy = job.flavor, job.gpus, self.cy
         depth = self.depth.get(f, 0)
         self.depth[f] = depth + 1
         clock = self.clock.get(f, cy.now)
@@ -159,7 +151,7 @@ class DeepQueues:
             q = self.queue_of[okey]
             if self._index(q, other) < self.done.get(okey, 0):
                 continue  # the exact walk already accounted for it
-            g = other.workers * other.gpus_per_worker
+            g = other.gpus
             est = other.runtime_estimate_s
             work -= g * (est if est is not None and est > 0 else default_runtime_s)
             if not counts:

@@ -84,6 +84,14 @@ class RunningRun:
     """If set, the run also checkpoints every interval after `last_checkpoint_at`, so a caller
     need not rebuild the snapshot at every periodic checkpoint."""
 
+    def end(self, now: float, default_runtime_s: float) -> float:
+        """When the run is expected to free its GPUs: its expected end, or `started_at` plus the
+        default runtime when it declared none; never before `now`."""
+        end = self.expected_end
+        if end is None:
+            end = self.started_at + default_runtime_s
+        return end if end >= now else now
+
     def last_checkpoint(self, now: float) -> float | None:
         last, every = self.last_checkpoint_at, self.checkpoint_interval_s
         if last is None or every is None or now <= last:
@@ -141,7 +149,7 @@ class QueueSums:
 
 def _accumulate(jobs: Iterable[PendingJob], gpus: list[int], work: list[float], unknown: list[int]) -> None:
     for j in jobs:
-        g = j.workers * j.gpus_per_worker
+        g = j.gpus
         est = j.runtime_estimate_s
         gpus.append(gpus[-1] + g)
         if est is not None and est > 0:
@@ -225,7 +233,7 @@ class PendingQueue:
 
     def __post_init__(self) -> None:
         if self.min_gpus <= 0 and self.jobs:
-            object.__setattr__(self, "min_gpus", min(j.workers * j.gpus_per_worker for j in self.jobs))
+            object.__setattr__(self, "min_gpus", min(j.gpus for j in self.jobs))
         if self.min_runtime_s < 0:
             object.__setattr__(
                 self,

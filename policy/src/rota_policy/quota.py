@@ -31,7 +31,7 @@ _OK = QuotaCheck(True)
 class QuotaBook:
     """Per (team, flavor) GPUs in use, updated as the cycle admits and plans."""
 
-    __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "used", "version")
+    __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "_used", "_version")
 
     def __init__(
         self,
@@ -43,17 +43,16 @@ class QuotaBook:
         """`in_use`, if given, is what `running` holds per (team, flavor) (`Snapshot.in_use`)."""
         self._config = config
         self._capacity = capacity
-        self.version = 0
-        """Bumped by every `add`: what reads usage (the headroom score) may cache until then."""
+        self._version = 0
         if in_use is not None:
-            self.used: dict[tuple[str, str], int] = dict(in_use)
+            self._used: dict[tuple[str, str], int] = dict(in_use)
         else:
-            used = self.used = {}
+            used = self._used = {}
             for run in running:
                 key = (run.team, run.flavor)
                 used[key] = used.get(key, 0) + run.gpus
         self._total: dict[str, int] = {}
-        for (_, flavor), gpus in self.used.items():
+        for (_, flavor), gpus in self._used.items():
             self._total[flavor] = self._total.get(flavor, 0) + gpus
         self._limits: dict[tuple[str, str], TeamLimits] = {}
         # Only teams with a lending limit keep anything back; most configs have none.
@@ -64,6 +63,12 @@ class QuotaBook:
             if lim.unlendable > 0
         ]
 
+    @property
+    def version(self) -> int:
+        """Bumped by every `add`, the only way usage changes: what reads usage (the headroom
+        score) may cache its answer until then."""
+        return self._version
+
     def limits(self, team: str, flavor: str) -> TeamLimits:
         key = (team, flavor)
         found = self._limits.get(key)
@@ -73,21 +78,21 @@ class QuotaBook:
         return found
 
     def in_use(self, team: str, flavor: str) -> int:
-        return self.used.get((team, flavor), 0)
+        return self._used.get((team, flavor), 0)
 
     def total(self, flavor: str) -> int:
         return self._total.get(flavor, 0)
 
     def borrowing(self, team: str, flavor: str) -> int:
         """GPUs the team uses above its nominal quota (what its owners may reclaim)."""
-        above = self.used.get((team, flavor), 0) - self.limits(team, flavor).quota
+        above = self._used.get((team, flavor), 0) - self.limits(team, flavor).quota
         return above if above > 0 else 0
 
     def allows(self, team: str, flavor: str, gpus: int) -> bool:
         """`check(team, flavor, gpus).ok` without building the answer: the admission walk asks
         this of every job it looks at, and most are within quota or freely borrowing."""
         lim = self.limits(team, flavor)
-        after = self.used.get((team, flavor), 0) + gpus
+        after = self._used.get((team, flavor), 0) + gpus
         if after <= lim.quota:
             return True
         if lim.borrowing_limit is not None and after > lim.quota + lim.borrowing_limit:
@@ -133,6 +138,6 @@ class QuotaBook:
 
     def add(self, team: str, flavor: str, gpus: int) -> None:
         key = (team, flavor)
-        self.version += 1
-        self.used[key] = self.used.get(key, 0) + gpus
+        self._version += 1
+        self._used[key] = self._used.get(key, 0) + gpus
         self._total[flavor] = self._total.get(flavor, 0) + gpus

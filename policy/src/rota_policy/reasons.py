@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
 
+from rota_policy.block import NO_ETA, Block
+from rota_policy.cycle import Cycle
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
 from rota_policy.model import (
     Diagnosis,
@@ -28,21 +29,9 @@ from rota_policy.model import (
 )
 from rota_policy.ordering import QueueWalk, submit_key, tier_queues
 
-if TYPE_CHECKING:
-    from rota_policy.cycle import Cycle
-
-__all__ = ["NO_ETA", "Block", "explain"]
+__all__ = ["explain"]
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
-    """What stopped a job in the admission walk; `detail` is a message or the blocking job."""
-
-    code: Code
-    detail: str = ""
-
-
-NO_ETA = frozenset({Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER, Code.QUOTA_EXCEEDED})
 _CAUSE = {
     Code.QUOTA_EXCEEDED: "quota_too_low",
     Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
@@ -78,13 +67,6 @@ class _Shared:
     details: dict[tuple[int, int, int], Details]
     capacity_reasons: dict[tuple[str, str, int, int], Reason]
 
-    @staticmethod
-    def of(cy: Cycle) -> _Shared:
-        found = cy.memo.get(_Shared)
-        if not isinstance(found, _Shared):
-            found = cy.memo[_Shared] = _Shared({}, {})
-        return found
-
     def base(self, gpus: int, free: int, capacity: int) -> Details:
         key = (gpus, free, capacity)
         found = self.details.get(key)
@@ -105,9 +87,8 @@ class _Shared:
 
 
 def _reasons(
-    cy: Cycle, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
+    cy: Cycle, shared: _Shared, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
 ) -> tuple[Reason, ...]:
-    shared = _Shared.of(cy)
     f, g, state = job.flavor, job.gpus, cy.state
     free = state.free_total.get(f, 0)
     cap = state.layout.capacity.get(f, 0)
@@ -215,6 +196,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     shallow = {j.flavor for j in targets}
     stop = bool(shallow)
     eta = Eta(cy)
+    shared = _Shared({}, {})
     position: dict[str, int] = {}
     gpus_ahead: dict[str, int] = {}
     done: dict[tuple[object, str, str], int] = {}
@@ -243,9 +225,9 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             else:
                 start = eta.start(job)
             if remaining is None:
-                out.append((job, _explanation(cy, job, block, start, pos, ahead_gpus)))
+                out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
             elif job.job_id in remaining:
-                out.append((job, _explanation(cy, job, block, start, pos, ahead_gpus)))
+                out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
                 remaining.discard(job.job_id)
                 if not remaining:
                     return tuple(ex for _, ex in out), _diagnose(cy, out)
@@ -257,14 +239,20 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             break
     if remaining:
         deep = [j for j in targets if j.job_id in remaining]
-        out.extend(_deep(cy, deep, groups, done, key, eta, position, gpus_ahead))
+        out.extend(_deep(cy, shared, deep, groups, done, key, eta, position, gpus_ahead))
     return tuple(ex for _, ex in out), _diagnose(cy, out)
 
 
 def _explanation(
-    cy: Cycle, job: PendingJob, block: Block | None, start: float | None, pos: int, ahead_gpus: int
+    cy: Cycle,
+    shared: _Shared,
+    job: PendingJob,
+    block: Block | None,
+    start: float | None,
+    pos: int,
+    ahead_gpus: int,
 ) -> PendingExplanation:
-    reasons = _reasons(cy, job, block, pos, ahead_gpus)
+    reasons = _reasons(cy, shared, job, block, pos, ahead_gpus)
     if reasons[0].code in NO_ETA:
         start = None
     return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
@@ -272,6 +260,7 @@ def _explanation(
 
 def _deep(
     cy: Cycle,
+    shared: _Shared,
     targets: list[PendingJob],
     groups: list[list[PendingQueue]],
     done: dict[tuple[object, str, str], int],
@@ -281,7 +270,7 @@ def _deep(
     gpus_ahead: dict[str, int],
 ) -> list[tuple[PendingJob, PendingExplanation]]:
     """Jobs past the exact walk: what is ahead comes from prefix sums, the ETA from the fluid."""
-    skipped = [(j, False) for j in cy._admitted_jobs]
+    skipped = [(j, False) for j in cy.admitted_jobs]
     skipped.extend((j, True) for j in cy.no_eta)
     deep = DeepQueues(groups, done, key, skipped)
     default = cy.config.default_runtime_s
@@ -296,7 +285,7 @@ def _deep(
         if code not in NO_ETA:
             capacity = cy.state.layout.capacity.get(f, 0) or 1
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
-        out.append((job, _explanation(cy, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
+        out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
     return out
 
 

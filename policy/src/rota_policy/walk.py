@@ -239,7 +239,7 @@ def _all_blocked(
         return False
     if cy.planned and not cy.planned.keys().isdisjoint([j.job_id for j in jobs]):
         return False
-    sizes = [j.workers * j.gpus_per_worker for j in jobs]
+    sizes = [j.gpus for j in jobs]
     largest = max(sizes)
     if most is not None and largest > most:
         return False
@@ -271,7 +271,7 @@ def _confirm(cy: Cycle, unsure: list[Unsure], changes: list[Change]) -> bool:
             if change[0] >= last:
                 break
             if most < 0:
-                most = max([j.workers * j.gpus_per_worker for j in jobs])
+                most = max([j.gpus for j in jobs])
             if change[2].get(flavor, 0) < most:
                 if change[1] > 0:
                     return False
@@ -303,7 +303,7 @@ def _block_passed_over(cy: Cycle, jobs: list[PendingJob], book: ReservationBook,
         jobs = [job for job in jobs if job.job_id in asked]
     refused: dict[int, bool] = {}
     for job in jobs:
-        g = job.workers * job.gpus_per_worker
+        g = job.gpus
         if quotas:
             no = refused.get(g)
             if no is None:
