@@ -8,8 +8,8 @@ from typing import Any
 from rota.config import load_config
 from rota.contracts import messages as m
 from rota.ids import new_id
+from rota_policy import policy_config_from, schedule
 from rota_scheduler.actions import next_to_explain, plan_actions, record_sent
-from rota_scheduler.policy import policy_config_from, schedule
 from rota_scheduler.view import ClusterView
 
 from tests.builders import spec_doc

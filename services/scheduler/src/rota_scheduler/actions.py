@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CMD, STREAM_EVT
 from rota.ids import new_id, stable_id
+from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
 
-from rota_scheduler.policy import Decisions, PendingExplanation, PreemptionPlan, Slot
 from rota_scheduler.view import ETA_BUCKET_S, ClusterView, JobRecord
 
 

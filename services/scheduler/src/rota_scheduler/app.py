@@ -36,6 +36,7 @@ from rota.ids import new_id
 from rota.retention import prune_periodically
 from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
+from rota_policy import Decisions, PolicyConfig, policy_config_from, schedule
 
 from rota_scheduler import metrics, store
 from rota_scheduler.actions import (
@@ -47,7 +48,6 @@ from rota_scheduler.actions import (
     start_run,
 )
 from rota_scheduler.lease import Lease
-from rota_scheduler.policy import Decisions, PolicyConfig, policy_config_from, schedule
 from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView, JobRecord
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 from rota import metrics
 from rota.config import RotaConfig
+from rota_policy import Decisions
 
 from rota_scheduler.actions import DecisionRecord
-from rota_scheduler.policy import Decisions
 from rota_scheduler.view import ClusterView, JobRecord
 
 # A cycle's duration, observed around the whole cycle by the leader loop.

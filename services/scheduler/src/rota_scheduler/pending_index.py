@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rota.contracts import Tier
-
-from rota_scheduler.policy import PendingJob, PendingQueue, group_pending
+from rota_policy import PendingJob, PendingQueue, group_pending
 
 if TYPE_CHECKING:
     from rota_scheduler.view import JobRecord

@@ -13,15 +13,15 @@ from typing import Any
 
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, Tier
-
-from rota_scheduler.pending_index import PendingIndex
-from rota_scheduler.policy import (
+from rota_policy import (
     NodeState,
     PlanInFlight,
     RunningRun,
     Slot,
     Snapshot,
 )
+
+from rota_scheduler.pending_index import PendingIndex
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
 ETA_BUCKET_S = 60.0

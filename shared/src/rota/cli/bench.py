@@ -72,7 +72,7 @@ def core(
 ) -> None:
     """The pure policy: admissions/s and cycle time at 1k/10k/100k pending on 128 and 1,250
     nodes, and peak memory with 1,000,000 pending."""
-    from rota_scheduler.bench import run_core_bench
+    from rota_policy.bench import run_core_bench
 
     figures = run_core_bench(quick=quick, memory=memory or memory_only, throughput=not memory_only,
                              log=lambda line: err_console.print(line))
