@@ -45,10 +45,12 @@ async def trace_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -
     async with engine.connect() as conn:
         history = await store.job_history(conn, job["job_id"])
     job_id = job["job_id"]
+    plans = record.preemptions(history, job_id)
     return m.ApiReply(ok=True, result={
-        "job": job, "timeline": explain.timeline(history, job_id),
+        "job": job, "timeline": explain.timeline(history, job_id,
+                                                 accepted_acks=record.accepted_acks(plans)),
         "decisions": record.decisions(history, job_id),
-        "preemptions": record.preemptions(history, job_id),
+        "preemptions": plans,
         # The job's OpenTelemetry trace id is derived from its id (see `rota.tracing`).
         "trace_id": trace_id_hex(job_id),
     })
