@@ -52,6 +52,8 @@ DESCRIBE: dict[str, Describe] = {
                                   f" {d['spec']['flavor']} to {d['spec']['queue']} by"
                                   f" {d['spec']['team']}/{d['spec']['user']}"),
     "JobCancelled": lambda d, _: f"cancelled: {d['reason']}",
+    "JobResubmitted": lambda d, _: (f"submitted again under submission_id {d['submission_id']}:"
+                                    " the same job, nothing new created"),
     "JobPending": _pending,
     "AllocationProposed": lambda d, _: (
         f"admit: proposed {d['gpus']} GPUs on {_gpus(d)}"

@@ -21,7 +21,7 @@ from rota.contracts import Envelope
 from rota.contracts.subjects import EVENT_SUBJECTS, feed
 
 FEED_TYPES = frozenset({
-    "JobSubmitted", "JobRejected", "JobCancelled", "JobPending", "AllocationGranted",
+    "JobSubmitted", "JobResubmitted", "JobRejected", "JobCancelled", "JobPending", "AllocationGranted",
     "AllocationRejected", "AllocationReleased", "RunStarted", "RunCheckpointed", "RunFinished",
     "RunFailed", "RunStopped", "PreemptionNoticed",
 })

@@ -27,6 +27,8 @@ def summary(doc: dict[str, Any]) -> str:
         return f"waits: {reasons[0].get('code', '?')}" + (f", eta {eta}" if eta else "")
     if kind == "AllocationGranted":
         return f"{data.get('gpus')} GPU(s) of {data.get('flavor')}"
+    if kind == "JobResubmitted":
+        return f"submitted again as {data.get('submission_id')}: the same job, nothing new"
     if kind in ("JobRejected", "AllocationRejected"):
         return f"{data.get('code')}: {data.get('message')}"
     if kind == "RunStopped":

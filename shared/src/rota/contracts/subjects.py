@@ -97,6 +97,7 @@ def deadletter(service: str) -> str:
 
 EVENT_SUBJECTS: dict[str, str] = {
     "JobSubmitted": "rota.evt.job.submitted",
+    "JobResubmitted": "rota.evt.job.resubmitted",
     "JobRejected": "rota.evt.job.rejected",
     "JobCancelled": "rota.evt.job.cancelled",
     "JobPending": "rota.evt.job.pending",
