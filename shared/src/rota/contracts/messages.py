@@ -387,7 +387,9 @@ class ApiReply(OpenModel):
 
 
 class GetJob(StrictModel):
-    """`rota.api.job.get`: one job by id, or by a unique id prefix of 8+ characters."""
+    """`rota.api.job.get`, `.why`, `.trace`: one job by its id, its short id (the id's last 12
+    characters, as `rota jobs` prints it), or any 8+ characters from the id's start or end
+    that only one job has (else `AMBIGUOUS_ID`)."""
 
     job_id: Annotated[str, Field(min_length=8, max_length=36, pattern=r"^[0-9a-f-]+$")]
 
