@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rota_submission.explain import timeline
 from rota_submission.record import decisions, preemptions
 
 VICTIM, PREEMPTOR, PLAN, RUN, NOTICE = "j-victim", "j-prod", "p-1", "r-1", "n-1"
@@ -62,3 +63,49 @@ def test_the_preemptor_sees_its_plan_with_the_score_of_that_cycle() -> None:
     [caused] = preemptions(history, PREEMPTOR)
     assert caused["role"] == "caused" and caused["outcome"] == "completed"
     assert caused["victims"][0]["outcome"] == "acked"
+
+
+STALE_RUN = "r-0"
+
+
+def test_an_ack_from_a_stale_run_is_not_the_acknowledgement() -> None:
+    history = [
+        REQUESTED,
+        row("t3", "PreemptionNoticed", plan_id=PLAN, notice_id=NOTICE, run_id=RUN, deadline="t9"),
+        {**row("t3.5", "RunCheckpointed", run_id=STALE_RUN, notice_id=NOTICE,
+               checkpoint_uri="s3://c/STALE"), "event_id": "e-stale"},
+        {**row("t4", "RunCheckpointed", run_id=RUN, notice_id=NOTICE, checkpoint_uri="s3://c/1"),
+         "event_id": "e-ack"},
+        {**row("t4.5", "RunCheckpointed", run_id=RUN, notice_id=NOTICE,
+               checkpoint_uri="s3://c/AGAIN"), "event_id": "e-again"},
+        row("t5", "RunStopped", run_id=RUN, reason="preempted", forced=False),
+        COMPLETED,
+    ]
+    [plan] = preemptions(history, VICTIM)
+    assert (plan["acked_at"], plan["ack_checkpoint_uri"]) == ("t4", "s3://c/1")
+    assert plan["ack_event_id"] == "e-ack"
+    reports = [r for r in history if r["type"] == "RunCheckpointed"]
+    lines = {entry["data"]["checkpoint_uri"]: entry["summary"]
+             for entry in timeline(reports, VICTIM, accepted_acks={plan["ack_event_id"]})}
+    assert lines["s3://c/1"].startswith("acknowledged the notice with checkpoint s3://c/1")
+    assert "not its acknowledgement" in lines["s3://c/STALE"]
+    assert "not its acknowledgement" in lines["s3://c/AGAIN"]
+
+
+def test_an_ack_the_coordinator_refused_as_late_is_not_the_acknowledgement() -> None:
+    """The deadline passed and the stop was forced; the ack came before the run's end."""
+    history = [
+        REQUESTED,
+        row("t3", "PreemptionNoticed", plan_id=PLAN, notice_id=NOTICE, run_id=RUN, deadline="t4"),
+        {**row("t4.5", "RunCheckpointed", run_id=RUN, notice_id=NOTICE,
+               checkpoint_uri="s3://c/LATE"), "event_id": "e-late"},
+        row("t5", "RunStopped", run_id=RUN, reason="preempted", forced=True,
+            lost_gpu_seconds=40.0),
+        row("t6", "PreemptionCompleted", plan_id=PLAN, preemptor_job_id=PREEMPTOR,
+            victims=[{"job_id": VICTIM, "run_id": RUN, "outcome": "forced",
+                      "lost_gpu_seconds": 40.0}]),
+    ]
+    [plan] = preemptions(history, VICTIM)
+    assert plan["acked_at"] is None and plan["ack_checkpoint_uri"] is None
+    assert plan["ack_event_id"] is None
+    assert plan["outcome"] == "forced" and plan["forced"] is True

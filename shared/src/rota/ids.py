@@ -13,6 +13,16 @@ def new_id() -> str:
     return str(uuid6.uuid7())
 
 
+SHORT_ID_LENGTH = 12
+
+
+def short_id(job_id: str) -> str:
+    """The last 12 hex digits of a job id: 48 of its random bits, so unique in practice
+    (the leading digits are its timestamp, shared by every job of the same moment).
+    `rota.api.job.get` and the CLI accept it wherever they take a job id."""
+    return job_id[-SHORT_ID_LENGTH:]
+
+
 def derived_id(seed: str, at: datetime) -> str:
     """A UUIDv7 that is a pure function of `seed` and `at`.
 

@@ -178,7 +178,7 @@ class Executor:
                             report.checkpoint_uri, report.run_id)
                 return api_error("UNAUTHORISED", "not this run's token", "run_token")
             if row.job_id != report.job_id:
-                return api_error("INVALID", f"run {report.run_id} is not of job "
+                return api_error("INVALID_FIELD", f"run {report.run_id} is not of job "
                                  f"{report.job_id}", "job_id")
             if row.state not in store.LIVE_STATES:
                 return api_error("RUN_OVER", f"run {report.run_id} is {row.state}: a late "
@@ -213,6 +213,10 @@ class Executor:
     def _checkpoint_values(row: Any, uri: str, at: datetime, progress_s: float | None,
                            notice_id: str | None) -> dict[str, Any]:
         values: dict[str, Any] = {}
+        if row.notice_acked_at is not None:
+            # The acknowledged checkpoint is what the next run resumes from; a later report
+            # (a second worker's ack, a periodic save) must not move it.
+            return values
         if row.last_checkpoint_at is None or at >= row.last_checkpoint_at:
             values.update(last_checkpoint_uri=uri, last_checkpoint_at=at,
                           last_checkpoint_progress_s=progress_s)

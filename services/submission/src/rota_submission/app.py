@@ -22,6 +22,7 @@ from rota.service import RotaService
 from rota_submission import queries, retention
 from rota_submission.commands import SOURCE, Commands, Origin
 from rota_submission.feed import feed_headers
+from rota_submission.producer import command_ids
 from rota_submission.projection import project_batch
 
 log = logging.getLogger("rota.submission")
@@ -38,7 +39,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
 
     def raw_origin(msg: Msg) -> Origin:
         meta = msg.metadata
-        return Origin(msg.subject, f"{meta.stream}:{meta.sequence.stream}", meta.timestamp)
+        return Origin(msg.subject, f"{meta.stream}:{meta.sequence.stream}", meta.timestamp,
+                      dict(msg.headers or {}))
 
     @service.js_batch_subscriber(s.SUBMIT_ALL, stream=s.STREAM_CMD, durable="submission-submit",
                                  batch_size=64)
@@ -82,8 +84,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
             queries.summarize_queues, config=config)),
     }
 
-    async def dispatch(subject: str, raw: bytes) -> m.ApiReply:
-        origin = Origin(subject, new_id(), service.clock.now())
+    async def dispatch(subject: str, raw: bytes, headers: dict[str, str]) -> m.ApiReply:
+        origin = Origin(subject, new_id(), service.clock.now(), headers)
         if subject == s.API_SUBMIT or subject.startswith(s.API_SUBMIT + "."):
             return await commands.submit(raw, origin)
         if subject.startswith(s.API_CANCEL + "."):
@@ -104,8 +106,9 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     async def api(msg: NatsMessage) -> bytes:
         """Request/reply: submit, cancel, job get, job list, queue summary."""
         subject = msg.raw_message.subject
+        headers = dict(msg.raw_message.headers or {})
         try:
-            reply = await dispatch(subject, msg.body)
+            reply = await dispatch(subject, msg.body, headers)
         except ContractError as exc:
             reply = api_error(exc.code, exc.message, exc.field)
         except ValidationError as exc:
@@ -113,6 +116,9 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
             reply = api_error(err.code, err.message, err.field)
         except Exception as exc:  # the API must answer, and the service must keep running
             reply = internal_error(SOURCE, exc)
+        if reply.command_id is None:  # the queries' replies: name the request they answer
+            reply = reply.model_copy(update={"command_id": command_ids(
+                msg.body, headers, max_bytes=max_bytes)[0]})
         return envelope(reply, source=SOURCE).to_bytes()
 
     return service

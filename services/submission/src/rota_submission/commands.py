@@ -7,9 +7,10 @@ twins (`rota.api.submit[.<team>]`, `rota.api.cancel.<team>`), so both paths obey
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 from rota.bus.broker import publish
@@ -26,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_submission import store
 from rota_submission.domain import Rejection, check_size, check_submission, spec_hash
+from rota_submission.producer import command_ids, current_trace_headers, producer_span
 
 log = logging.getLogger("rota.submission")
 
@@ -41,12 +43,24 @@ class Origin:
     subject: str
     seed: str
     at: datetime
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The command's NATS headers: its `Nats-Msg-Id` and the producer's trace context."""
 
     @property
     def team(self) -> str | None:
         """The team named by the subject's last token, or None for `rota.api.submit`."""
         head, _, last = self.subject.rpartition(".")
         return None if head in ("rota.api", "") else last
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command as its answers name it: the envelope id and submission id it came with
+    (each None when unreadable), and where it came from."""
+
+    origin: Origin
+    id: str | None
+    submission_id: str | None
 
 
 class Rejected(Exception):
@@ -60,28 +74,38 @@ class Commands:
         self.service = service
         self.config = config
 
+    def command(self, raw: bytes, origin: Origin) -> Command:
+        command_id, submission_id = command_ids(
+            raw, origin.headers, max_bytes=self.service.settings.max_message_bytes)
+        return Command(origin, command_id, submission_id)
+
     async def reject(
-        self, rejection: Rejection, origin: Origin, *, submission_id: str | None = None,
-        team: str | None = None, job_id: str | None = None,
+        self, rejection: Rejection, command: Command, *, team: str | None = None,
+        job_id: str | None = None,
     ) -> m.ApiReply:
         """Publish `JobRejected` (nothing is stored) and build the error reply.
 
         Its id derives from the command's stable seed, so a redelivered bad command is
         rejected again under the same `Nats-Msg-Id` and JetStream keeps one copy.
         """
+        origin = command.origin
         event = m.JobRejected(
             code=rejection.code, field=rejection.field, message=rejection.message,
-            submission_id=submission_id, team=team, job_id=job_id, subject=origin.subject,
+            submission_id=command.submission_id, team=team, job_id=job_id,
+            subject=origin.subject, command_id=command.id,
         )
         env = envelope(
             event, source=SOURCE, id=derived_id(f"rejected:{origin.seed}", origin.at),
             occurred_at=origin.at, job_id=job_id,
         )
-        await publish(self.service.broker, env, EVENT_SUBJECTS["JobRejected"], stream=STREAM_EVT)
+        with producer_span(origin.headers, origin.subject):
+            await publish(self.service.broker, env, EVENT_SUBJECTS["JobRejected"],
+                          stream=STREAM_EVT, extra_headers=current_trace_headers())
         log.info("rejected %s: %s %s", origin.subject, rejection.code, rejection.message)
         return m.ApiReply(
             ok=False,
             error=m.ApiError(code=rejection.code, field=rejection.field, message=rejection.message),
+            command_id=command.id, submission_id=command.submission_id,
         )
 
     def _parse(self, raw: bytes, model: type[C]) -> C:
@@ -91,19 +115,19 @@ class Commands:
             raise Rejected(Rejection(exc.code, exc.field, exc.message)) from None
 
     async def submit(self, raw: bytes, origin: Origin) -> m.ApiReply:
+        command = self.command(raw, origin)
         try:
             spec = self._parse(raw, m.SubmitJob)
         except Rejected as exc:
-            return await self.reject(exc.rejection, origin, team=origin.team)
+            return await self.reject(exc.rejection, command, team=origin.team)
         try:
             if (rejection := self._check(spec, origin)) is not None:
                 raise Rejected(rejection)
-            reply = await self._record(spec)
+            reply = await self._record(spec, command)
         except Rejected as exc:
-            return await self.reject(
-                exc.rejection, origin, submission_id=spec.submission_id, team=spec.team
-            )
-        return m.ApiReply(ok=True, result=reply.model_dump(mode="json"))
+            return await self.reject(exc.rejection, command, team=spec.team)
+        return m.ApiReply(ok=True, result=reply.model_dump(mode="json"), command_id=command.id,
+                          submission_id=spec.submission_id)
 
     async def submit_batch(self, items: list[tuple[bytes, Origin]]) -> None:
         """Many SubmitJob commands, the valid ones recorded in one transaction.
@@ -111,38 +135,39 @@ class Commands:
         The JetStream path's throughput comes from here: one commit per pull batch instead
         of one per job. Each command is still decided on its own, exactly as `submit` would.
         """
-        accepted: list[tuple[m.SubmitJob, Origin]] = []
-        refused: list[tuple[Rejection, Origin, str | None, str | None]] = []
+        accepted: list[tuple[m.SubmitJob, Command]] = []
+        refused: list[tuple[Rejection, Command, str | None]] = []
         for raw, origin in items:
+            command = self.command(raw, origin)
             try:
                 spec = self._parse(raw, m.SubmitJob)
             except Rejected as exc:
-                refused.append((exc.rejection, origin, None, origin.team))
+                refused.append((exc.rejection, command, origin.team))
                 continue
             if (rejection := self._check(spec, origin)) is not None:
-                refused.append((rejection, origin, spec.submission_id, spec.team))
+                refused.append((rejection, command, spec.team))
             else:
-                accepted.append((spec, origin))
+                accepted.append((spec, command))
         if accepted:
             now = self.service.clock.now()
             async with self.service.engine.begin() as conn:
-                outcomes = await self._insert_many(conn, [spec for spec, _ in accepted], now)
+                outcomes = await self._insert_many(conn, accepted, now)
             crash_point("after_commit:submission")
             self._wake_relay()
-            for (spec, origin), outcome in zip(accepted, outcomes, strict=True):
+            for (spec, command), outcome in zip(accepted, outcomes, strict=True):
                 if isinstance(outcome, Rejection):  # decided before anything of it was written
-                    refused.append((outcome, origin, spec.submission_id, spec.team))
-        for rejection, origin, submission_id, team in refused:
-            await self.reject(rejection, origin, submission_id=submission_id, team=team)
+                    refused.append((outcome, command, spec.team))
+        for rejection, command, team in refused:
+            await self.reject(rejection, command, team=team)
 
     def _check(self, spec: m.SubmitJob, origin: Origin) -> Rejection | None:
         return check_submission(spec, origin.team, self.config) or check_size(
             spec, self.config, self.service.settings.max_message_bytes)
 
-    async def _record(self, spec: m.SubmitJob) -> m.SubmitReply:
+    async def _record(self, spec: m.SubmitJob, command: Command) -> m.SubmitReply:
         now = self.service.clock.now()
         async with self.service.engine.begin() as conn:
-            (outcome,) = await self._insert_many(conn, [spec], now)
+            (outcome,) = await self._insert_many(conn, [(spec, command)], now)
             if isinstance(outcome, Rejection):
                 raise Rejected(outcome)
         crash_point("after_commit:submission")
@@ -150,11 +175,13 @@ class Commands:
         return outcome
 
     async def _insert_many(
-        self, conn: AsyncConnection, specs: list[m.SubmitJob], now: datetime
+        self, conn: AsyncConnection, commands: list[tuple[m.SubmitJob, Command]], now: datetime
     ) -> list[m.SubmitReply | Rejection]:
         """Record jobs and their JobSubmitted in the caller's transaction: one statement for
         the jobs, one for the duplicates' records, one for the events, however many jobs.
-        Each spec is decided as if inserted alone, in order; a Rejection writes nothing."""
+        Each spec is decided as if inserted alone, in order; a Rejection writes nothing, and
+        a duplicate writes only its answer, `JobResubmitted`."""
+        specs = [spec for spec, _ in commands]
         digests = [spec_hash(spec) for spec in specs]
         job_ids = [new_id() for _ in specs]
         inserted = await store.insert_jobs(conn, [
@@ -167,14 +194,20 @@ class Commands:
         })
         outcomes: list[m.SubmitReply | Rejection] = []
         events: list[dict[str, Any]] = []
-        for job_id, spec, digest in zip(job_ids, specs, digests, strict=True):
+        for job_id, (spec, command), digest in zip(job_ids, commands, digests, strict=True):
             if job_id not in inserted:
-                outcomes.append(self._duplicate(spec, digest, existing[(spec.team, spec.submission_id)]))
+                outcome = self._duplicate(spec, digest, existing[(spec.team, spec.submission_id)])
+                if isinstance(outcome, m.SubmitReply):
+                    events.append(self._resubmitted(outcome, spec, command, now))
+                outcomes.append(outcome)
                 continue
-            event = m.JobSubmitted(job_id=job_id, spec=spec, submitted_at=now)
+            event = m.JobSubmitted(job_id=job_id, spec=spec, submitted_at=now,
+                                   command_id=command.id, submission_id=spec.submission_id)
             # The root of the job's one trace: JobSubmitted carries it, and so, from there,
-            # does every message about the job.
-            with start_job_trace("rota.job.submit", job_id, {
+            # does every message about the job. It links to the producer's span.
+            origin = command.origin
+            with producer_span(origin.headers, origin.subject), start_job_trace(
+                    "rota.job.submit", job_id, {
                 "rota.team": spec.team, "rota.user": spec.user, "rota.queue": spec.queue.value,
                 "rota.flavor": spec.flavor, "rota.gpus": spec.total_gpus,
                 "rota.job_name": spec.name, "rota.submission_id": spec.submission_id,
@@ -188,6 +221,21 @@ class Commands:
                                           submission_id=spec.submission_id))
         await self.service.outbox.add_rows(conn, events)
         return outcomes
+
+    def _resubmitted(self, reply: m.SubmitReply, spec: m.SubmitJob, command: Command,
+                     now: datetime) -> dict[str, Any]:
+        """The answer to a duplicate, on the stream as well as in the reply. Its id derives
+        from the command's stable seed, so a redelivered duplicate is answered once."""
+        origin = command.origin
+        event = m.JobResubmitted(job_id=reply.job_id, team=spec.team,
+                                 submission_id=spec.submission_id, command_id=command.id,
+                                 state=cast("m.JobStateName", reply.state), subject=origin.subject)
+        with producer_span(origin.headers, origin.subject):
+            return self.service.outbox.row(
+                envelope(event, source=SOURCE, job_id=reply.job_id, occurred_at=now,
+                         id=derived_id(f"resubmitted:{origin.seed}", origin.at)),
+                EVENT_SUBJECTS["JobResubmitted"], stream=STREAM_EVT,
+            )
 
     @staticmethod
     def _duplicate(spec: m.SubmitJob, digest: str, existing: Any) -> m.SubmitReply | Rejection:
@@ -204,22 +252,26 @@ class Commands:
                              state=existing.state, submission_id=spec.submission_id)
 
     async def cancel(self, raw: bytes, origin: Origin) -> m.ApiReply:
+        answered = self.command(raw, origin)
         try:
             command = self._parse(raw, m.CancelJob)
         except Rejected as exc:
-            return await self.reject(exc.rejection, origin, team=origin.team)
+            return await self.reject(exc.rejection, answered, team=origin.team)
         try:
             if origin.team is not None and origin.team != command.team:
                 raise Rejected(Rejection(
                     "UNAUTHORISED", "team",
                     f"a producer for team {origin.team!r} may not cancel for {command.team!r}",
                 ))
-            state = await self._cancel(command)
+            with producer_span(origin.headers, origin.subject):
+                state = await self._cancel(command, answered.id)
         except Rejected as exc:
-            return await self.reject(exc.rejection, origin, team=origin.team, job_id=command.job_id)
-        return m.ApiReply(ok=True, result={"job_id": command.job_id, "state": state})
+            return await self.reject(exc.rejection, answered, team=origin.team,
+                                     job_id=command.job_id)
+        return m.ApiReply(ok=True, result={"job_id": command.job_id, "state": state},
+                          command_id=answered.id)
 
-    async def _cancel(self, command: m.CancelJob) -> str:
+    async def _cancel(self, command: m.CancelJob, command_id: str | None) -> str:
         now = self.service.clock.now()
         async with self.service.engine.begin() as conn:
             row = await store.lock_job(conn, command.job_id)
@@ -235,7 +287,7 @@ class Commands:
                                    {"state": "cancelled", "updated_at": now, "ended_at": now,
                                     "detail": command.reason})
             event = m.JobCancelled(job_id=command.job_id, team=command.team,
-                                   reason=command.reason,
+                                   reason=command.reason, command_id=command_id,
                                    was_running=row.state in ("admitted", "running", "preempting"))
             await self.service.outbox.add(
                 conn, envelope(event, source=SOURCE, job_id=command.job_id, occurred_at=now),

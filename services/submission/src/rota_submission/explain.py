@@ -52,6 +52,8 @@ DESCRIBE: dict[str, Describe] = {
                                   f" {d['spec']['flavor']} to {d['spec']['queue']} by"
                                   f" {d['spec']['team']}/{d['spec']['user']}"),
     "JobCancelled": lambda d, _: f"cancelled: {d['reason']}",
+    "JobResubmitted": lambda d, _: (f"submitted again under submission_id {d['submission_id']}:"
+                                    " the same job, nothing new created"),
     "JobPending": _pending,
     "AllocationProposed": lambda d, _: (
         f"admit: proposed {d['gpus']} GPUs on {_gpus(d)}"
@@ -62,8 +64,6 @@ DESCRIBE: dict[str, Describe] = {
     "AllocationReleased": lambda d, _: f"released {d['gpus']} GPUs after {d['gpu_seconds'] / 3600:.2f} GPU-h",
     "RunStarted": lambda d, _: (f"run {d['run_id'][:13]} started (attempt {d['attempt']})"
                                 + (f", resuming from {d['resumed_from']}" if d.get("resumed_from") else "")),
-    "RunCheckpointed": lambda d, _: ("acknowledged the notice with checkpoint " if d.get("notice_id")
-                                     else "checkpoint saved: ") + d["checkpoint_uri"],
     "RunFinished": lambda d, _: f"run finished (exit {d.get('exit_code', 0)})",
     "RunFailed": lambda d, _: f"run failed: {d['error']}",
     "RunStopped": lambda d, _: (f"run stopped ({d['reason']}{', forced' if d.get('forced') else ''})"
@@ -77,14 +77,33 @@ DESCRIBE: dict[str, Describe] = {
 }
 
 
+def _checkpointed(data: dict[str, Any], accepted: bool) -> str:
+    uri = data["checkpoint_uri"]
+    if not data.get("notice_id"):
+        return f"checkpoint saved: {uri}"
+    if accepted:
+        return f"acknowledged the notice with checkpoint {uri}"
+    return (f"checkpoint {uri} reported for the notice, but not its acknowledgement"
+            " (another run's, a repeat, or after the stop)")
+
+
 def describe(event_type: str, data: dict[str, Any], job_id: str) -> str:
     line = DESCRIBE.get(event_type)
     return line(data, job_id) if line else event_type
 
 
-def timeline(rows: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
+def timeline(rows: list[dict[str, Any]], job_id: str, *,
+             accepted_acks: set[str] | None = None) -> list[dict[str, Any]]:
+    """One line per event. `accepted_acks` (event ids, from `record.preemptions`) says which
+    reports naming a notice were its acknowledgement; without it, every such report is."""
+    def summary(row: dict[str, Any]) -> str:
+        if row["type"] == "RunCheckpointed":
+            return _checkpointed(row["data"], accepted_acks is None
+                                 or row.get("event_id") in accepted_acks)
+        return describe(row["type"], row["data"], job_id)
+
     return [{"at": row["occurred_at"], "type": row["type"], "source": row["source"],
-             "summary": describe(row["type"], row["data"], job_id), "data": row["data"]}
+             "summary": summary(row), "data": row["data"]}
             for row in rows]
 
 

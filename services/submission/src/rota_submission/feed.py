@@ -18,13 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rota.contracts import Envelope
-from rota.contracts.subjects import EVENT_SUBJECTS, feed
-
-FEED_TYPES = frozenset({
-    "JobSubmitted", "JobRejected", "JobCancelled", "JobPending", "AllocationGranted",
-    "AllocationRejected", "AllocationReleased", "RunStarted", "RunCheckpointed", "RunFinished",
-    "RunFailed", "RunStopped", "PreemptionNoticed",
-})
+from rota.contracts.subjects import EVENT_SUBJECTS, FEED_TYPES, feed
 
 
 @dataclass(frozen=True)

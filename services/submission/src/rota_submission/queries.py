@@ -8,6 +8,7 @@ from rota.bus.query import api_error
 from rota.config import RotaConfig
 from rota.contracts import Tier
 from rota.contracts import messages as m
+from rota.ids import short_id
 from rota.tracing import trace_id_hex
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,7 +29,11 @@ async def _one(engine: AsyncEngine, job_id: str, team: str | None) -> dict[str, 
         return api_error("JOB_NOT_FOUND", f"no job {job_id}", "job_id")
     if len(rows) > 1:
         return api_error("AMBIGUOUS_ID", f"{job_id!r} matches several jobs", "job_id")
-    return rows[0]
+    return _with_short_id(rows[0])
+
+
+def _with_short_id(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "short_id": short_id(row["job_id"])}
 
 
 async def why_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:
@@ -45,10 +50,12 @@ async def trace_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -
     async with engine.connect() as conn:
         history = await store.job_history(conn, job["job_id"])
     job_id = job["job_id"]
+    plans = record.preemptions(history, job_id)
     return m.ApiReply(ok=True, result={
-        "job": job, "timeline": explain.timeline(history, job_id),
+        "job": job, "timeline": explain.timeline(history, job_id,
+                                                 accepted_acks=record.accepted_acks(plans)),
         "decisions": record.decisions(history, job_id),
-        "preemptions": record.preemptions(history, job_id),
+        "preemptions": plans,
         # The job's OpenTelemetry trace id is derived from its id (see `rota.tracing`).
         "trace_id": trace_id_hex(job_id),
     })
@@ -62,7 +69,7 @@ async def list_jobs(engine: AsyncEngine, query: m.ListJobs, *, team: str | None)
             conn, team=team or query.team, queue=query.queue.value if query.queue else None,
             state=query.state, limit=query.limit,
         )
-    return m.ApiReply(ok=True, result=rows)
+    return m.ApiReply(ok=True, result=[_with_short_id(row) for row in rows])
 
 
 def _scope(asked: str | None, team: str | None) -> m.ApiReply | None:

@@ -6,6 +6,12 @@ Pure functions of the job's history rows (the read model's `job_events`), like `
 - `preemptions`: each plan the job caused or suffered, from request to completion, with the
   notice, the acknowledgement (its time and checkpoint), the stop and the outcome.
 
+The acknowledgement is the one the coordinator accepted, judged by its own rule
+(`rota_preemption.domain.acknowledge`): the first `RunCheckpointed` naming the notice, from
+the victim's own run, before the run stopped. Any other report naming the notice (a stale
+run's, a repeat, one after a forced stop) is not the acknowledgement, and the plan's final
+outcome has the last word: a victim that ended `forced` has no acknowledgement at all.
+
 Notifications are not events in the stream; the CLI adds them from the notifier.
 """
 
@@ -68,6 +74,7 @@ def _plan(data: Row, job_id: str, at: Any) -> Row:
                                             "gpus", "expected_lost_gpu_seconds")}
                     for v in data.get("victims", [])],
         "noticed_at": None, "deadline": None, "acked_at": None, "ack_checkpoint_uri": None,
+        "ack_event_id": None,
         "stopped_at": None, "forced": None, "completed_at": None, "outcome": None,
         "lost_gpu_seconds": None,
     }
@@ -90,8 +97,9 @@ def preemptions(rows: list[Row], job_id: str) -> list[Row]:
             notices[data.get("notice_id", "")] = data["plan_id"]
         elif kind == "RunCheckpointed" and data.get("notice_id") in notices:
             plan = plans[notices[data["notice_id"]]]
-            if plan["acked_at"] is None:
-                plan.update(acked_at=at, ack_checkpoint_uri=data.get("checkpoint_uri"))
+            if _may_acknowledge(plan, data, victim_runs):
+                plan.update(acked_at=at, ack_checkpoint_uri=data.get("checkpoint_uri"),
+                            ack_event_id=row.get("event_id"))
         elif kind == "RunStopped" and data.get("run_id") in victim_runs:
             plan = plans[victim_runs[data["run_id"]]]
             plan.update(stopped_at=at, forced=bool(data.get("forced")),
@@ -110,4 +118,21 @@ def preemptions(rows: list[Row], job_id: str) -> list[Row]:
                         else ("aborted" if data.get("aborted") else "completed"))
             if plan["role"] == "suffered" and mine.get("lost_gpu_seconds") is not None:
                 plan["lost_gpu_seconds"] = mine["lost_gpu_seconds"]
+            if plan["role"] == "suffered" and mine.get("outcome") != "acked":
+                plan.update(acked_at=None, ack_checkpoint_uri=None, ack_event_id=None)
+            elif plan["role"] == "suffered" and mine.get("checkpoint_uri"):
+                plan["ack_checkpoint_uri"] = mine["checkpoint_uri"]
     return list(plans.values())
+
+
+def _may_acknowledge(plan: Row, data: Row, victim_runs: dict[str, str]) -> bool:
+    """Whether this report can be the plan's acknowledgement: the first, from the victim's
+    own run (not an older run of the job), while that run had not stopped yet."""
+    return (plan["acked_at"] is None and plan["stopped_at"] is None
+            and plan["completed_at"] is None
+            and victim_runs.get(str(data.get("run_id"))) == plan["plan_id"])
+
+
+def accepted_acks(plans: list[Row]) -> set[str]:
+    """The event ids of the reports that were the acknowledgement of some plan."""
+    return {plan["ack_event_id"] for plan in plans if plan.get("ack_event_id")}

@@ -136,13 +136,18 @@ async def update_jobs(conn: AsyncConnection, changes: dict[str, dict[str, Any]])
 async def find_job(
     conn: AsyncConnection, id_or_prefix: str, team: str | None = None
 ) -> list[dict[str, Any]]:
-    """By full id, or by prefix; more than one row means the prefix is ambiguous. With a
-    team, only that team's jobs are looked at."""
+    """By full id, or by a part of one from its start or from its end (the short id is its
+    last 12 characters); more than one row means the part is ambiguous. With a team, only
+    that team's jobs are looked at."""
     columns = [jobs.c[name] for name in PUBLIC_COLUMNS]
     if len(id_or_prefix) == 36:
         query = sa.select(*columns).where(jobs.c.job_id == id_or_prefix)
     else:
-        query = sa.select(*columns).where(jobs.c.job_id.startswith(id_or_prefix)).limit(2)
+        # `reverse(job_id)` has an index of its own (migration 0004): a tail is its prefix.
+        query = sa.select(*columns).where(sa.or_(
+            jobs.c.job_id.startswith(id_or_prefix, autoescape=True),
+            sa.func.reverse(jobs.c.job_id).startswith(id_or_prefix[::-1], autoescape=True),
+        )).limit(2)
     if team is not None:
         query = query.where(jobs.c.team == team)
     return [dict(row._mapping) for row in await conn.execute(query)]

@@ -22,6 +22,7 @@ SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "exec
 
 EVENT_OWNERS: dict[str, frozenset[str]] = {
     "JobSubmitted": frozenset({"submission"}),
+    "JobResubmitted": frozenset({"submission"}),
     "JobRejected": frozenset({"submission"}),
     "JobCancelled": frozenset({"submission"}),
     "JobPending": frozenset({"scheduler"}),

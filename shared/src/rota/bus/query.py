@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
+from rota.contracts.envelope import correlation
 from rota.ids import new_id
 
 Q = TypeVar("Q", bound=BaseModel)
@@ -50,4 +51,5 @@ async def answer_query(
         reply = api_error(exc.code, exc.message, exc.field)
     except Exception as exc:  # the API must answer, and the service must keep running
         reply = internal_error(source, exc, redact)
-    return envelope(reply, source=source).to_bytes()
+    command_id, _ = correlation(raw, max_bytes=max_bytes)
+    return envelope(reply.model_copy(update={"command_id": command_id}), source=source).to_bytes()

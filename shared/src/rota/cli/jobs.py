@@ -18,9 +18,14 @@ from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.config import ConfigError, load_config
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
+from rota.ids import short_id
 from rota.settings import get_settings
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+JOB_ID_HELP = ("A job id, its short id (the JOB column of `rota jobs`), or 8+ of its first or"
+               " last characters.")
 
 
 def _parse_labels(labels: list[str]) -> dict[str, str]:
@@ -124,7 +129,7 @@ def _job_table(rows: list[dict[str, Any]]) -> Table:
         reasons = wait.get("reasons") or []
         why = reasons[0]["code"] if reasons else (row.get("detail") or "")
         table.add_row(
-            row["job_id"][:13], row["name"], row["team"], row["queue"],
+            short_id(row["job_id"]), row["name"], row["team"], row["queue"],
             f"{row['gpus']} {row['flavor']}", row["state"],
             str(row["submitted_at"])[:19].replace("T", " "), why,
         )
@@ -160,7 +165,7 @@ def fetch_job(job_id: str) -> dict[str, Any]:
 
 @handled
 def job(
-    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    job_id: Annotated[str, typer.Argument(help=JOB_ID_HELP)],
     json_out: JsonOpt = False,
 ) -> None:
     """Show one job: its state, placement in the queue and why it waits."""
@@ -182,7 +187,7 @@ def job(
 
 @handled
 def cancel(
-    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    job_id: Annotated[str, typer.Argument(help=JOB_ID_HELP)],
     reason: Annotated[str, typer.Option(help="Recorded with the cancellation.")] = "cancelled by user",
     json_out: JsonOpt = False,
 ) -> None:
@@ -222,7 +227,7 @@ def queues(
 
 @handled
 def why(
-    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    job_id: Annotated[str, typer.Argument(help=JOB_ID_HELP)],
     json_out: JsonOpt = False,
 ) -> None:
     """Why a job waits: every reason (primary first), its ETA and its score factors."""
@@ -251,7 +256,7 @@ def why(
 
 @handled
 def trace(
-    job_id: Annotated[str, typer.Argument(help="A job id, or 8+ leading characters of one.")],
+    job_id: Annotated[str, typer.Argument(help=JOB_ID_HELP)],
     json_out: JsonOpt = False,
 ) -> None:
     """A job's decision record: every event and decision with times, the reasons and score

@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from rota.cli.client import connected
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, err_console, handled
 from rota.contracts.subjects import FEED_PREFIX, team_feed
+from rota.ids import short_id
 from rota.settings import Settings, get_settings
 
 
@@ -27,6 +28,8 @@ def summary(doc: dict[str, Any]) -> str:
         return f"waits: {reasons[0].get('code', '?')}" + (f", eta {eta}" if eta else "")
     if kind == "AllocationGranted":
         return f"{data.get('gpus')} GPU(s) of {data.get('flavor')}"
+    if kind == "JobResubmitted":
+        return f"submitted again as {data.get('submission_id')}: the same job, nothing new"
     if kind in ("JobRejected", "AllocationRejected"):
         return f"{data.get('code')}: {data.get('message')}"
     if kind == "RunStopped":
@@ -46,8 +49,13 @@ def _line(doc: dict[str, Any]) -> str:
     at = doc.get("occurred_at") or ""
     with contextlib.suppress(ValueError):
         at = datetime.fromisoformat(at).strftime("%H:%M:%S")
-    job = (doc.get("job_id") or "-")[:8]
+    job = short_id(doc["job_id"]) if doc.get("job_id") else "-"
     return f"{at}  {doc.get('type', '?'):<19} {job}  {summary(doc)}"
+
+
+def _is_job(doc: dict[str, Any], job: str) -> bool:
+    job_id = str(doc.get("job_id"))
+    return job_id.startswith(job) or job_id.endswith(job)
 
 
 async def follow(settings: Settings, *, team: str | None, job: str | None, count: int | None,
@@ -66,7 +74,7 @@ async def follow(settings: Settings, *, team: str | None, job: str | None, count
                 doc = json.loads(msg.data)
             except ValueError:
                 return
-            if not isinstance(doc, dict) or (job and not str(doc.get("job_id")).startswith(job)):
+            if not isinstance(doc, dict) or (job and not _is_job(doc, job)):
                 return
             if json_out:
                 emit_json(doc, compact=True)
@@ -93,7 +101,8 @@ def watch(
     team: Annotated[str | None, typer.Option(
         "--team", help="The team to follow (admin); team credentials follow their own.")] = None,
     job: Annotated[str | None, typer.Option(
-        "--job", help="Only this job (its id, or a prefix of it).")] = None,
+        "--job", help="Only this job: its id, short id, or 8+ of its first or last characters.")]
+    = None,
     count: Annotated[int | None, typer.Option(
         "--count", min=1, help="Stop after this many events.")] = None,
     seconds: Annotated[float | None, typer.Option(

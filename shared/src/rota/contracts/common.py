@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    WithJsonSchema,
+)
 
 
 class StrictModel(BaseModel):
@@ -66,3 +76,25 @@ EnvName = Annotated[
 EnvValue = Annotated[str, StringConstraints(max_length=4096)]
 Arg = Annotated[str, StringConstraints(max_length=4096)]
 GpuCount = Annotated[int, Strict(), Field(ge=0, le=1_000_000)]
+
+RFC3339_PATTERN = r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+_RFC3339 = re.compile(RFC3339_PATTERN)
+
+
+def _rfc3339(value: Any) -> Any:
+    """What the schema's `format: date-time` allows, and nothing pydantic would add to it
+    (a Unix timestamp, a bare date, a time without its offset)."""
+    if isinstance(value, datetime):  # built in Python, not read from a message
+        return value
+    if not isinstance(value, str) or _RFC3339.match(value) is None:
+        raise ValueError("must be an RFC 3339 date-time string with an offset,"
+                         " e.g. 2026-12-01T10:00:00Z")
+    return value
+
+
+Timestamp = Annotated[
+    datetime, BeforeValidator(_rfc3339),
+    # The pattern too: a validator that skips `format` (most do, by default) still agrees.
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": RFC3339_PATTERN}),
+]
+"""A time in a message: an RFC 3339 string with its offset, as the schemas say."""

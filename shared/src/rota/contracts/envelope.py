@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field, StrictInt, ValidationError
+from pydantic import BaseModel, Field, StrictInt, TypeAdapter, ValidationError
 
 from rota.contracts import messages as m
 from rota.contracts import strict_json
-from rota.contracts.common import StrictModel, Uuid
+from rota.contracts.common import StrictModel, SubmissionId, Timestamp, Uuid
 from rota.ids import new_id
 
 SCHEMA_VERSION = 1
@@ -24,6 +24,7 @@ COMMAND_TYPES: dict[str, type[BaseModel]] = {
 }
 EVENT_TYPES: dict[str, type[BaseModel]] = {
     "JobSubmitted": m.JobSubmitted,
+    "JobResubmitted": m.JobResubmitted,
     "JobRejected": m.JobRejected,
     "JobCancelled": m.JobCancelled,
     "JobPending": m.JobPending,
@@ -67,7 +68,7 @@ class Envelope(StrictModel, Generic[D]):
     id: Uuid
     type: Annotated[str, Field(min_length=1, max_length=64)]
     version: StrictInt = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
-    occurred_at: datetime
+    occurred_at: Timestamp
     source: Source
     job_id: Uuid | None = None
     run_id: Uuid | None = None
@@ -81,7 +82,7 @@ class _Header(StrictModel):
     id: Uuid
     type: Annotated[str, Field(min_length=1, max_length=64)]
     version: StrictInt = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
-    occurred_at: datetime
+    occurred_at: Timestamp
     source: Source
     job_id: Uuid | None = None
     run_id: Uuid | None = None
@@ -181,3 +182,33 @@ def parse_any(raw: bytes, *, max_bytes: int) -> Envelope[BaseModel]:
         raise ContractError("UNKNOWN_TYPE", "type", f"unknown message type {header.type!r}")
     # The header is parsed and checked once (every service reads every event through here).
     return _with_data(header, model)
+
+
+_UUID = TypeAdapter(Uuid)
+_SUBMISSION_ID = TypeAdapter(SubmissionId)
+
+
+def _valid(adapter: TypeAdapter[str], value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return adapter.validate_python(value)
+    except ValidationError:
+        return None
+
+
+def correlation(raw: bytes, *, max_bytes: int) -> tuple[str | None, str | None]:
+    """The command id (the envelope's `id`) and `data.submission_id` of a message, each when
+    it is valid, however wrong the rest of the message is: what a rejection answers with,
+    so that its sender can tell which command it answers."""
+    if len(raw) > max_bytes:
+        return None, None
+    try:
+        doc = strict_json.loads(raw)
+    except strict_json.JsonProblem:
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    data = doc.get("data")
+    submission_id = data.get("submission_id") if isinstance(data, dict) else None
+    return _valid(_UUID, doc.get("id")), _valid(_SUBMISSION_ID, submission_id)

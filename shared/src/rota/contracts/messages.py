@@ -5,7 +5,6 @@ Within version 1, changes are additive only: new optional fields, new message ty
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -20,6 +19,7 @@ from rota.contracts.common import (
     StrictModel,
     SubmissionId,
     Tier,
+    Timestamp,
     Uri,
     Uuid,
 )
@@ -77,10 +77,31 @@ class StopRun(StrictModel):
 # ---------------------------------------------------------------- job events
 
 
+COMMAND_ID = Field(None, description="The envelope `id` of the command this answers; null "
+                   "when it could not be read (or for an event from before it was carried).")
+
+
 class JobSubmitted(OpenModel):
+    """A job is recorded: the answer to its first `SubmitJob`."""
+
     job_id: Uuid
     spec: JobSpec
-    submitted_at: datetime
+    submitted_at: Timestamp
+    command_id: Uuid | None = COMMAND_ID
+    submission_id: SubmissionId | None = Field(None, description="`spec.submission_id` again.")
+
+
+class JobResubmitted(OpenModel):
+    """A `SubmitJob` whose `submission_id` already names a job with the same spec: nothing new
+    is created, and this is its answer, on either path. `duplicate` is always true."""
+
+    job_id: Uuid
+    team: Name
+    submission_id: SubmissionId
+    command_id: Uuid | None = COMMAND_ID
+    state: JobStateName
+    duplicate: StrictBool = True
+    subject: str | None = None
 
 
 class JobRejected(OpenModel):
@@ -89,10 +110,12 @@ class JobRejected(OpenModel):
     code: str
     field: str | None = None
     message: ShortText
-    submission_id: SubmissionId | None = None
+    submission_id: SubmissionId | None = Field(
+        None, description="The command's `data.submission_id`, whenever it was a valid one.")
     job_id: Uuid | None = None
     team: str | None = None
     subject: str | None = None
+    command_id: Uuid | None = COMMAND_ID
 
 
 class JobCancelled(OpenModel):
@@ -100,6 +123,7 @@ class JobCancelled(OpenModel):
     team: Name
     reason: ShortText
     was_running: StrictBool = False
+    command_id: Uuid | None = COMMAND_ID
 
 
 class WaitReasonCode(StrEnum):
@@ -136,7 +160,7 @@ class JobPending(OpenModel):
     team: Name
     queue: Tier
     reasons: Annotated[list[WaitReason], Field(min_length=1)]
-    eta: datetime | None = None
+    eta: Timestamp | None = None
     position: StrictInt = Field(ge=0, le=INT32_MAX)
     factors: ScoreFactors
 
@@ -235,7 +259,7 @@ class RunStopped(OpenModel):
 class UsageRecorded(OpenModel):
     """The ledger's decayed usage (GPU-seconds, half-life from config), for fair share."""
 
-    as_of: datetime
+    as_of: Timestamp
     half_life_s: StrictFloat = Field(gt=0)
     teams: dict[str, StrictFloat]
     users: dict[str, StrictFloat] = Field(default_factory=dict, description="Keyed `team/user`.")
@@ -283,7 +307,7 @@ class PreemptionNoticed(OpenModel):
     team: Name
     user: Name
     queue: Tier
-    deadline: datetime
+    deadline: Timestamp
     grace_s: StrictFloat = Field(ge=0)
     preemptor_job_id: Uuid
     preemptor_queue: Tier
@@ -335,7 +359,7 @@ class PreemptionNotice(OpenModel):
     run_id: Uuid
     job_id: Uuid
     action: Literal["checkpoint_and_stop", "withdrawn"] = "checkpoint_and_stop"
-    deadline: datetime
+    deadline: Timestamp
     grace_s: StrictFloat = Field(ge=0)
     ack_subject: str
     reason: ShortText
@@ -351,15 +375,21 @@ class ApiError(OpenModel):
 
 
 class ApiReply(OpenModel):
-    """Every `rota.api.*` reply: `ok` with `result`, or an `error`."""
+    """Every request's reply, as an envelope's `data`: `ok` with `result`, or an `error`."""
 
     ok: StrictBool
     result: Any = None
     error: ApiError | None = None
+    command_id: Uuid | None = Field(None, description="The envelope `id` of the request this "
+                                    "answers; null when it could not be read.")
+    submission_id: SubmissionId | None = Field(
+        None, description="For a submit: the request's `data.submission_id`, when valid.")
 
 
 class GetJob(StrictModel):
-    """`rota.api.job.get`: one job by id, or by a unique id prefix of 8+ characters."""
+    """`rota.api.job.get`, `.why`, `.trace`: one job by its id, its short id (the id's last 12
+    characters, as `rota jobs` prints it), or any 8+ characters from the id's start or end
+    that only one job has (else `AMBIGUOUS_ID`)."""
 
     job_id: Annotated[str, Field(min_length=8, max_length=36, pattern=r"^[0-9a-f-]+$")]
 

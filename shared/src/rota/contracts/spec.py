@@ -1,13 +1,15 @@
 """Generates `contracts/asyncapi.yaml` and `contracts/schemas/*.json` from the models.
 
 The AsyncAPI document comes from a FastStream broker that declares every channel Rota uses
-with its typed envelope: commands and API requests as operations Rota receives, events and
-control notices as operations Rota sends. No handler here ever runs.
+with its typed envelope: commands and requests as operations Rota receives, events, feeds
+and control notices as operations Rota sends. Each request operation is then given its reply
+(FastStream declares none), and the ping its non-envelope messages. No handler here runs.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,33 +21,89 @@ from pydantic import BaseModel
 from rota import __version__
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
-from rota.contracts.envelope import (
-    CONTROL_TYPES,
-    EVENT_TYPES,
-    MESSAGE_TYPES,
-    Envelope,
-)
+from rota.contracts.envelope import EVENT_TYPES, MESSAGE_TYPES, Envelope
 from rota.contracts.job import JobSpec
 
-RECEIVED: list[tuple[str, type[BaseModel], str]] = [
-    ("rota.cmd.submit.{team}", m.SubmitJob, "JetStream ROTA_CMD; the team must match data.team."),
-    ("rota.cmd.cancel.{team}", m.CancelJob, "JetStream ROTA_CMD."),
-    (s.RUN_START, m.StartRun, "JetStream ROTA_CMD; consumed by the executor."),
-    (s.RUN_STOP, m.StopRun, "JetStream ROTA_CMD; consumed by the executor."),
-    ("rota.api.submit.{team}", m.SubmitJob, "Request/reply: the synchronous twin of submit."),
-    (s.API_SUBMIT, m.SubmitJob, "Request/reply for trusted producers; no subject team check."),
-    ("rota.api.cancel.{team}", m.CancelJob, "Request/reply: the synchronous twin of cancel."),
-    (s.API_JOB_GET, m.GetJob, "Request/reply; answers an ApiReply envelope."),
-    (s.API_JOB_WHY, m.GetJob, "Request/reply: every wait reason, the ETA and the score factors."),
-    (s.API_JOB_TRACE, m.GetJob, "Request/reply: the job's timeline of decisions and events."),
-    (s.API_JOBS_LIST, m.ListJobs, "Request/reply; answers an ApiReply envelope."),
-    (s.API_QUEUES_SUMMARY, m.SummarizeQueues, "Request/reply; answers an ApiReply envelope."),
-    (s.NOTIFICATIONS_LIST, m.ListNotifications, "Request/reply, answered by the notifier."),
-    (s.PREEMPTION_PLANS, m.ListPreemptions,
-     "Request/reply, answered by the preemption coordinator."),
-    (s.LEDGER_ALLOCATIONS, m.ListAllocations,
-     "Request/reply, answered by the ledger: allocations per run (the scheduler's rebuild)."),
+JOB_ROW = ("a job: job_id, short_id, name, team, user_name, queue, flavor, workers, "
+           "gpus_per_worker, gpus, state, submission_id, submitted_at, updated_at, started_at, "
+           "ended_at, run_id, attempts, resume_from, wait, detail, borrowed_gpus")
+
+
+@dataclass(frozen=True)
+class Received:
+    """A subject Rota listens on. `result` is the shape of a reply's `data.result` when the
+    subject is a request (core NATS request/reply); None for a JetStream command."""
+
+    subject: str
+    model: type[BaseModel]
+    description: str
+    result: str | None = None
+
+
+RECEIVED: list[Received] = [
+    Received("rota.cmd.submit.{team}", m.SubmitJob,
+             "JetStream ROTA_CMD. Submit one job; the subject's team must equal data.team. "
+             "Answered on ROTA_EVT (and the team's feed) by JobSubmitted, JobResubmitted (a "
+             "duplicate) or JobRejected, each with data.command_id = this envelope's id."),
+    Received("rota.cmd.cancel.{team}", m.CancelJob,
+             "JetStream ROTA_CMD. Cancel a job of the subject's team. Answered by JobCancelled "
+             "or JobRejected (data.command_id = this envelope's id); cancelling a job that has "
+             "ended already changes nothing and publishes nothing."),
+    Received(s.RUN_START, m.StartRun, "JetStream ROTA_CMD, from the scheduler to the executor."),
+    Received(s.RUN_STOP, m.StopRun,
+             "JetStream ROTA_CMD, from the preemption coordinator (or the scheduler, for a "
+             "cancelled job) to the executor."),
+    Received("rota.api.submit.{team}", m.SubmitJob,
+             "The synchronous twin of rota.cmd.submit.{team}: the subject's team must equal "
+             "data.team. The same events are published as on the JetStream path.",
+             "{job_id, duplicate, state, submission_id}"),
+    Received(s.API_SUBMIT, m.SubmitJob,
+             "For trusted producers (services, the admin): like rota.api.submit.{team}, with "
+             "no subject team to match. No team identity may publish here.",
+             "{job_id, duplicate, state, submission_id}"),
+    Received("rota.api.cancel.{team}", m.CancelJob,
+             "The synchronous twin of rota.cmd.cancel.{team}.", "{job_id, state}"),
+    Received(s.API_JOB_GET, m.GetJob,
+             "One job, by id, short id or 8+ characters from either end of its id. Also on "
+             "rota.api.job.get.{team}, scoped to that team.", JOB_ROW),
+    Received(s.API_JOB_WHY, m.GetJob,
+             "Why a job waits: every wait reason (primary first), the ETA and the score "
+             "factors. Also on rota.api.job.why.{team}.",
+             "{job_id, name, state, queue, team, resume_from}, and for a pending job "
+             "reasons [{code, message, details}], eta, position, factors; else summary"),
+    Received(s.API_JOB_TRACE, m.GetJob,
+             "A job's decision record. Also on rota.api.job.trace.{team}.",
+             "{job, timeline [{at, type, source, summary, data}], decisions, preemptions, "
+             "trace_id}"),
+    Received(s.API_JOBS_LIST, m.ListJobs,
+             "Jobs, newest first. Also on rota.api.jobs.list.{team}, scoped to that team.",
+             f"a list of {JOB_ROW}"),
+    Received(s.API_QUEUES_SUMMARY, m.SummarizeQueues,
+             "Jobs and GPUs per queue, team and flavor. Also on rota.api.queues.summary.{team}.",
+             "a list of {queue, team, flavor, pending_jobs, pending_gpus, running_jobs, "
+             "gpus_in_use, borrowed_gpus, oldest_pending_at, quota}"),
+    Received(s.NOTIFICATIONS_LIST, m.ListNotifications, "Answered by the notifier.",
+             "a list of notifications (kind, channel, recipient, status, created_at, sent_at, "
+             "next_attempt_at, attempts, last_error, job_id, ...)"),
+    Received(s.PREEMPTION_PLANS, m.ListPreemptions, "Answered by the preemption coordinator.",
+             "a list of plans {plan_id, preemptor_job_id, preemptor_queue, preemptor_team, "
+             "state, reason, message, created_at, updated_at, completed_at, victims [...]}"),
+    Received(s.LEDGER_ALLOCATIONS, m.ListAllocations,
+             "Answered by the ledger: allocations per run (the scheduler's rebuild).",
+             "{allocations: [...], truncated}"),
+    Received("rota.sys.deadletter.{service}", m.ListDeadLetters,
+             "Answered by every service: the messages it gave up on, newest first.",
+             "a list of dead letters {consumer, stream, subject, stream_seq, deliveries, "
+             "error_type, error, payload, ...}"),
+    Received("rota.run.checkpoint.{run_id}", m.ReportCheckpoint,
+             "Core NATS request, on no stream: a run reports a checkpoint (with notice_id: "
+             "acknowledges that notice) with its run token. The executor answers once it has "
+             "recorded it and published RunCheckpointed (without the token).",
+             "{recorded: true}, or false for a repeat"),
 ]
+
+REPLY_CHANNEL = "reply:ApiReply"
+PING_CHANNEL = "rota.sys.ping.{service}"
 
 
 def _receiver(model: type[BaseModel]) -> Any:
@@ -59,23 +117,77 @@ def _receiver(model: type[BaseModel]) -> Any:
 
 def spec_broker() -> NatsBroker:
     broker = NatsBroker("nats://localhost:4222", description="Rota over NATS JetStream")
-    for subject, model, note in RECEIVED:
+    for item in RECEIVED:
+        kind = f" The reply's data.result: {item.result}." if item.result else ""
         broker.subscriber(
-            subject, title=f"{subject}:{model.__name__}", description=f"{model.__doc__ or ''} {note}"
-        )(_receiver(model))
+            item.subject, title=f"{item.subject}:{item.model.__name__}",
+            description=item.description + kind,
+        )(_receiver(item.model))
     for name, model in EVENT_TYPES.items():
         subject = s.EVENT_SUBJECTS[name]
         broker.publisher(
             subject, title=f"{subject}:{name}", schema=Envelope[model],  # type: ignore[valid-type]
             description=f"JetStream ROTA_EVT. {model.__doc__ or ''}".strip(),
         )
-    for name, model in CONTROL_TYPES.items():
+    for name in sorted(s.FEED_TYPES):
+        subject = s.feed("{team}", s.EVENT_SUBJECTS[name])
         broker.publisher(
-            "rota.ctl.run.{run_id}", title=f"rota.ctl.run.{{run_id}}:{name}",
-            schema=Envelope[model],  # type: ignore[valid-type]
-            description=f"JetStream ROTA_CTL. {model.__doc__ or ''}".strip(),
+            subject, title=f"{subject}:{name}",
+            schema=Envelope[EVENT_TYPES[name]],  # type: ignore[valid-type]
+            description=f"Core NATS, no stream: the team's live copy of {name} for its own "
+            "jobs, body and headers unchanged, at most once.",
         )
+    broker.publisher(
+        "rota.ctl.run.{run_id}", title="rota.ctl.run.{run_id}:PreemptionNotice",
+        schema=Envelope[m.PreemptionNotice],
+        description=f"JetStream ROTA_CTL, to the job. {m.PreemptionNotice.__doc__}",
+    )
+    broker.publisher(
+        "{reply}", title=REPLY_CHANNEL, schema=Envelope[m.ApiReply],
+        description="The answer to a request, on the request's own reply subject (its inbox).",
+    )
     return broker
+
+
+def _with_replies(document: dict[str, Any]) -> dict[str, Any]:
+    """FastStream declares no replies: every request operation gets the ApiReply envelope,
+    on the request's reply subject; and the ping, whose messages are not envelopes."""
+    reply_channel = document["channels"][REPLY_CHANNEL]
+    reply_channel["address"] = None  # the requester's inbox, known only at run time
+    reply_message = next(iter(reply_channel["messages"]))
+    document["operations"].pop(REPLY_CHANNEL, None)
+    reply = {
+        "address": {"location": "$message.header#/reply",
+                    "description": "The NATS reply subject of the request."},
+        "channel": {"$ref": f"#/channels/{_ref(REPLY_CHANNEL)}"},
+        "messages": [{"$ref": f"#/channels/{_ref(REPLY_CHANNEL)}/messages/{reply_message}"}],
+    }
+    for item in RECEIVED:
+        if item.result is not None:
+            document["operations"][f"{item.subject}:{item.model.__name__}"]["reply"] = reply
+    document["channels"][PING_CHANNEL] = {
+        "address": PING_CHANNEL,
+        "description": "Liveness: an empty request, answered by every instance of the service "
+        "(not an envelope).",
+        "messages": {"Ping": {"payload": {"type": "string", "maxLength": 0}},
+                     "Pong": {"payload": {
+                         "type": "object", "required": ["ok", "service", "pid"],
+                         "properties": {"ok": {"const": True}, "service": {"type": "string"},
+                                        "pid": {"type": "integer"}}}}},
+    }
+    document["channels"]["reply:Pong"] = {"address": None, "messages": {
+        "Pong": {"$ref": f"#/channels/{_ref(PING_CHANNEL)}/messages/Pong"}}}
+    document["operations"][PING_CHANNEL] = {
+        "action": "receive", "channel": {"$ref": f"#/channels/{_ref(PING_CHANNEL)}"},
+        "messages": [{"$ref": f"#/channels/{_ref(PING_CHANNEL)}/messages/Ping"}],
+        "reply": {**reply, "channel": {"$ref": "#/channels/reply:Pong"},
+                  "messages": [{"$ref": "#/channels/reply:Pong/messages/Pong"}]},
+    }
+    return document
+
+
+def _ref(name: str) -> str:
+    return name.replace("{", "%7B").replace("}", "%7D")
 
 
 def asyncapi_yaml() -> str:
@@ -85,7 +197,7 @@ def asyncapi_yaml() -> str:
         "Every message is one envelope; see contracts/README.md.",
     )
     # FastStream orders channels by registration internals; sorted keys keep the file stable.
-    document = yaml.safe_load(spec.to_specification().to_yaml())
+    document = _with_replies(yaml.safe_load(spec.to_specification().to_yaml()))
     return yaml.safe_dump(document, sort_keys=True, width=100)
 
 

@@ -83,6 +83,15 @@ def feed(team: str, event_subject: str) -> str:
     return f"{FEED_PREFIX}.{team}.{event_subject.removeprefix('rota.evt.')}"
 
 
+FEED_TYPES = frozenset({
+    "JobSubmitted", "JobResubmitted", "JobRejected", "JobCancelled", "JobPending",
+    "AllocationGranted", "AllocationRejected", "AllocationReleased", "RunStarted",
+    "RunCheckpointed", "RunFinished", "RunFailed", "RunStopped", "PreemptionNoticed",
+})
+"""The event types a team's feed carries: those about one job (a plan names several teams'
+jobs, and the services' bookkeeping is no team's business)."""
+
+
 def team_feed(team: str) -> str:
     return f"{FEED_PREFIX}.{team}.>"
 
@@ -97,6 +106,7 @@ def deadletter(service: str) -> str:
 
 EVENT_SUBJECTS: dict[str, str] = {
     "JobSubmitted": "rota.evt.job.submitted",
+    "JobResubmitted": "rota.evt.job.resubmitted",
     "JobRejected": "rota.evt.job.rejected",
     "JobCancelled": "rota.evt.job.cancelled",
     "JobPending": "rota.evt.job.pending",

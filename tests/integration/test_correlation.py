@@ -1,0 +1,111 @@
+"""Every answer to a command can be matched to it: the command's envelope id and its
+submission id ride in each event that answers it, on the JetStream path as on request/reply,
+and the producer's trace goes on in the answers' headers."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from rota.contracts import envelope
+from rota.contracts import messages as m
+from rota.contracts import subjects as s
+from rota.ids import new_id
+
+from tests.builders import spec_doc, submit_job
+from tests.integration.harness import ServiceProcess, api, eventually, stream_last_seq
+
+
+async def answers(nc: Client, since_seq: int) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """Every job event after `since_seq`, with its headers."""
+    sub = await nc.jetstream().pull_subscribe("rota.evt.job.>", stream=s.STREAM_EVT, config=(
+        ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=since_seq + 1)))
+    found: list[tuple[dict[str, Any], dict[str, str]]] = []
+    try:
+        while True:
+            try:
+                batch = await sub.fetch(256, timeout=0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
+                break
+            for msg in batch:
+                found.append((json.loads(msg.data), dict(msg.headers or {})))
+                await msg.ack()
+    finally:
+        await sub.unsubscribe()
+    return found
+
+
+def producer_trace() -> tuple[str, str]:
+    trace_id = uuid.uuid4().hex
+    return trace_id, f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
+
+
+async def send(nc: Client, subject: str, body: bytes, msg_id: str, traceparent: str) -> None:
+    await nc.jetstream().publish(subject, body, stream=s.STREAM_CMD,
+                                 headers={"Nats-Msg-Id": msg_id, "traceparent": traceparent})
+
+
+async def test_a_rejected_jetstream_submit_names_its_command_and_submission_id(
+    nc: Client, submission: ServiceProcess
+) -> None:
+    since = await stream_last_seq(nc)
+    trace_id, traceparent = producer_trace()
+    sid = f"bad-{uuid.uuid4().hex[:8]}"
+    command_id = new_id()
+    body = json.dumps({"id": command_id, "type": "SubmitJob", "version": 1,
+                       "occurred_at": "2026-12-01T10:00:00Z", "source": "test",
+                       "data": spec_doc(submission_id=sid, workers="2")}).encode()
+    await send(nc, s.submit("nlp"), body, command_id, traceparent)
+
+    async def rejected() -> list[tuple[dict[str, Any], dict[str, str]]]:
+        return [(e, h) for e, h in await answers(nc, since)
+                if e["type"] == "JobRejected" and e["data"].get("command_id") == command_id]
+
+    [(event, headers)] = await eventually(rejected)
+    assert event["data"]["submission_id"] == sid
+    assert (event["data"]["code"], event["data"]["field"]) == ("INVALID_FIELD", "data.workers")
+    assert headers["traceparent"].split("-")[1] == trace_id  # the producer's trace goes on
+
+
+async def test_an_accepted_and_a_duplicate_jetstream_submit_each_answer_their_command(
+    nc: Client, submission: ServiceProcess
+) -> None:
+    since = await stream_last_seq(nc)
+    spec = submit_job(name="correlated")
+    first, again = envelope(spec, source="test"), envelope(spec, source="test")
+    _, traceparent = producer_trace()
+    await send(nc, s.submit("nlp"), first.to_bytes(), first.id, traceparent)
+
+    async def answer_to(command_id: str) -> dict[str, Any] | None:
+        return next((e for e, _ in await answers(nc, since)
+                     if e["data"].get("command_id") == command_id), None)
+
+    submitted = await eventually(lambda: answer_to(first.id))
+    assert submitted["type"] == "JobSubmitted"
+    assert submitted["data"]["submission_id"] == spec.submission_id
+    await send(nc, s.submit("nlp"), again.to_bytes(), again.id, traceparent)
+    duplicate = await eventually(lambda: answer_to(again.id))
+    assert duplicate["type"] == "JobResubmitted" and duplicate["data"]["duplicate"] is True
+    assert duplicate["job_id"] == duplicate["data"]["job_id"] == submitted["job_id"]
+    assert duplicate["data"]["submission_id"] == spec.submission_id
+    assert duplicate["data"]["team"] == "nlp"
+
+
+async def test_request_reply_answers_name_their_command_too(
+    nc: Client, submission: ServiceProcess
+) -> None:
+    spec = submit_job(name="asked")
+    request = envelope(spec, source="test")
+    reply = await api(nc, s.api_submit("nlp"), None, raw=request.to_bytes())
+    assert reply.ok and reply.command_id == request.id
+    assert reply.submission_id == spec.submission_id
+    wrong = envelope(m.GetJob(job_id=new_id()), source="test")
+    missing = await api(nc, s.API_JOB_GET, None, raw=wrong.to_bytes())
+    assert not missing.ok and missing.command_id == wrong.id
+    cancel = envelope(m.CancelJob(job_id=reply.result["job_id"], team="nlp"), source="test")
+    cancelled = await api(nc, s.api_cancel("nlp"), None, raw=cancel.to_bytes())
+    assert cancelled.ok and cancelled.command_id == cancel.id
