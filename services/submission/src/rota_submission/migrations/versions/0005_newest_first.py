@@ -1,14 +1,14 @@
 """`rota jobs` lists newest first: indexes in that order, overall and per team, so the first
 page is read straight off an index however many jobs there are.
 
-Revision ID: 0004
+Revision ID: 0005
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
