@@ -440,10 +440,8 @@ def greedy_plan(
     `allowed(candidate, taken_per_team, own_released)` re-checks a candidate against the victims
     chosen so far (Kueue only reclaims from a team while it is still borrowing).
     """
-    state, quota = ctx.state, ctx.quota
-    index = state.layout.index
-    nodes = state.layout.flavor_nodes.get(job.flavor, [])
-    counts = state.counts()
+    state, quota, index = ctx.state, ctx.quota, ctx.state.layout.index
+    nodes, counts = state.layout.flavor_nodes.get(job.flavor, []), state.counts()
     per_worker, workers = job.gpus_per_worker, job.workers
 
     def fits(own: int) -> Fit | None:
