@@ -10,8 +10,9 @@ whose start depends on another team's usage (quota), get no ETA rather than a wr
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
@@ -34,13 +35,13 @@ __all__ = ["explain"]
 
 
 _PRIORITY = Block(Code.PRIORITY)
-_CAUSE = {
+_CAUSE: Mapping[Code, str] = MappingProxyType({
     Code.QUOTA_EXCEEDED: "quota_too_low",
     Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
     Code.EXCEEDS_CLUSTER: "request_too_large",
     Code.FRAGMENTATION: "fragmentation",
     Code.PRIORITY: "queue_weight",
-}
+})
 
 
 def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
