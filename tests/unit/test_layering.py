@@ -74,3 +74,19 @@ def test_the_policy_has_no_import_cycle() -> None:
 
     for name in sorted(graph.keys() - packages):
         visit(name, [])
+
+
+def test_no_function_of_the_policy_is_longer_than_sixty_lines() -> None:
+    import ast
+    from pathlib import Path
+
+    import rota_policy
+
+    long: list[str] = []
+    for path in Path(rota_policy.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                if node.end_lineno - node.lineno + 1 > 60:
+                    long.append(f"{path.name}:{node.name}")
+    assert long == []

@@ -6,7 +6,8 @@ simulator can replay (rota and the baselines fifo, kueue, slurm) to a function o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from rota_policy.baselines import schedule_fifo, schedule_kueue, schedule_slurm
 from rota_policy.config import (
@@ -39,12 +40,9 @@ from rota_policy.model import (
 
 SchedulePolicy = Callable[[Snapshot, float, PolicyConfig], Decisions]
 
-POLICIES: dict[str, SchedulePolicy] = {
-    "rota": schedule,
-    "fifo": schedule_fifo,
-    "kueue": schedule_kueue,
-    "slurm": schedule_slurm,
-}
+POLICIES: Mapping[str, SchedulePolicy] = MappingProxyType(
+    {"rota": schedule, "fifo": schedule_fifo, "kueue": schedule_kueue, "slurm": schedule_slurm}
+)
 
 __all__ = [
     "POLICIES",

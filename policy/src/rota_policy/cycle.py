@@ -190,18 +190,30 @@ class Cycle:
         return book
 
     def block(self, job: PendingJob, code: Code, detail: str = "") -> None:
+        """Record why `job` waits, if explain will need it."""
+        if self._keeps(job, code):
+            self.blocks[job.job_id] = self.shared_block(code, detail)
+
+    def record(self, job: PendingJob, block: Block) -> None:
+        """`block(job, block.code, block.detail)` for a block already made (the ladder's)."""
+        if self._keeps(job, block.code):
+            self.blocks[job.job_id] = block
+
+    def _keeps(self, job: PendingJob, code: Code) -> bool:
         if code in NO_ETA:
             self.no_eta.append(job)
-        elif code is not Code.WAITING_FOR_PREEMPTION and job.job_id not in self.asked:
-            # Explain treats this job as one with no block unless it is asked about: only its
-            # reason would differ, and nobody asks for it (a replay asks about new jobs only).
-            return
-        # Blocks are immutable and a cycle records one per job it looks at, mostly the same
-        # few: share them.
+            return True
+        # Explain treats a job as one with no block unless it is asked about: only its reason
+        # would differ, and nobody asks for it (a replay asks about new jobs only).
+        return code is Code.WAITING_FOR_PREEMPTION or job.job_id in self.asked
+
+    def shared_block(self, code: Code, detail: str = "") -> Block:
+        """Blocks are immutable and a cycle records one per job it looks at, mostly the same
+        few: share them."""
         block = self._block_cache.get((code, detail))
         if block is None:
             block = self._block_cache[(code, detail)] = Block(code, detail)
-        self.blocks[job.job_id] = block
+        return block
 
     def admit(self, job: PendingJob, placement: tuple[Slot, ...], via_plan: bool) -> None:
         borrowed = self.quota.check(job.team, job.flavor, job.gpus).borrowed if not via_plan else 0

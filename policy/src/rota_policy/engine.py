@@ -8,8 +8,9 @@
     6. explain    reasons, ETA and score for every pending job asked about; queue diagnoses
 
 `Rules` says which of these a policy uses; Rota and the three baselines share the engine so that
-a comparison measures policy, not implementation. Phase 1 is here, phases 2-5 in `walk`, phase 6
-in `reasons`; `cycle` holds the state they share.
+a comparison measures policy, not implementation. Phase 1 is here, phases 2-5 in `walk` (with its
+shortcuts in `shortcuts`), phase 6 in `reasons`; phases 3 and 6 ask one admission ladder
+(`ladder`); `cycle` holds the state they share.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 from rota.contracts.common import TIER_ORDER, Tier
@@ -46,7 +47,9 @@ __all__ = [
 ]
 
 LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
-WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
+WHY: Mapping[int, str] = MappingProxyType(
+    {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
+)
 
 
 def rota_loss(run: RunningRun, now: float) -> float:
@@ -440,10 +443,8 @@ def greedy_plan(
     `allowed(candidate, taken_per_team, own_released)` re-checks a candidate against the victims
     chosen so far (Kueue only reclaims from a team while it is still borrowing).
     """
-    state, quota = ctx.state, ctx.quota
-    index = state.layout.index
-    nodes = state.layout.flavor_nodes.get(job.flavor, [])
-    counts = state.counts()
+    state, quota, index = ctx.state, ctx.quota, ctx.state.layout.index
+    nodes, counts = state.layout.flavor_nodes.get(job.flavor, []), state.counts()
     per_worker, workers = job.gpus_per_worker, job.workers
 
     def fits(own: int) -> Fit | None:

@@ -10,8 +10,9 @@ whose start depends on another team's usage (quota), get no ETA rather than a wr
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
@@ -19,6 +20,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy.block import NO_ETA, Block
 from rota_policy.cycle import Cycle
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
+from rota_policy.ladder import admission_block
 from rota_policy.model import (
     Diagnosis,
     PendingExplanation,
@@ -32,13 +34,14 @@ from rota_policy.ordering import QueueWalk, submit_key, tier_queues
 __all__ = ["explain"]
 
 
-_CAUSE = {
+_PRIORITY = Block(Code.PRIORITY)
+_CAUSE: Mapping[Code, str] = MappingProxyType({
     Code.QUOTA_EXCEEDED: "quota_too_low",
     Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
     Code.EXCEEDS_CLUSTER: "request_too_large",
     Code.FRAGMENTATION: "fragmentation",
     Code.PRIORITY: "queue_weight",
-}
+})
 
 
 def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
@@ -94,20 +97,9 @@ def _reasons(
     cap = state.layout.capacity.get(f, 0)
     need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
     if block is None:
-        if f not in state.layout.flavors:
-            block = Block(Code.NO_MATCHING_FLAVOR)
-        elif not state.can_ever_fit(job):
-            block = Block(Code.EXCEEDS_CLUSTER)
-        elif cy.rules.quotas and not (qc := cy.quota.check(job.team, f, g)).ok:
-            block = Block(Code.QUOTA_EXCEEDED, qc.message)
-        elif free < g:
-            block = Block(Code.INSUFFICIENT_CAPACITY)
-        elif (book := cy.books.get(f)) is not None and (res := book.blocking(g, cy.now + cy.runtime(job))):
-            block = Block(Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id)
-        elif state.find(job) is None:
-            block = Block(Code.FRAGMENTATION)
-        else:
-            block = Block(Code.PRIORITY)
+        # No turn recorded a block (the walk never reached it, or it was not asked about):
+        # the ladder answers now; a job that could start waits only on those ahead of it.
+        block = admission_block(cy, job) or _PRIORITY
     code = block.code
     msg: str
     details = shared.base(g, free, cap)

@@ -160,3 +160,39 @@ class World:
 
     def with_run(self, run: RunningRun) -> RunningRun:
         return replace(run)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A running run to place in a `cluster` (see `World.run` for the fields)."""
+
+    team: str
+    tier: str = "experiment"
+    node: int | list[int] = 0
+    gpus: int = 8
+    started: float = -3600.0
+    resumable: bool = True
+    preemptions: int = 0
+    end: float | None = None
+    run_id: str | None = None
+    checkpoint: float | None = None
+
+
+def cluster(
+    nodes: int = 2,
+    *runs: Run,
+    racks: int = 1,
+    usage: dict[str, float] | None = None,
+    drained: tuple[int, ...] = (),
+    plans: tuple[PlanInFlight, ...] = (),
+) -> World:
+    """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free."""
+    world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans))
+    for r in runs:
+        world.run(
+            r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,
+            preemptions=r.preemptions, end=r.end, run_id=r.run_id, checkpoint=r.checkpoint,
+        )  # fmt: skip
+    for node in drained:
+        world.free[node] = []
+    return world

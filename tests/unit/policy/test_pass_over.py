@@ -18,7 +18,7 @@ from rota_policy.backfill import ReservationBook
 from rota_policy.baselines.slurm import SLURM_RULES
 from rota_policy.core import ROTA_RULES
 from rota_policy.engine import Cycle, Rules, run_cycle
-from rota_policy.walk import _all_blocked, _behind
+from rota_policy.shortcuts import all_blocked, behind
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 
@@ -71,7 +71,10 @@ def test_passing_over_changes_no_decision(
     snap, config = world
     fast, reference = _both(snap, config, replace(rules, per_queue_depth=depth))
     assert _decided(fast) == _decided(reference)
-    assert {e.job_id for e in fast.pending} == {e.job_id for e in reference.pending}
+    # Every pending job's reasons, ETA, position and score breakdown too: a job passed over
+    # gets what its own turn would have given it.
+    assert fast.pending == reference.pending
+    assert fast.diagnoses == reference.diagnoses
     assert all(e.reasons for e in fast.pending)
 
 
@@ -126,7 +129,7 @@ def _behind_head(extra: list[PendingJob]) -> tuple[Cycle, ReservationBook, list[
 
 
 @pytest.mark.parametrize(
-    ("case", "extra", "most", "all_blocked"),
+    ("case", "extra", "most", "whole_run"),
     [
         ("long jobs too big for the spare", [], None, True),
         ("a gang that fits the cluster", gpu_jobs("c", "experiment", gpus=8, workers=2, submitted=200.0, runtime=50_000.0), None, True),
@@ -138,11 +141,11 @@ def _behind_head(extra: list[PendingJob]) -> tuple[Cycle, ReservationBook, list[
     ],
 )
 def test_a_run_behind_a_reservation_is_passed_over_after_one_check(
-    case: str, extra: list[PendingJob], most: int | None, all_blocked: bool
+    case: str, extra: list[PendingJob], most: int | None, whole_run: bool
 ) -> None:
     """The check of a whole run says yes only when each job's own check would, and it must
     say yes in the common case, or passing over costs a call per job again."""
     cy, book, jobs = _behind_head(extra)
-    one_by_one = _behind(cy, book, most)
-    assert _all_blocked(cy, tuple(jobs), book, most) is all_blocked, case
-    assert all(one_by_one(job) for job in jobs) is all_blocked, case
+    one_by_one = behind(cy, most)
+    assert all_blocked(cy, tuple(jobs), book, most) is whole_run, case
+    assert all(one_by_one(job) for job in jobs) is whole_run, case

@@ -13,8 +13,9 @@ import bisect
 import heapq
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TypeVar
 
 from rota.contracts.common import Tier
@@ -52,7 +53,7 @@ class Eviction:
     other_stop_s: float
 
 
-EVICTIONS: dict[str, Eviction] = {
+EVICTIONS: Mapping[str, Eviction] = MappingProxyType({
     # Rota: notice -> save in checkpoint_save_s -> acknowledge -> stop. A job that cannot
     # checkpoint has nothing to wait for, so the coordinator stops it at once.
     "rota": Eviction(CHECKPOINT_SAVE_S, True, 0.0),
@@ -61,7 +62,7 @@ EVICTIONS: dict[str, Eviction] = {
     # Slurm REQUEUE with GraceTime=300: a resumable job saves in its 60 s and exits; another exits.
     "slurm": Eviction(CHECKPOINT_SAVE_S, True, 0.0),
     "fifo": Eviction(0.0, False, 0.0),
-}
+})
 
 
 def _count(counts: dict[_V, int], value: _V, delta: int) -> None:

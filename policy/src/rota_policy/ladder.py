@@ -1,0 +1,77 @@
+"""The admission ladder: whether a job can start now, and if not, the first rung that stops it.
+
+    1. flavor       some node offers the job's flavor               else NO_MATCHING_FLAVOR
+    2. ever fits    its gang fits the empty cluster                 else EXCEEDS_CLUSTER
+    -  the line     no blocked job ahead holds the line             else PRIORITY
+                    (only policies without backfill; the walk says which job holds it)
+    3. quota        its team's quota allows its GPUs                else QUOTA_EXCEEDED
+    4. free GPUs    enough GPUs of its flavor are free              else INSUFFICIENT_CAPACITY
+    5. reservation  starting now delays no backfill reservation     else RESERVED_FOR_HIGHER_PRIORITY
+    6. fit          a best-fit gang placement exists now            else FRAGMENTATION
+
+The walk asks it at each job's turn, the reasons ask it for a job that had no turn, and every
+shortcut of the walk (`shortcuts`) is written in terms of its rungs. A new rule is a new rung
+here, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from rota.contracts.messages import WaitReasonCode as Code
+
+from rota_policy.block import Block
+from rota_policy.cycle import Cycle
+from rota_policy.model import PendingJob
+from rota_policy.placement import Fit
+
+__all__ = ["admission", "admission_block", "quota_block", "reservation_block"]
+
+_NO_FLAVOR = Block(Code.NO_MATCHING_FLAVOR)
+_NEVER_FITS = Block(Code.EXCEEDS_CLUSTER)
+_SHORT = Block(Code.INSUFFICIENT_CAPACITY)
+_FRAGMENTED = Block(Code.FRAGMENTATION)
+
+
+def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | Block:
+    """Where the job fits now, or the first rung of the ladder it fails. `held_by`, if given,
+    is the job that holds the line ahead of it (policies without backfill)."""
+    state, flavor = cy.state, job.flavor
+    if flavor not in state.layout.flavors:
+        return _NO_FLAVOR
+    if not state.can_ever_fit(job):
+        return _NEVER_FITS
+    if held_by is not None:
+        return cy.shared_block(Code.PRIORITY, held_by)
+    refused = quota_block(cy, job)
+    if refused is not None:
+        return refused
+    if state.free_total.get(flavor, 0) < job.gpus:
+        return _SHORT
+    reserved = reservation_block(cy, job)
+    if reserved is not None:
+        return reserved
+    fit = state.find(job)
+    return fit if fit is not None else _FRAGMENTED
+
+
+def admission_block(cy: Cycle, job: PendingJob) -> Block | None:
+    """The ladder's answer as a block; None if the job could start now."""
+    outcome = admission(cy, job)
+    return outcome if isinstance(outcome, Block) else None
+
+
+def quota_block(cy: Cycle, job: PendingJob) -> Block | None:
+    """Rung 3: QUOTA_EXCEEDED with quota's message, if the policy has quotas and they refuse."""
+    quota = cy.quota
+    if not cy.rules.quotas or quota.allows(job.team, job.flavor, job.gpus):
+        return None
+    return cy.shared_block(Code.QUOTA_EXCEEDED, quota.check(job.team, job.flavor, job.gpus).message)
+
+
+def reservation_block(cy: Cycle, job: PendingJob) -> Block | None:
+    """Rung 5: RESERVED_FOR_HIGHER_PRIORITY naming the first reservation that starting now, for
+    the job's expected runtime, would delay."""
+    book = cy.books.get(job.flavor)
+    if book is None:
+        return None
+    held = book.blocking(job.gpus, cy.now + cy.runtime(job))
+    return None if held is None else cy.shared_block(Code.RESERVED_FOR_HIGHER_PRIORITY, held.job_id)
