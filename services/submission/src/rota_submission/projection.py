@@ -62,8 +62,10 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
                 folds.append((env, data, job_id))
         if folds:
             await _fold_all(conn, folds)
-        fed = [(positions[env.id], env, data) for env, data, job_id in facts
-               if (env.id, job_id) in new and job_id == env.job_id]
+        # Once per new event, even when a batch holds two copies of it (two stream messages).
+        fed = list({(env.id, job_id): (positions[env.id], env, data)
+                    for env, data, job_id in facts
+                    if (env.id, job_id) in new and job_id == env.job_id}.values())
         teams = await store.teams_of(conn, sorted({env.job_id for _, env, _ in fed
                                                    if env.job_id}))
     return feed_items([*fed, *jobless], teams)
