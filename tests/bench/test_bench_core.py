@@ -1,12 +1,12 @@
 """Benchmarks of the scheduling core (not timed assertions: the figures go to RESULTS.md).
 
-Run the full set with `uv run python -m rota_scheduler.cli bench core --json OUT` (or
-`rota bench core`); this test runs the small sizes so the benchmark code keeps working.
+Run the full set with `uv run rota bench core --json OUT`; this test runs the small sizes so
+the benchmark code keeps working.
 """
 
 from __future__ import annotations
 
-from rota_scheduler.bench import run_core_bench
+from rota_policy.bench import run_core_bench
 
 
 def test_core_bench_smoke() -> None:

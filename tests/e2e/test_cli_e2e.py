@@ -49,15 +49,21 @@ def test_submit_list_cancel_through_the_cli(
     assert all(r["running_jobs"] == 0 for r in json.loads(queues.stdout) if r["team"] == "nlp")
 
 
-def test_team_credentials_see_and_touch_only_their_own_team(
-    rota_up: subprocess.Popen[bytes], env: dict[str, str], home: Path
-) -> None:
+def one_job_each(env: dict[str, str], name: str) -> dict[str, str]:
+    """A small job for nlp and one for vision: team -> job id."""
     submitted = {}
     for team, user in (("nlp", "alice"), ("vision", "carol")):
         done = rota(env, "submit", "--team", team, "--user", user, "--queue", "experiment",
-                    "--flavor", "a100", "--gpus", "1", "--name", f"scoped-{team}")
+                    "--flavor", "a100", "--gpus", "1", "--name", f"{name}-{team}")
         assert done.returncode == 0, done.stderr
         submitted[team] = done.stdout.strip()
+    return submitted
+
+
+def test_team_credentials_see_and_touch_only_their_own_team(
+    rota_up: subprocess.Popen[bytes], env: dict[str, str], home: Path
+) -> None:
+    submitted = one_job_each(env, "scoped")
     issued = rota(env, "creds", "issue", "--team", "nlp", "--user", "alice",
                   "--out", str(home / "nlp.creds"), "--json")
     assert issued.returncode == 0, issued.stderr
@@ -97,12 +103,7 @@ def test_a_team_watches_its_own_jobs_live_and_no_one_elses(
     try:
         assert watcher.stderr is not None
         assert "watching rota.feed.nlp.>" in watcher.stderr.readline()  # subscribed
-        jobs = {}
-        for team, user in (("nlp", "alice"), ("vision", "carol")):
-            done = rota(env, "submit", "--team", team, "--user", user, "--queue", "experiment",
-                        "--flavor", "a100", "--gpus", "1", "--name", f"watched-{team}")
-            assert done.returncode == 0, done.stderr
-            jobs[team] = done.stdout.strip()
+        jobs = one_job_each(env, "watched")
         out, _ = watcher.communicate(timeout=40)
     finally:
         watcher.kill()

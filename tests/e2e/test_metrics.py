@@ -142,6 +142,8 @@ def test_every_metric_of_the_issue_after_the_demo(tmp_path: Path) -> None:
     assert 0 < total(pre, "rota_preemption_ack_seconds_sum") < 2 * 120  # within the grace
     assert {dict(ls)["team"] for (n, ls) in pre if n == "rota_lost_gpu_seconds_total"} == {
         "vision", "research"}
+    # Both acknowledged: they saved, then made no progress while their stop came.
+    assert total(pre, "rota_lost_gpu_seconds_total") == 0
 
     ex = final["executor"][1]
     assert total(ex, "rota_jobs_finished_total", outcome="finished") == len(SCRIPT)

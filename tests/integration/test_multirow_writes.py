@@ -73,15 +73,14 @@ async def test_the_scheduler_writes_a_cycle_of_any_size(engine: AsyncEngine) -> 
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
     now = datetime.now(UTC)
-    new_runs = [NewRun(f"run-{i:05d}", f"job-{i:05d}", f"prop-{i:05d}", f"tok-{i}")
-                for i in range(MANY)]  # fmt: skip
+    new_runs = [NewRun(f"run-{i:05d}", f"job-{i:05d}", f"prop-{i:05d}") for i in range(MANY)]
     records = [DecisionRecord(f"job-{i:05d}", "pending", "PRIORITY", {}, {}) for i in range(MANY)]
     many_runs = [f"run-{i:05d}" for i in range(40_000)]  # more ids than one IN list may bind
     async with engine.begin() as conn:
         conn = await conn.execution_options(schema_translate_map={"scheduler": SCHEMA})
         await scheduler_store.add_runs(conn, new_runs, now)
         await scheduler_store.add_decisions(conn, "cycle", now, records)
-        tokens = await scheduler_store.claim_starts(conn, many_runs, now)
-    assert len(tokens) == MANY
+        claimed = await scheduler_store.claim_starts(conn, many_runs, now)
+    assert len(claimed) == MANY
     async with engine.connect() as conn:
         assert (await conn.execute(sa.select(sa.func.count()).select_from(decisions))).scalar() == MANY

@@ -14,7 +14,10 @@ from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
 from rota.contracts.job import WorkerPlacement
+from rota.db.engine import make_engine
+from rota.endpoints import Endpoints
 from rota.ids import new_id
+from rota_submission.projection import project_batch
 
 from tests.builders import submit_job
 from tests.integration.harness import ServiceProcess, api, eventually, publish_command
@@ -89,3 +92,23 @@ async def test_a_refused_submission_reaches_its_teams_feed(
     [event] = await eventually(rejected)
     assert event["data"]["field"] == "data.gpus_per_worker"
     assert event["data"]["team"] == "nlp"
+
+
+async def test_an_event_twice_in_one_batch_is_fed_once(
+    nc: Client, submission: ServiceProcess, endpoints: Endpoints
+) -> None:
+    reply = await api(nc, s.api_submit("nlp"), submit_job(name="twice"))
+    assert reply.ok, reply.error
+    job_id, run_id = reply.result["job_id"], new_id()
+    started = envelope(m.RunStarted(
+        run_id=run_id, job_id=job_id, attempt=1,
+        placement=[WorkerPlacement(worker=0, node="h100-0", gpus=list(range(8)))],
+    ), source="executor", job_id=job_id, run_id=run_id).to_bytes()
+    engine = make_engine(endpoints.database_url)
+    try:
+        fed = await project_batch(engine, [started, started], max_bytes=65_536)
+        again = await project_batch(engine, [started], max_bytes=65_536)  # a redelivery
+    finally:
+        await engine.dispose()
+    assert [item.subject for item in fed] == ["rota.feed.nlp.run.started"]
+    assert again == []

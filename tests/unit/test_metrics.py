@@ -14,9 +14,9 @@ from rota.cli.stack import SERVICES, metrics_ports, metrics_url
 from rota.contracts import messages as m
 from rota.settings import Settings
 from rota_executor.metrics import outcome_label
+from rota_policy import schedule
 from rota_preemption.metrics import record_victims
 from rota_scheduler import metrics as scheduler_metrics
-from rota_scheduler.policy import schedule
 
 from tests.unit.scheduler_service.test_view_and_actions import POLICY, Story, of
 

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     scheduler_explain_interval_s: float = Field(
         10.0, ge=0, description="Every pending job's reasons and ETA are refreshed this often; "
         "new jobs are explained in the cycle that first sees them.")
+    scheduler_explain_duty: float = Field(
+        0.02, gt=0, le=1, description="At most this share of a core goes to refreshing every "
+        "pending job: a deep queue is refreshed less often than the interval.")
 
     # The notifier's channels (issue 5). Secrets are SecretStr: they never print or log.
     slack_webhook_url: SecretStr | None = Field(None, description="A Slack incoming webhook.")

@@ -95,7 +95,7 @@ async def test_preemption_completed_per_victim(harness: HarnessFactory, smtp: Sm
     assert subjects == ["[Rota] Preempted without a checkpoint: a",
                         "[Rota] Preempted without a checkpoint: b"]
     plain = smtp.to("alice@example.com")[0].get_body(("plain",))
-    assert plain is not None and "1.5 GPU-hours" in plain.get_content()
+    assert plain is not None and "Lost work: 1.50 GPU-h" in plain.get_content()
 
 
 async def test_rate_limit_holds_the_excess_for_one_digest_but_never_a_preemption_notice(

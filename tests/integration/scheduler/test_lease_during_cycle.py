@@ -23,9 +23,9 @@ from rota.endpoints import Endpoints
 from rota.ids import new_id
 from rota.service import RotaService
 from rota.settings import Settings
+from rota_policy import Decisions, PolicyConfig, Snapshot, policy_config_from
 from rota_scheduler import app
 from rota_scheduler.lease import Lease
-from rota_scheduler.policy import Decisions, PolicyConfig, Snapshot, policy_config_from
 
 from tests.builders import spec_doc
 from tests.integration.harness import eventually

@@ -41,6 +41,16 @@ def test_lost_work_counts_from_the_last_checkpoint_or_from_the_start() -> None:
     assert lost_gpu_seconds(not_resumable, T0 + timedelta(seconds=100), 1.0) == 200
 
 
+def test_an_acknowledged_run_loses_nothing_while_it_waits_for_its_stop() -> None:
+    acked = T0 + timedelta(seconds=70)
+    run = record(last_checkpoint_uri="file:///c", last_checkpoint_at=acked,
+                 notice_acked_at=acked)
+    assert lost_gpu_seconds(run, T0 + timedelta(seconds=100), 1.0) == 0
+    # A checkpoint older than the ack: the work between them is lost, the wait after is not.
+    older = record(last_checkpoint_at=T0 + timedelta(seconds=60), notice_acked_at=acked)
+    assert lost_gpu_seconds(older, T0 + timedelta(seconds=100), 1.0) == 2 * 10
+
+
 def test_exit_codes_decide_finished_or_failed() -> None:
     end = T0 + timedelta(seconds=10)
     ok = outcome(record(), Exit(0), stop_reason=None, stop_forced=False, ended_at=end, time_scale=1)

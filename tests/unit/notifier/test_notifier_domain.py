@@ -92,6 +92,7 @@ def test_completed_is_one_notice_per_victim() -> None:
     assert [(n.user, n.dedup_key) for n in out] == [
         ("alice", f"{env.id}:{a.job_id}"), ("bob", f"{env.id}:{b.job_id}")]
     assert out[0].context["lost_gpu_hours"] == 1.5
+    assert out[0].context["lost_work"] == "1.50 GPU-h"
 
 
 def test_staleness() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rota.units import gpu_time
 from rota_notifier.domain import notices
 from rota_notifier.render import Renderer, human_duration, relative, when
 
@@ -41,7 +42,10 @@ def test_preemption_notice_says_when_why_what_and_where() -> None:
         assert "production" in body and "PRIORITY" in body  # why: preemptor tier + reason
         assert "acknowledge" in body and ctx["control_subject"] in body  # SDK and protocol
         assert ctx["notice_id"] in body
-        assert "s3://ckpt/llama-ft/step-1200" in body  # where it resumes
+        # Where it resumes: what it acknowledges, or its last checkpoint without an ack.
+        assert "the checkpoint it acknowledges" in " ".join(body.split())
+        assert "s3://ckpt/llama-ft/step-1200" in body
+        assert "ReportCheckpoint" in body and "RunCheckpointed" not in body  # the protocol
 
 
 def test_relative_deadline_is_computed_when_sent() -> None:
@@ -83,7 +87,8 @@ def test_escaping_for_html_and_slack() -> None:
                    "other_reasons": []}, "Still waiting after 1 h 6 min: llama-ft"),
     ("preemption_completed", {"run_id": "r", "plan_id": "p", "outcome": "acked",
                               "aborted": False, "checkpoint_uri": "s3://c",
-                              "lost_gpu_hours": 0, "preemptor_job_id": "x"},
+                              "lost_gpu_hours": 0, "lost_gpu_seconds": 0,
+                              "lost_work": "0.0 GPU-s", "preemptor_job_id": "x"},
      "Preempted after a checkpoint: llama-ft"),
     ("digest", {"items": [{"subject": "one"}, {"subject": "two"}]}, "2 notifications"),
 ])
@@ -119,3 +124,12 @@ def test_when_and_relative() -> None:
                    "local": "2026-07-01 11:00 EDT (America/New_York)", "relative": "in 1 h"}
     assert when(NOW.isoformat(), "Not/AZone", NOW) == {"utc": "2026-07-01 14:00 UTC",
                                                        "local": None, "relative": "now"}
+
+
+def test_a_small_loss_is_shown_in_gpu_seconds_not_rounded_away() -> None:
+    ctx = notice_context() | {"kind": "preemption_completed", "run_id": "r", "plan_id": "p",
+                              "outcome": "forced", "aborted": False, "checkpoint_uri": None,
+                              "lost_gpu_hours": 0.0, "lost_gpu_seconds": 10.3,
+                              "lost_work": gpu_time(10.3), "preemptor_job_id": "x"}
+    out = Renderer().render("preemption_completed", ctx, NOW)
+    assert "Lost work: 10.3 GPU-s" in out.text

@@ -8,8 +8,8 @@ from typing import Any
 from rota.config import load_config
 from rota.contracts import messages as m
 from rota.ids import new_id
+from rota_policy import policy_config_from, schedule
 from rota_scheduler.actions import next_to_explain, plan_actions, record_sent
-from rota_scheduler.policy import policy_config_from, schedule
 from rota_scheduler.view import ClusterView
 
 from tests.builders import spec_doc
@@ -38,7 +38,7 @@ class Story:
 
     def cycle(self) -> list[Any]:
         decisions = schedule(self.view.snapshot(self.now), self.now, POLICY)
-        actions = plan_actions(self.view, decisions, new_uuid=self.uuid)
+        actions = plan_actions(self.view, decisions, now=self.now, new_uuid=self.uuid)
         record_sent(self.view, actions, self.now)
         for item in actions.outgoing:  # the echo, as the stream delivers it later
             self.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
@@ -80,6 +80,23 @@ def test_an_unchanged_wait_is_not_published_again() -> None:
     assert of(first, m.AllocationProposed)
     assert [p.job_id for p in of(second, m.JobPending)] == [blocked]
     assert of(story.cycle(), m.JobPending) == []
+
+
+def test_a_wait_crossing_its_queues_long_wait_threshold_is_published_again() -> None:
+    """So that the notifier, which tells the owner of a long wait, hears of it: its reason and
+    ETA alone may not change for hours."""
+    story = Story()
+    story.submit(workers=4, team="nlp", user="alice")
+    story.cycle()
+    blocked = story.submit(workers=4, team="nlp", user="alice")  # training: 3,600 s
+    assert [p.job_id for p in of(story.cycle(), m.JobPending)] == [blocked]
+    story.now += 3_599
+    assert of(story.cycle(), m.JobPending) == []
+    story.now += 2
+    [again] = of(story.cycle(), m.JobPending)
+    assert again.job_id == blocked
+    story.now += 3_600
+    assert of(story.cycle(), m.JobPending) == []  # once per crossing, however long it waits
 
 
 def test_replaying_the_same_events_changes_nothing() -> None:
@@ -183,7 +200,8 @@ def test_many_changed_waits_are_published_over_several_cycles_each_once() -> Non
     published: list[str] = []
     for _ in range(5):
         decisions = schedule(story.view.snapshot(story.now, asked), story.now, POLICY)
-        actions = plan_actions(story.view, decisions, new_uuid=story.uuid, pending_limit=limit)
+        actions = plan_actions(story.view, decisions, now=story.now, new_uuid=story.uuid,
+                               pending_limit=limit)
         record_sent(story.view, actions, story.now)
         for item in actions.outgoing:
             story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))

@@ -57,11 +57,16 @@ def sim_progress(uri: str | None, job_id: str) -> float:
 
 def lost_gpu_seconds(run: RunRecord, stopped_at: datetime, time_scale: float) -> float:
     """GPUs x run time since the last acknowledged checkpoint, or since the start when the job
-    is not resumable or has none. Run time is simulated time on the sim backend."""
+    is not resumable or has none, up to the stop, or to the acknowledgement of a notice: a run
+    that has acknowledged makes no more progress, so the wait for its stop loses nothing.
+    Run time is simulated time on the sim backend."""
     since = run.started_at
     if run.spec.resumable and run.last_checkpoint_at is not None:
         since = max(run.started_at, run.last_checkpoint_at)
-    seconds = max(0.0, (stopped_at - since).total_seconds()) * time_scale
+    until = stopped_at
+    if run.notice_acked_at is not None:
+        until = min(until, run.notice_acked_at)
+    seconds = max(0.0, (until - since).total_seconds()) * time_scale
     return round(run.gpus * seconds, 3)
 
 

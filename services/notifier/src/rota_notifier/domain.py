@@ -17,6 +17,7 @@ from rota.config import RotaConfig
 from rota.contracts import Envelope
 from rota.contracts import messages as m
 from rota.contracts.subjects import control
+from rota.units import gpu_time
 
 
 class Kind(StrEnum):
@@ -189,6 +190,8 @@ def completed_notices(
             "run_id": victim.run_id, "plan_id": data.plan_id, "outcome": victim.outcome.value,
             "aborted": data.aborted, "checkpoint_uri": victim.checkpoint_uri,
             "lost_gpu_hours": round(victim.lost_gpu_seconds / 3600.0, 2),
+            "lost_gpu_seconds": victim.lost_gpu_seconds,
+            "lost_work": gpu_time(victim.lost_gpu_seconds),
             "preemptor_job_id": data.preemptor_job_id,
         }
         out.append(Notice(Kind.preemption_completed, f"{env.id}:{victim.job_id}", env.id,

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CMD, STREAM_EVT
 from rota.ids import new_id, stable_id
+from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
 
-from rota_scheduler.policy import Decisions, PendingExplanation, PreemptionPlan, Slot
 from rota_scheduler.view import ETA_BUCKET_S, ClusterView, JobRecord
 
 
@@ -64,9 +64,11 @@ def placement_doc(slots: tuple[Slot, ...]) -> list[dict[str, Any]]:
     return [{"worker": s.worker, "node": s.node, "gpus": list(s.gpus)} for s in slots]
 
 
-def fingerprint(explanation: PendingExplanation) -> tuple[Any, ...]:
+def fingerprint(explanation: PendingExplanation, overdue: bool) -> tuple[Any, ...]:
+    """What must change for a wait to be published again: its reasons, its ETA by a minute
+    or more, or its crossing its queue's long-wait threshold."""
     eta = None if explanation.eta is None else int(explanation.eta // ETA_BUCKET_S)
-    return (tuple(r.code.value for r in explanation.reasons), eta)
+    return (tuple(r.code.value for r in explanation.reasons), eta, overdue)
 
 
 def _iso(epoch: float | None) -> datetime | None:
@@ -77,6 +79,7 @@ def plan_actions(
     view: ClusterView,
     decisions: Decisions,
     *,
+    now: float,
     new_uuid: Callable[[], str] = new_id,
     pending_limit: int | None = None,
 ) -> Actions:
@@ -146,7 +149,7 @@ def plan_actions(
         waiting = view.jobs.get(explanation.job_id)
         if waiting is None:
             continue
-        print_ = fingerprint(explanation)
+        print_ = fingerprint(explanation, view.overdue(waiting, now))
         if print_ == waiting.pending_fingerprint:
             continue
         if pending_limit is not None and len(actions.fingerprints) >= pending_limit:

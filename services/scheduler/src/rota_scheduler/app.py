@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import socket
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from rota.ids import new_id
 from rota.retention import prune_periodically
 from rota.service import RotaService, stop_tasks
 from rota.tracing import job_span
+from rota_policy import Decisions, PolicyConfig, policy_config_from, schedule
 
 from rota_scheduler import metrics, store
 from rota_scheduler.actions import (
@@ -46,7 +48,6 @@ from rota_scheduler.actions import (
     start_run,
 )
 from rota_scheduler.lease import Lease
-from rota_scheduler.policy import Decisions, PolicyConfig, policy_config_from, schedule
 from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView, JobRecord
 
@@ -76,7 +77,12 @@ class Scheduler:
         self.debounce_s = settings.scheduler_debounce_s
         self.lease_ttl_s = settings.scheduler_lease_ttl_s
         self.explain_interval_s = settings.scheduler_explain_interval_s
+        self.explain_duty = settings.scheduler_explain_duty
         self.last_full_explain = 0.0
+        self.full_explain_cpu_s = 0.0
+        """CPU the last cycle that explained every pending job took."""
+        self.observed_changes = -1
+        """The view's change count when the queue gauges were last computed."""
         self._held: list[Msg] | None = None
         """Events that arrived while a worker thread decides from the view; None otherwise."""
         self.held_back: set[str] = set()
@@ -230,9 +236,16 @@ class Scheduler:
         meanwhile (`on_event` holds events back), and the snapshot is a copy the policy owns.
         Also returns the jobs asked about (None: all)."""
         asked = self._to_explain(epoch)
+        cpu = time.thread_time()
         decisions = schedule(self.view.snapshot(epoch, asked), epoch, self.policy)
-        metrics.observe_cycle(self.view, decisions, epoch)
-        actions = plan_actions(self.view, decisions, pending_limit=EXPLAINED_PER_CYCLE)
+        if asked is None:
+            self.full_explain_cpu_s = time.thread_time() - cpu
+        # The queue gauges cost a pass over every job: only when something changed.
+        queues = self.view.changes != self.observed_changes or bool(decisions.pending)
+        self.observed_changes = self.view.changes
+        metrics.observe_cycle(self.view, decisions, epoch, queues=queues)
+        actions = plan_actions(self.view, decisions, now=epoch,
+                               pending_limit=EXPLAINED_PER_CYCLE)
         return decisions, actions, asked
 
     def _to_explain(self, epoch: float) -> frozenset[str] | None:
@@ -240,9 +253,11 @@ class Scheduler:
         those whose changed explanation is still to publish, a bounded number per cycle.
 
         Explaining costs about a quarter of a millisecond per pending job, so a deep queue
-        explained every cycle would slow every admission behind it.
+        explained every cycle would slow every admission behind it; and refreshing all of it
+        takes at most `explain_duty` of a core, so an idle deep queue costs little.
         """
-        if epoch - self.last_full_explain >= self.explain_interval_s:
+        interval = max(self.explain_interval_s, self.full_explain_cpu_s / self.explain_duty)
+        if epoch - self.last_full_explain >= interval:
             self.last_full_explain = epoch
             return None
         return next_to_explain(self.view, self.held_back, EXPLAINED_PER_CYCLE)

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 from rota import metrics
 from rota.config import RotaConfig
+from rota_policy import Decisions
 
 from rota_scheduler.actions import DecisionRecord
-from rota_scheduler.policy import Decisions
 from rota_scheduler.view import ClusterView, JobRecord
 
 # A cycle's duration, observed around the whole cycle by the leader loop.
@@ -23,20 +23,23 @@ cycle_timer = metrics.SCHEDULE_CYCLE.time
 
 
 @metrics.never_raises
-def observe_cycle(view: ClusterView, decisions: Decisions, now: float) -> None:
-    """Recompute every scheduler gauge from the view and this cycle's decisions."""
+def observe_cycle(view: ClusterView, decisions: Decisions, now: float, *,
+                  queues: bool = True) -> None:
+    """Recompute the scheduler gauges from the view and this cycle's decisions; the per-job
+    ones (`queues`) only when the caller knows they may have changed."""
     config = view.config
-    # A cycle explains only some jobs (see Scheduler._to_explain); the others keep the
-    # primary reason they were last published with.
-    fresh = {e.job_id: e.primary.value for e in decisions.pending}
-    pending: Counter[tuple[str, str, str]] = Counter()
-    for job in view.pending_jobs():
-        last = job.pending_fingerprint
-        reason = fresh.get(job.job_id) or (last[0][0] if last and last[0] else "UNEXPLAINED")
-        pending[(job.spec.queue, job.spec.team, reason)] += 1
-    metrics.QUEUE_PENDING.set_all({k: float(v) for k, v in pending.items()})
-    metrics.RUNNING_JOBS.set_all(
-        {(): float(sum(1 for j in view.jobs.values() if j.state == "running"))})
+    if queues:
+        # A cycle explains only some jobs (see Scheduler._to_explain); the others keep the
+        # primary reason they were last published with.
+        fresh = {e.job_id: e.primary.value for e in decisions.pending}
+        pending: Counter[tuple[str, str, str]] = Counter()
+        for job in view.pending_jobs():
+            last = job.pending_fingerprint
+            reason = fresh.get(job.job_id) or (last[0][0] if last and last[0] else "UNEXPLAINED")
+            pending[(job.spec.queue, job.spec.team, reason)] += 1
+        metrics.QUEUE_PENDING.set_all({k: float(v) for k, v in pending.items()})
+        metrics.RUNNING_JOBS.set_all(
+            {(): float(sum(1 for j in view.jobs.values() if j.state == "running"))})
 
     allocated = gpus_allocated(view)
     metrics.GPUS_ALLOCATED.set_all({k: float(v) for k, v in allocated.items()})

@@ -13,16 +13,15 @@ from typing import Any
 
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, Tier
-
-from rota_scheduler.policy import (
+from rota_policy import (
     NodeState,
-    PendingJob,
     PlanInFlight,
     RunningRun,
     Slot,
     Snapshot,
-    group_pending,
 )
+
+from rota_scheduler.pending_index import PendingIndex
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
 ETA_BUCKET_S = 60.0
@@ -82,6 +81,11 @@ class ClusterView:
     usage_as_of: float = 0.0
     granted_unstarted: set[str] = field(default_factory=set)
     """Run ids the ledger granted that have not reported `RunStarted` yet."""
+    changes: int = 0
+    """Counts the events that changed something, so a reader can tell nothing did."""
+    pending_index: PendingIndex = field(default_factory=PendingIndex)
+    """The policy's queues, kept up to date by `apply` (every change to a job's state is
+    made by an event about that job)."""
 
     # ------------------------------------------------------------ folding events
 
@@ -89,6 +93,9 @@ class ClusterView:
         handler = getattr(self, f"_on_{event_type}", None)
         if handler is not None:
             handler(data, at)
+            self.changes += 1
+            if (job := self._job(data)) is not None:
+                self.pending_index.sync(job)
 
     def _job(self, data: dict[str, Any]) -> JobRecord | None:
         return self.jobs.get(str(data.get("job_id")))
@@ -203,7 +210,14 @@ class ClusterView:
             job.pending_fingerprint = (
                 tuple(r["code"] for r in data.get("reasons", [])),
                 None if eta is None else int(eta // ETA_BUCKET_S),
+                self.overdue(job, at),
             )
+
+    def overdue(self, job: JobRecord, at: float) -> bool:
+        """Whether the job has waited past its queue's long-wait threshold: a JobPending is
+        published again when it crosses it, so that its owner hears of the long wait."""
+        queue = self.config.queues.get(Tier(job.spec.queue))
+        return queue is not None and at - job.queued_since >= queue.long_wait_threshold_s
 
     def _on_UsageRecorded(self, data: dict[str, Any], at: float) -> None:
         self.usage = {team: float(v) for team, v in data.get("teams", {}).items()}
@@ -216,6 +230,7 @@ class ClusterView:
         ledger's rows are the truth about which GPUs are held. Proposals the ledger has not
         decided yet are left alone. Returns (added, dropped).
         """
+        self.changes += 1
         held = {row["run_id"]: row for row in ledger_active}
         dropped = [run_id for run_id, a in self.allocations.items()
                    if a.granted and run_id not in held]
@@ -255,7 +270,7 @@ class ClusterView:
             for n in self.config.expanded_nodes()
         )
         running = tuple(self._running(a, now) for a in self.allocations.values() if a.job_id in self.jobs)
-        pending = group_pending([self._pending(j) for j in self.pending_jobs()])
+        pending = self.pending_index.queues()
         half_life = self.config.policy.fairshare_half_life_s
         decay = 0.5 ** (max(0.0, now - self.usage_as_of) / half_life) if self.usage_as_of else 1.0
         plans = tuple(
@@ -297,22 +312,6 @@ class ClusterView:
             borrowed_gpus=allocation.borrowed_gpus,
             expected_end=(start + runtime) if runtime else None,
             checkpoint_interval_s=spec.sim.checkpoint_interval_s if spec.sim else None,
-        )
-
-    def _pending(self, job: JobRecord) -> PendingJob:
-        spec = job.spec
-        return PendingJob(
-            job_id=job.job_id,
-            team=spec.team,
-            tier=Tier(spec.queue),
-            flavor=spec.flavor,
-            workers=spec.workers,
-            gpus_per_worker=spec.gpus_per_worker,
-            submitted_at=job.submitted_at,
-            runtime_estimate_s=float(spec.declared_runtime_s) if spec.declared_runtime_s else None,
-            rack=spec.rack,
-            resumable=spec.resumable,
-            preemptions=job.preemptions,
         )
 
     def stops_needed(self) -> list[JobRecord]:

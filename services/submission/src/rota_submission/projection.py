@@ -52,20 +52,19 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
              "occurred_at": env.occurred_at, "source": env.source, "data": data}
             for env, data, job_id in facts
         ])
-        unapplied = set(new)  # a duplicate inside the batch is applied once
+        unapplied = set(new)  # a duplicate inside the batch is applied, and fed, once
         folds: list[tuple[Envelope[Any], dict[str, Any], str]] = []
+        fed: list[tuple[int, Envelope[Any], dict[str, Any]]] = []
         for env, data, job_id in facts:
             if (env.id, job_id) not in unapplied:
                 continue
             unapplied.discard((env.id, job_id))
             if env.type in STATE_EVENTS:
                 folds.append((env, data, job_id))
+            if job_id == env.job_id:
+                fed.append((positions[env.id], env, data))
         if folds:
             await _fold_all(conn, folds)
-        # Once per new event, even when a batch holds two copies of it (two stream messages).
-        fed = list({(env.id, job_id): (positions[env.id], env, data)
-                    for env, data, job_id in facts
-                    if (env.id, job_id) in new and job_id == env.job_id}.values())
         teams = await store.teams_of(conn, sorted({env.job_id for _, env, _ in fed
                                                    if env.job_id}))
     return feed_items([*fed, *jobless], teams)

@@ -3,6 +3,7 @@ stack, beside the raw JetStream publish+consume rate of the same server as the c
 
 Jobs are submitted on `rota.cmd.submit.bench` (JetStream, the producers' path) at an offered
 rate; the clock for each job runs from its publish to the `AllocationGranted` that names it.
+With `pending`, a deep queue is submitted and measured first (`rota.bench.deep`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import statistics
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from rota.bench.deep import DeepQueue, cpu_of, measure_backlog
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts.subjects import STREAM_CMD, STREAM_EVT, submit
@@ -41,9 +44,12 @@ class Result:
     jetstream_ceiling_msgs_per_s: float
     messages_per_job: float
     wall_s: float
+    cpu_s_per_job: dict[str, float]
+    deep: DeepQueue | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        deep = self.deep.as_json() if self.deep is not None else {"pending": 0}
+        return {**deep,
             "jobs": self.jobs, "granted": self.granted, "offered_per_s": self.offered_per_s,
             "jobs_per_s": round(self.jobs_per_s, 1), "p50_ms": round(self.p50_ms, 1),
             "p99_ms": round(self.p99_ms, 1), "max_ms": round(self.max_ms, 1),
@@ -52,6 +58,7 @@ class Result:
                                       / self.jetstream_ceiling_msgs_per_s, 3),
             "messages_per_job": round(self.messages_per_job, 2),
             "wall_s": round(self.wall_s, 1),
+            "cpu_s_per_job": {name: round(s, 5) for name, s in self.cpu_s_per_job.items()},
         }
 
 
@@ -95,10 +102,15 @@ async def _stream_messages(nc: Client) -> int:
 
 
 async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None,
-              creds: str | None = None) -> Result:
+              creds: str | None = None, *, pending: int = 0,
+              pids: Mapping[str, int] | None = None) -> Result:
     """`creds`: the admin's, when the stack's NATS has auth on (it submits for a team of its
-    own and reads the events)."""
+    own and reads the events). `pids`: the services' processes, for their CPU per job."""
+    pids = pids or {}
     nc = await nats.connect(nats_url, user_credentials=creds)
+    deep = None
+    if pending:
+        deep = await measure_backlog(nc, pending, pids.get("scheduler"), progress=progress)
     js = nc.jetstream()
     sent: dict[str, float] = {}
     granted: dict[str, float] = {}
@@ -111,6 +123,8 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
 
     async def on_granted(msg: Msg) -> None:
         doc = json.loads(msg.data)
+        if doc["data"]["team"] != "bench":
+            return  # the backlog's
         granted.setdefault(doc["job_id"], time.perf_counter())
         if len(granted) >= jobs:
             done.set()
@@ -118,6 +132,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     await nc.subscribe("rota.evt.job.submitted", cb=on_submitted)
     await nc.subscribe("rota.evt.allocation.granted", cb=on_granted)
     before = await _stream_messages(nc)
+    cpu_before = cpu_of(pids)
     run_id = uuid.uuid4().hex[:8]
     start = time.perf_counter()
     interval = 1.0 / rate if rate else 0.0
@@ -138,6 +153,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), timeout=max(60.0, jobs / 20))
     await asyncio.sleep(1.0)  # let the last events land before counting messages
+    cpu_after = cpu_of(pids)
     latencies = [(granted[job_of_submission[sid]] - t) * 1000 for sid, t in sent.items()
                  if sid in job_of_submission and job_of_submission[sid] in granted]
     last = max(granted.values(), default=start)
@@ -153,4 +169,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         p99_ms=percentile(latencies, 0.99), max_ms=max(latencies, default=float("nan")),
         jetstream_ceiling_msgs_per_s=ceiling, messages_per_job=messages / max(1, jobs),
         wall_s=time.perf_counter() - start,
+        cpu_s_per_job={name: (cpu_after[name] - cpu_before[name]) / max(1, jobs)
+                       for name in pids},
+        deep=deep,
     )

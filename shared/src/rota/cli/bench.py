@@ -24,10 +24,14 @@ def e2e(
     jobs: Annotated[int, typer.Option(min=1, help="Jobs to submit.")] = 2000,
     rate: Annotated[float | None, typer.Option(
         help="Offered jobs/s; unset submits as fast as JetStream acks.")] = None,
+    pending: Annotated[int, typer.Option(
+        min=0, help="First submit this many jobs that wait (a deep queue ahead of the measured"
+        " ones), and measure the scheduler's idle CPU, RSS and the list API with them.")] = 0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
 ) -> None:
     """Submit -> AllocationGranted throughput and p50/p99 latency on the live stack (sim
-    executor, embedded servers under ROTA_HOME/bench), against the JetStream ceiling."""
+    executor, embedded servers under ROTA_HOME/bench), against the JetStream ceiling, with
+    each service's CPU seconds per job."""
     from rota.bench.e2e import CONFIG, run
 
     base = get_settings()
@@ -43,9 +47,11 @@ def e2e(
         try:
             stack.start()
             assert stack.endpoints is not None
+            pids = {p.name: p.process.pid for p in stack.processes if p.process is not None}
             result = asyncio.run(run(stack.endpoints.nats_url, jobs, rate,
                                      progress=lambda t: err_console.print(f"rota bench: {t}"),
-                                     creds=stack.endpoints.nats_creds))
+                                     creds=stack.endpoints.nats_creds, pending=pending,
+                                     pids=pids))
         finally:
             ignore_signals()
             stack.stop()
@@ -66,7 +72,7 @@ def core(
 ) -> None:
     """The pure policy: admissions/s and cycle time at 1k/10k/100k pending on 128 and 1,250
     nodes, and peak memory with 1,000,000 pending."""
-    from rota_scheduler.bench import run_core_bench
+    from rota_policy.bench import run_core_bench
 
     figures = run_core_bench(quick=quick, memory=memory or memory_only, throughput=not memory_only,
                              log=lambda line: err_console.print(line))

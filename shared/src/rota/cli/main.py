@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rota_scheduler.cli import replay_command
 
 from rota.cli import jobs as job_commands
 from rota.cli import operations
@@ -15,6 +14,7 @@ from rota.cli.creds import auth_app, creds_app
 from rota.cli.deadletter import deadletter
 from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
+from rota.cli.replay import replay_command
 from rota.cli.stack import SERVICES, migrate_all
 from rota.cli.up import up
 from rota.cli.watch import watch

@@ -12,6 +12,7 @@ from rota.cli.output import console, emit_json, handled
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, PREEMPTION_PLANS
 from rota.settings import get_settings
+from rota.units import gpu_time
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -32,7 +33,7 @@ def preemptions(
         emit_json(plans)
         return
     table = Table(box=None, header_style="bold")
-    for column in ("PLAN", "PREEMPTOR", "STATE", "VICTIM", "OUTCOME", "ACKED", "LOST GPU-H",
+    for column in ("PLAN", "PREEMPTOR", "STATE", "VICTIM", "OUTCOME", "ACKED", "LOST",
                    "CHECKPOINT"):
         table.add_column(column, overflow="fold")
     for plan in plans:
@@ -42,7 +43,7 @@ def preemptions(
                 plan["state"], victim.get("job_name") or (victim.get("job_id") or "")[:13],
                 victim.get("outcome") or victim.get("state") or "",
                 str(victim.get("acked_at") or "-")[11:19],
-                f"{(victim.get('lost_gpu_seconds') or 0) / 3600:.2f}",
+                gpu_time(victim.get("lost_gpu_seconds") or 0.0),
                 victim.get("checkpoint_uri") or "-",
             )
     console.print(table if plans else "no preemptions")

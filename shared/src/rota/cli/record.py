@@ -15,6 +15,7 @@ from rota.cli.output import CommandFailed, InvalidInput, console
 from rota.contracts import messages as m
 from rota.contracts.subjects import NOTIFICATIONS_LIST
 from rota.settings import Settings
+from rota.units import gpu_time
 
 NOTIFICATION_LIMIT = 200
 
@@ -86,7 +87,7 @@ def _print_preemptions(plans: list[dict[str, Any]]) -> None:
             f" with {plan.get('ack_checkpoint_uri') or 'no checkpoint'},"
             f" stopped {_t(plan['stopped_at'])}{' (forced)' if plan.get('forced') else ''};"
             f" {plan['outcome'] or 'open'}"
-            + (f", lost {float(lost) / 3600:.2f} GPU-h" if lost else ""), highlight=False)
+            + (f", lost {gpu_time(float(lost))}" if lost else ""), highlight=False)
 
 
 def _print_notifications(result: dict[str, Any]) -> None:

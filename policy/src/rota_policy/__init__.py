@@ -1,0 +1,75 @@
+"""Rota's scheduling policy: pure functions from a snapshot to decisions.
+
+`schedule(snapshot, now, config)` is Rota's policy; `POLICIES` maps every policy name the
+simulator can replay (rota and the baselines fifo, kueue, slurm) to a function of the same shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rota_policy.baselines import schedule_fifo, schedule_kueue, schedule_slurm
+from rota_policy.config import (
+    PolicyConfig,
+    ScoreWeights,
+    TeamLimits,
+    TeamPolicy,
+    TierPolicy,
+    policy_config_from,
+)
+from rota_policy.core import schedule
+from rota_policy.model import (
+    Admission,
+    Decisions,
+    Diagnosis,
+    NodeState,
+    PendingExplanation,
+    PendingJob,
+    PendingQueue,
+    PlanInFlight,
+    PreemptionPlan,
+    Reason,
+    RunningRun,
+    ScoreBreakdown,
+    Slot,
+    Snapshot,
+    VictimChoice,
+    group_pending,
+)
+
+SchedulePolicy = Callable[[Snapshot, float, PolicyConfig], Decisions]
+
+POLICIES: dict[str, SchedulePolicy] = {
+    "rota": schedule,
+    "fifo": schedule_fifo,
+    "kueue": schedule_kueue,
+    "slurm": schedule_slurm,
+}
+
+__all__ = [
+    "POLICIES",
+    "Admission",
+    "Decisions",
+    "Diagnosis",
+    "NodeState",
+    "PendingExplanation",
+    "PendingJob",
+    "PendingQueue",
+    "PlanInFlight",
+    "PolicyConfig",
+    "PreemptionPlan",
+    "Reason",
+    "RunningRun",
+    "SchedulePolicy",
+    "ScoreBreakdown",
+    "ScoreWeights",
+    "Slot",
+    "Snapshot",
+    "TeamLimits",
+    "TeamPolicy",
+    "TierPolicy",
+    "VictimChoice",
+    "group_pending",
+    "policy_config_from",
+    "schedule",
+]

@@ -1,0 +1,68 @@
+"""Kueue, classic preemption (no fair sharing), as its docs and code describe it.
+
+- Queueing: one ClusterQueue per team, `queueingStrategy: BestEffortFIFO`: workloads are
+  ordered by priority (here the tier), then creation time; an inadmissible head does not block
+  the workloads behind it, and there is no backfill reservation (concepts/cluster_queue).
+- Quota: nominal quota per flavor with borrowing from the cohort up to `borrowingLimit`, and
+  `lendingLimit` (concepts/cluster_queue, "Borrowing", "LendingLimit").
+- Preemption: `withinClusterQueue: LowerPriority` (own queue, strictly lower priority) and
+  `reclaimWithinCohort: Any` (any priority, from ClusterQueues that are borrowing, only if
+  the preemptor then fits within its own nominal quota) (concepts/preemption).
+- Victim order, `pkg/scheduler/preemption/common/ordering.go` CandidatesOrdering: workloads
+  already evicted first; other ClusterQueues before the preemptor's own; lower priority
+  first; most recently admitted first; then UID. Candidates are added in that order until the
+  preemptor fits, then those not needed are dropped in reverse order.
+- Kueue has no minimum runtime and no per-job preemption budget.
+- Eviction (simulated, not decided here): SIGTERM with a 30 s grace; the job does not save on
+  SIGTERM, so it loses the work since its last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+from rota_policy.config import PolicyConfig
+from rota_policy.engine import Cycle, Rules, run_cycle
+from rota_policy.model import Decisions, PendingJob, PreemptionPlan, Snapshot
+from rota_policy.preemption import Candidate, PreemptionContext, expected_loss, greedy_plan
+
+__all__ = ["KUEUE_RULES", "schedule_kueue"]
+
+
+def _kueue_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> PreemptionPlan | None:
+    quota, now = ctx.quota, ctx.now
+    nominal = quota.limits(job.team, job.flavor).quota
+    cands: list[Candidate] = []
+    for run in ctx.runs_by_flavor.get(job.flavor, ()):
+        if run.run_id in ctx.taken:
+            continue
+        same_queue = run.team == job.team
+        if same_queue and run.tier.rank <= job.tier.rank:
+            continue
+        if not same_queue and quota.borrowing(run.team, job.flavor) <= 0:
+            continue
+        priority = 2 - run.tier.rank
+        key = (same_queue, priority, -run.started_at, run.run_id)
+        cands.append(Candidate(run, 0 if same_queue else 1, expected_loss(run, now), key))
+    if not cands:
+        return None
+    cands.sort(key=lambda c: c.key)
+
+    def allowed(c: Candidate, taken: dict[str, int], own: int) -> bool:
+        if c.run.team == job.team:
+            return True
+        # reclaimWithinCohort: the target queue must still be borrowing, and the preemptor must
+        # fit within its own nominal quota once admitted.
+        still_borrowing = quota.in_use(c.run.team, job.flavor) - taken.get(c.run.team, 0) > (
+            quota.limits(c.run.team, job.flavor).quota
+        )
+        return still_borrowing and quota.in_use(job.team, job.flavor) - own + job.gpus <= nominal
+
+    return greedy_plan(job, ctx, cands, allowed, "kueue", quotas=True)
+
+
+KUEUE_RULES = Rules(name="kueue", order="tier_fifo", quotas=True, backfill="greedy", planner=_kueue_planner)
+
+
+def schedule_kueue(snapshot: Snapshot, now: float, config: PolicyConfig) -> Decisions:
+    """Kueue ignores Rota's minimum runtime and preemption budget, so they are switched off."""
+    kueue_config = config.with_overrides(min_runtime_s=0.0, max_preemptions_per_job=1_000_000)
+    return run_cycle(snapshot, now, kueue_config, KUEUE_RULES)

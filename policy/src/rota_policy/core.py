@@ -1,0 +1,57 @@
+"""Rota's policy: `schedule(snapshot, now, config) -> Decisions`. Pure and deterministic.
+
+Strict tiers; within a tier the multifactor score (queue weight, capped age, classic fair
+share, quota headroom); quotas with borrowing and lending limits; best-fit gangs with rack
+affinity; EASY backfill behind the head job; checkpoint-aware preemption (see `preemption`).
+"""
+
+from __future__ import annotations
+
+from rota.contracts.common import TIER_ORDER
+
+from rota_policy.config import PolicyConfig
+from rota_policy.engine import Cycle, Rules, run_cycle
+from rota_policy.model import Decisions, PendingJob, PreemptionPlan, Snapshot
+from rota_policy.preemption import PreemptionContext, rota_plan, victim_pool
+
+__all__ = ["ROTA_RULES", "schedule"]
+
+
+_LOWEST = len(TIER_ORDER) - 1
+
+
+def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
+    """The lowest tier (highest rank) among runs of `flavor` that any rule could preempt."""
+    ranks = cy.planner_cache.pool_rank
+    rank = ranks.get(flavor)
+    if rank is None:
+        rank = ranks[flavor] = max((r for _, r in victim_pool(cy.preemption, flavor)), default=-1)
+    return rank
+
+
+def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> PreemptionPlan | None:
+    # Cheap gate first: a plan needs either lower-tier work to stop, or room in the team's own
+    # quota that borrowers are using (reclaim). Most blocked jobs have neither.
+    # The victim pool costs a pass over the running runs, so it is looked at last.
+    misses = cy.planner_cache.fewest_missed
+    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.rack)
+    missed = misses.get(miss_key)
+    if missed is not None and job.workers >= missed:
+        return None
+    quota = ctx.quota
+    reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
+    if not reclaim and not (job.tier.rank < _LOWEST and _victim_pool_rank(cy, job.flavor) > job.tier.rank):
+        return None
+    plan = rota_plan(job, ctx)
+    if plan is None:
+        misses[miss_key] = job.workers
+    return plan
+
+
+ROTA_RULES = Rules(name="rota", order="score", quotas=True, backfill="reserve", planner=_rota_planner)
+_ROTA_NO_BACKFILL = Rules(name="rota", order="score", quotas=True, backfill="none", planner=_rota_planner)
+
+
+def schedule(snapshot: Snapshot, now: float, config: PolicyConfig) -> Decisions:
+    """One Rota scheduling cycle: admissions, preemption plans, and why every other job waits."""
+    return run_cycle(snapshot, now, config, ROTA_RULES if config.backfill else _ROTA_NO_BACKFILL)

@@ -1,0 +1,225 @@
+"""The state of one scheduling cycle, shared by its phases, and the `Rules` that say which phases
+a policy uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rota.contracts.common import Tier
+from rota.contracts.job import RackAffinity
+from rota.contracts.messages import WaitReasonCode as Code
+
+from rota_policy.backfill import ReservationBook
+from rota_policy.block import NO_ETA, Block
+from rota_policy.config import PolicyConfig
+from rota_policy.fairshare import fairshare_factors
+from rota_policy.model import (
+    Admission,
+    PendingJob,
+    PreemptionPlan,
+    RunningRun,
+    Slot,
+    Snapshot,
+)
+from rota_policy.ordering import Scorer, submit_key
+from rota_policy.placement import ClusterState
+from rota_policy.preemption import PreemptionContext
+from rota_policy.quota import QuotaBook
+
+__all__ = ["Cycle", "Order", "Planner", "PlannerCache", "Rules"]
+
+Order = Literal["score", "slurm", "tier_fifo", "submit"]
+Planner = Callable[[PendingJob, PreemptionContext, "Cycle"], PreemptionPlan | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    name: str
+    order: Order
+    quotas: bool
+    backfill: Literal["none", "greedy", "reserve"]
+    """none: a blocked job blocks all behind it; greedy: later jobs take what fits (no
+    reservation); reserve: later jobs may not delay the blocked jobs' reservations."""
+    planner: Planner | None = None
+    reservations: int | None = None
+    """Reservations per flavor; None takes the config's `backfill_reservations`."""
+    per_queue_depth: int = 64
+    """Blocked jobs tried per (tier, team, flavor) queue per cycle, like Slurm's bf_max_job_user.
+    Past it, a queue's jobs still get their turn if the free GPUs could hold them."""
+    pass_over: bool = True
+    """Pass over a queue's jobs that a reservation blocks in one step, when that cannot change a
+    decision; False tries them one by one (the reference the tests compare with)."""
+
+
+MissKey = tuple[Tier, str, str, int, RackAffinity]
+"""A job's tier, team, flavor, GPUs per worker and rack affinity: what a failed search for
+victims depends on, but for the number of workers."""
+
+
+@dataclass(slots=True)
+class PlannerCache:
+    """Answers a planner reuses between the jobs of one cycle (Rota's, in `core`)."""
+
+    pool_rank: dict[str, int] = field(default_factory=dict)
+    """Per flavor, the lowest tier (highest rank) among runs that any rule could preempt."""
+    fewest_missed: dict[MissKey, int] = field(default_factory=dict)
+    """The fewest workers for which a search found no plan: a larger gang of the same key
+    finds none either, as it needs more of the same victims."""
+
+
+class _EveryJob:
+    def __contains__(self, job_id: object) -> bool:
+        return True
+
+
+_EVERY_JOB = _EveryJob()
+
+
+class Cycle:
+    """The mutable state of one cycle, shared by the phases."""
+
+    def __init__(self, snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> None:
+        self.snapshot, self.now, self.config, self.rules = snapshot, now, config, rules
+        self.state = ClusterState(snapshot.nodes, snapshot.layout)
+        self.quota = QuotaBook(config, snapshot.running, self.state.layout.capacity, snapshot.in_use)
+        self._admitted_jobs: list[PendingJob] = []
+        """The jobs behind `admissions`, in order: their GPUs come back after their runtime."""
+        self.admissions: list[Admission] = []
+        self.plans: list[PreemptionPlan] = []
+        self.blocks: dict[str, Block] = {}
+        self.asked: Container[str] = _EVERY_JOB if snapshot.explain is None else snapshot.explain
+        """The jobs explain will answer for (`Snapshot.explain`)."""
+        self.no_eta: list[PendingJob] = []
+        """Blocked jobs that get no ETA: explain leaves them out of the fluid ahead of others."""
+        self._block_cache: dict[tuple[Code, str], Block] = {}
+        self.books: dict[str, ReservationBook] = {}
+        self.taken: set[str] = set()
+        self.planned: dict[str, tuple[Slot, ...] | None] = {}
+        """Preemptors with a plan in flight: their target once every GPU of it is held."""
+        self.abandoned: list[str] = []
+        self.head_of_line = ""
+        """The job that blocks all behind it, under policies without backfill."""
+        self.free_at_start = dict(self.state.free_total)
+        self._runs_by_flavor: dict[str, list[RunningRun]] | None = None
+        self._fs: dict[str, float] | None = None
+        self._preemption: PreemptionContext | None = None
+        self.planner_cache = PlannerCache()
+        self.scorer = Scorer(
+            config,
+            now,
+            snapshot.usage,
+            self.quota,
+            [q.team for q in snapshot.pending],
+            headroom=rules.order == "score",
+        )
+
+    # ------------------------------------------------------------ helpers
+
+    def runtime(self, job: PendingJob) -> float:
+        est = job.runtime_estimate_s
+        return est if est is not None and est > 0 else self.config.default_runtime_s
+
+    @property
+    def admitted_jobs(self) -> Sequence[PendingJob]:
+        return self._admitted_jobs
+
+    @property
+    def preemption(self) -> PreemptionContext:
+        # One context per cycle, so that planners share its per-cycle victim pools.
+        if self._preemption is None:
+            self._preemption = PreemptionContext(
+                self.now, self.config, self.state, self.quota, self.runs_by_flavor, self.taken
+            )
+        return self._preemption
+
+    @property
+    def runs_by_flavor(self) -> dict[str, list[RunningRun]]:
+        if self._runs_by_flavor is None:
+            running = self.snapshot.running
+            flavors = {run.flavor for run in running}
+            out: dict[str, list[RunningRun]] = {}
+            if len(flavors) == 1:  # the common case, in one step
+                out[flavors.pop()] = list(running)
+            else:
+                for run in running:
+                    out.setdefault(run.flavor, []).append(run)
+            self._runs_by_flavor = out
+        return self._runs_by_flavor
+
+    def fairshare(self) -> dict[str, float]:
+        if self._fs is None:
+            teams = {r.team for r in self.snapshot.running} | {q.team for q in self.snapshot.pending}
+            shares = self.config.shares(teams)
+            self._fs = fairshare_factors(self.snapshot.usage, shares)
+        return self._fs
+
+    def order_key(self) -> Callable[[PendingJob], float]:
+        """Lower sorts first. Slurm: age plus classic fair share; Kueue and FIFO: submit time."""
+        order = self.rules.order
+        if order == "score":
+            return self.scorer.key
+        if order == "slurm":
+            fs = self.fairshare()
+            w, cap, now = self.config.weights, self.config.age_cap_s, self.now
+
+            def slurm_key(job: PendingJob) -> float:
+                age = min(max(0.0, now - job.submitted_at), cap) / cap
+                return -(w.age * age + w.fairshare * fs.get(job.team, 0.0))
+
+            return slurm_key
+        return submit_key
+
+    def book(self, flavor: str) -> ReservationBook:
+        book = self.books.get(flavor)
+        if book is None:
+            now, default, taken = self.now, self.config.default_runtime_s, self.taken
+            releases = [
+                (r.end(now, default), r.gpus)
+                for r in self.runs_by_flavor.get(flavor, ())
+                if r.run_id not in taken
+            ]
+            releases.extend(
+                (self.now + self.runtime(job), job.gpus)
+                for job in self._admitted_jobs
+                if job.flavor == flavor
+            )
+            book = ReservationBook(releases)
+            self.books[flavor] = book
+        return book
+
+    def block(self, job: PendingJob, code: Code, detail: str = "") -> None:
+        if code in NO_ETA:
+            self.no_eta.append(job)
+        elif code is not Code.WAITING_FOR_PREEMPTION and job.job_id not in self.asked:
+            # Explain treats this job as one with no block unless it is asked about: only its
+            # reason would differ, and nobody asks for it (a replay asks about new jobs only).
+            return
+        # Blocks are immutable and a cycle records one per job it looks at, mostly the same
+        # few: share them.
+        block = self._block_cache.get((code, detail))
+        if block is None:
+            block = self._block_cache[(code, detail)] = Block(code, detail)
+        self.blocks[job.job_id] = block
+
+    def admit(self, job: PendingJob, placement: tuple[Slot, ...], via_plan: bool) -> None:
+        borrowed = self.quota.check(job.team, job.flavor, job.gpus).borrowed if not via_plan else 0
+        if not via_plan:
+            self.quota.add(job.team, job.flavor, job.gpus)
+        self.admissions.append(Admission(job.job_id, placement, borrowed, via_plan))
+        self._admitted_jobs.append(job)
+        book = self.books.get(job.flavor)
+        if book is not None:
+            book.commit(job.gpus, self.now + self.runtime(job))
+
+    def accept_plan(self, job: PendingJob, plan: PreemptionPlan) -> None:
+        self.plans.append(plan)
+        self.taken.update(v.run_id for v in plan.victims)
+        self.quota.add(job.team, job.flavor, job.gpus)
+        for slot in plan.target:
+            node = self.state.layout.index[slot.node]
+            free = set(self.state.free[node])
+            already = tuple(g for g in slot.gpus if g in free)
+            if already:
+                self.state.take_exact(node, already)

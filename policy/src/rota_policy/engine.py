@@ -1,0 +1,97 @@
+"""One scheduling cycle, in numbered phases (as Kueue and Armada write theirs).
+
+    1. snapshot   working copies: nodes, quota usage, plans in flight and the GPUs they hold
+    2. nominate   walk pending jobs in policy order (strict tiers, then score)
+    3. admit      quota, then reservation, then best-fit gang placement
+    4. preempt    for a blocked job: victims whose stop really lets it fit
+    5. reserve    backfill reservation for a blocked job that could not preempt
+    6. explain    reasons, ETA and score for every pending job asked about; queue diagnoses
+
+`Rules` says which of these a policy uses; Rota and the three baselines share the engine so that
+a comparison measures policy, not implementation. Phase 1 is here, phases 2-5 in `walk`, phase 6
+in `reasons`; `cycle` holds the state they share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rota_policy.config import PolicyConfig
+from rota_policy.cycle import Cycle, Planner, Rules
+from rota_policy.model import Decisions, Snapshot
+from rota_policy.reasons import explain
+from rota_policy.walk import walk
+
+__all__ = ["Cycle", "Planner", "Rules", "run_cycle"]
+
+
+# ---------------------------------------------------------------- phase 1: plans in flight
+
+
+def _resolve_plans(cy: Cycle) -> None:
+    plans = cy.snapshot.plans
+    if not plans:
+        return
+    # A plan's preemptor is still pending if some queue holds it; its queue gives its team.
+    wanted = {plan.preemptor_job_id for plan in plans}
+    owner = {job_id: q for q in cy.snapshot.pending for job_id in wanted & q.ids()}
+    runs = {r.run_id: r for r in cy.snapshot.running}
+    state = cy.state
+    for plan in plans:
+        queue = owner.get(plan.preemptor_job_id)
+        if queue is None:
+            continue
+        victim_gpus: set[tuple[str, int]] = set()
+        for run_id in plan.victim_run_ids:
+            run = runs.get(run_id)
+            if run is not None:
+                cy.taken.add(run_id)
+                victim_gpus.update((s.node, g) for s in run.placement for g in s.gpus)
+        complete, broken = True, False
+        for slot in plan.target:
+            node = state.layout.index.get(slot.node)
+            if node is None:
+                broken = True
+                break
+            free = set(state.free[node])
+            for g in slot.gpus:
+                if g in free:
+                    continue
+                complete = False
+                if (slot.node, g) not in victim_gpus:
+                    broken = True
+        if broken:
+            cy.abandoned.append(plan.preemptor_job_id)
+            continue
+        for slot in plan.target:
+            node = state.layout.index[slot.node]
+            free = set(state.free[node])
+            held = tuple(g for g in slot.gpus if g in free)
+            if held:
+                state.take_exact(node, held)
+        cy.planned[plan.preemptor_job_id] = plan.target if complete else None
+        gpus = sum(len(s.gpus) for s in plan.target)
+        flavor = state.layout.node_flavor[state.layout.index[plan.target[0].node]] if plan.target else ""
+        cy.quota.add(queue.team, flavor, gpus)
+
+
+def _prepared(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Cycle:
+    cy = Cycle(snapshot, now, config, rules)
+    _resolve_plans(cy)
+    return cy
+
+
+def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Decisions:
+    cy = _prepared(snapshot, now, config, rules)
+    if not walk(cy):
+        # A job it passed over would have searched for victims: decide again, one job at a time.
+        cy = _prepared(snapshot, now, config, replace(rules, pass_over=False))
+        walk(cy)
+    pending, diagnoses = explain(cy)
+    return Decisions(
+        admissions=tuple(cy.admissions),
+        plans=tuple(cy.plans),
+        pending=pending,
+        diagnoses=diagnoses,
+        abandoned_plans=tuple(cy.abandoned),
+    )

@@ -1,0 +1,391 @@
+"""The policy's input (`Snapshot`) and output (`Decisions`): plain frozen dataclasses.
+
+They are dataclasses rather than pydantic models because the simulator builds one snapshot per
+scheduling cycle, tens of thousands of times per replay; validation belongs at the service edge,
+where events are parsed, not in the hot loop. Time is float seconds on the caller's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from rota.contracts.common import Tier
+from rota.contracts.job import RackAffinity
+from rota.contracts.messages import WaitReasonCode
+
+from rota_policy.layout import Layout
+
+__all__ = [
+    "Admission",
+    "Decisions",
+    "Diagnosis",
+    "NodeState",
+    "PendingExplanation",
+    "PendingJob",
+    "PendingQueue",
+    "PlanInFlight",
+    "PreemptionPlan",
+    "QueueSums",
+    "Reason",
+    "RunningRun",
+    "ScoreBreakdown",
+    "Slot",
+    "Snapshot",
+    "VictimChoice",
+    "group_pending",
+]
+
+DetailValue = int | float | str
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One gang member's share of a placement: a node and the GPU indices on it."""
+
+    worker: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    name: str
+    flavor: str
+    rack: str
+    gpus: int
+    free: tuple[int, ...]
+    """Indices of the GPUs that no run holds, ascending."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRun:
+    """A run that holds GPUs, including one that has been told to stop and has not yet."""
+
+    run_id: str
+    job_id: str
+    team: str
+    tier: Tier
+    flavor: str
+    placement: tuple[Slot, ...]
+    gpus: int
+    started_at: float
+    last_checkpoint_at: float | None
+    """When the run last saved a checkpoint; None if it has saved none in this run."""
+    resumable: bool
+    preemptions: int
+    """How many times the job was preempted before this run."""
+    borrowed_gpus: int = 0
+    """As recorded by the ledger at grant; the policy recomputes borrowing from live usage."""
+    expected_end: float | None = None
+    """Declared or estimated end of this run; None means `started_at + default estimate`."""
+    checkpoint_interval_s: float | None = None
+    """If set, the run also checkpoints every interval after `last_checkpoint_at`, so a caller
+    need not rebuild the snapshot at every periodic checkpoint."""
+
+    def end(self, now: float, default_runtime_s: float) -> float:
+        """When the run is expected to free its GPUs: its expected end, or `started_at` plus the
+        default runtime when it declared none; never before `now`."""
+        end = self.expected_end
+        if end is None:
+            end = self.started_at + default_runtime_s
+        return end if end >= now else now
+
+    def last_checkpoint(self, now: float) -> float | None:
+        last, every = self.last_checkpoint_at, self.checkpoint_interval_s
+        if last is None or every is None or now <= last:
+            return last
+        return last + ((now - last) // every) * every
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    job_id: str
+    team: str
+    tier: Tier
+    flavor: str
+    workers: int
+    gpus_per_worker: int
+    submitted_at: float
+    """The original submit time; a preempted job keeps it when it goes back to its queue."""
+    runtime_estimate_s: float | None = None
+    """Declared remaining runtime; None means the config's default estimate."""
+    rack: RackAffinity = RackAffinity.none
+    resumable: bool = False
+    preemptions: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSums:
+    """Prefix sums of a queue, read through `between`. Entry `offset + i` of each list covers
+    the queue's first i jobs (plus jobs that have left its head since the lists were built)."""
+
+    gpus: list[int]
+    work: list[float]
+    """GPU-seconds of the jobs with a runtime estimate."""
+    unknown_gpus: list[int]
+    """GPUs of the jobs without one (their runtime is the config's default)."""
+    offset: int = 0
+
+    def between(self, lo: int, hi: int) -> tuple[int, float, int]:
+        """GPUs, GPU-seconds with an estimate, and GPUs without one, of jobs lo..hi-1."""
+        a, b = lo + self.offset, hi + self.offset
+        return (
+            self.gpus[b] - self.gpus[a],
+            self.work[b] - self.work[a],
+            self.unknown_gpus[b] - self.unknown_gpus[a],
+        )
+
+    def extended(self, jobs: Iterable[PendingJob]) -> QueueSums:
+        gpus, work, unknown = list(self.gpus), list(self.work), list(self.unknown_gpus)
+        _accumulate(jobs, gpus, work, unknown)
+        return QueueSums(gpus, work, unknown, self.offset)
+
+
+def _accumulate(jobs: Iterable[PendingJob], gpus: list[int], work: list[float], unknown: list[int]) -> None:
+    for j in jobs:
+        g = j.gpus
+        est = j.runtime_estimate_s
+        gpus.append(gpus[-1] + g)
+        if est is not None and est > 0:
+            work.append(work[-1] + g * est)
+            unknown.append(unknown[-1])
+        else:
+            work.append(work[-1])
+            unknown.append(unknown[-1] + g)
+
+
+_HEAD_LOOKAHEAD = 8
+"""How many jobs may leave a queue's head between two snapshots for its sums to carry over."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingQueue:
+    """The pending jobs of one (tier, team, flavor), oldest submit first.
+
+    Within such a queue every job shares its team's fair-share and headroom factors, so the
+    score order is the submit order; the caller keeps each queue sorted (as Kueue's queue
+    manager keeps one heap per ClusterQueue) and the policy merges heads lazily. That is what
+    lets a cycle cost O(jobs examined) instead of O(all pending).
+    """
+
+    tier: Tier
+    team: str
+    flavor: str
+    jobs: tuple[PendingJob, ...]
+    min_gpus: int = 0
+    """The smallest request in the queue; 0 means unknown (computed on construction)."""
+    min_runtime_s: float = -1.0
+    """The shortest runtime estimate in the queue, 0 if a job has none (the config default
+    applies); negative means unknown (computed on construction). With `min_gpus` it lets a
+    cycle skip a queue that a backfill reservation blocks whole."""
+
+    _sums: QueueSums | None = field(default=None, init=False, repr=False, compare=False)
+    _ids: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def ids(self) -> frozenset[str]:
+        """The queue's job ids, computed once per queue object (as `sums`)."""
+        ids = self._ids
+        if ids is None:
+            ids = frozenset(j.job_id for j in self.jobs)
+            object.__setattr__(self, "_ids", ids)
+        return ids
+
+    def sums(self) -> QueueSums:
+        """Prefix sums over the jobs, computed once per queue object: a caller that keeps an
+        unchanged queue across cycles (the simulator does) pays for them once."""
+        sums = self._sums
+        if sums is None:
+            gpus, work, unknown = [0], [0.0], [0]
+            _accumulate(self.jobs, gpus, work, unknown)
+            sums = QueueSums(gpus, work, unknown)
+            object.__setattr__(self, "_sums", sums)
+        return sums
+
+    def followed_by(
+        self, jobs: tuple[PendingJob, ...], min_gpus: int = 0, min_runtime_s: float = -1.0
+    ) -> PendingQueue:
+        """The same queue after some jobs left its head and others joined its tail: the prefix
+        sums carry over instead of being computed again (under overload a queue holds
+        thousands of jobs and changes a little in each cycle). Any other change: a new queue."""
+        queue = PendingQueue(self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s)
+        sums, old = self._sums, self.jobs
+        if sums is None or not jobs:
+            return queue
+        first = jobs[0]
+        left = next((k for k in range(min(_HEAD_LOOKAHEAD, len(old))) if old[k] is first), None)
+        if left is None:
+            return queue
+        kept = len(old) - left
+        # Tuples compare element identity first, so this is a C-speed check of the kept part.
+        if len(jobs) < kept or jobs[:kept] != old[left:]:
+            return queue
+        sums = QueueSums(sums.gpus, sums.work, sums.unknown_gpus, sums.offset + left)
+        if len(jobs) > kept:
+            sums = sums.extended(jobs[kept:])
+        object.__setattr__(queue, "_sums", sums)
+        return queue
+
+    def __post_init__(self) -> None:
+        if self.min_gpus <= 0 and self.jobs:
+            object.__setattr__(self, "min_gpus", min(j.gpus for j in self.jobs))
+        if self.min_runtime_s < 0:
+            object.__setattr__(
+                self,
+                "min_runtime_s",
+                min((j.runtime_estimate_s or 0.0 for j in self.jobs), default=0.0),
+            )
+
+
+def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[PendingQueue, ...]:
+    """Group loose pending jobs into sorted queues (for tests and small callers)."""
+    buckets: dict[tuple[Tier, str, str], list[PendingJob]] = {}
+    for job in jobs:
+        buckets.setdefault((job.tier, job.team, job.flavor), []).append(job)
+    return tuple(
+        PendingQueue(tier, team, flavor, tuple(sorted(q, key=lambda j: (j.submitted_at, j.job_id))))
+        for (tier, team, flavor), q in sorted(buckets.items(), key=lambda kv: (kv[0][0].rank, kv[0][1:]))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInFlight:
+    """A preemption already requested: the victims still stopping and where the preemptor goes.
+
+    Every GPU of `target` that is free is held for the preemptor; once all are free, the
+    preemptor is admitted on exactly that placement.
+    """
+
+    preemptor_job_id: str
+    victim_run_ids: tuple[str, ...]
+    target: tuple[Slot, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[NodeState, ...]
+    running: tuple[RunningRun, ...]
+    pending: tuple[PendingQueue, ...]
+    usage: dict[str, float] = field(default_factory=dict)
+    """Per team: GPU-seconds decayed with the configured half-life, as the ledger keeps them."""
+    plans: tuple[PlanInFlight, ...] = ()
+    explain: frozenset[str] | None = None
+    """Pending job ids that need reasons and an ETA this cycle; None means all of them.
+
+    A live cycle explains everything; the simulator asks only for new submissions (the ETA at
+    submit is what it measures), which keeps a replay cycle proportional to what changed.
+    """
+    runtime_scale: float = 1.0
+    """Observed actual ÷ declared runtime, learned from finished jobs; scales ETA estimates only."""
+    in_use: Mapping[tuple[str, str], int] | None = None
+    """GPUs that `running` holds per (team, flavor); None: the cycle adds them up. A caller
+    that keeps these totals as runs start and stop (the simulator) passes them, so that a
+    cycle's cost does not grow with the number of runs just to count them again."""
+    layout: Layout | None = None
+    """The layout of `nodes` as a caller kept it from an earlier cycle (`rota_policy.layout`);
+    used only if it matches `nodes`, compared in full. None: the cycle builds its own."""
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: str
+    placement: tuple[Slot, ...]
+    borrowed_gpus: int = 0
+    via_plan: bool = False
+    """True when the GPUs were freed by this job's own preemption plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChoice:
+    run_id: str
+    job_id: str
+    team: str
+    tier: Tier
+    gpus: int
+    expected_lost_gpu_s: float
+    borrowed: bool
+    why: str
+    """Which rule made it a candidate: lower_tier, reclaim, or last_resort."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    preemptor_job_id: str
+    preemptor_tier: Tier
+    victims: tuple[VictimChoice, ...]
+    target: tuple[Slot, ...]
+    expected_lost_gpu_s: float
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: WaitReasonCode
+    message: str
+    details: tuple[tuple[str, DetailValue], ...] = ()
+
+    def detail(self, key: str) -> DetailValue | None:
+        return next((v for k, v in self.details if k == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    queue: float = 0.0
+    age: float = 0.0
+    fairshare: float = 0.0
+    quota_headroom: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.queue + self.age + self.fairshare + self.quota_headroom
+
+
+@dataclass(frozen=True, slots=True)
+class PendingExplanation:
+    job_id: str
+    reasons: tuple[Reason, ...]
+    """Every reason that applies, the primary one first; never empty."""
+    eta: float | None
+    position: int
+    """0-based place in the flavor's queue order across all tiers."""
+    factors: ScoreBreakdown
+
+    @property
+    def primary(self) -> WaitReasonCode:
+        return self.reasons[0].code
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Why a queue's long waits are not simply "too few GPUs", with the numbers."""
+
+    tier: Tier
+    team: str
+    flavor: str
+    cause: str
+    """quota_too_low, flavor_too_narrow, request_too_large, queue_weight, fragmentation, capacity."""
+    long_waiters: int
+    oldest_wait_s: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    admissions: tuple[Admission, ...] = ()
+    plans: tuple[PreemptionPlan, ...] = ()
+    pending: tuple[PendingExplanation, ...] = ()
+    diagnoses: tuple[Diagnosis, ...] = ()
+    abandoned_plans: tuple[str, ...] = ()
+    """Preemptor job ids whose in-flight plan can no longer complete; the caller drops them."""
+
+
+EMPTY_DECISIONS: Final = Decisions()

@@ -1,0 +1,161 @@
+"""Gang placement: all workers or none, best-fit, with rack affinity.
+
+Best-fit puts each worker on the node with the fewest free GPUs that still fits it, so whole
+nodes stay free for the large gangs that need them. Nodes are kept in buckets by free count,
+which makes the common case (no rack constraint) cost O(workers x GPUs per node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rota.contracts.job import RackAffinity
+
+from rota_policy.layout import Layout, layout_of
+from rota_policy.model import NodeState, PendingJob, Slot
+
+__all__ = ["ClusterState", "Fit", "fit_on_counts"]
+
+Fit = list[tuple[int, int]]
+"""(node index, GPUs) per worker, in worker order."""
+
+
+def _fit_nodes(order: Sequence[int], counts: Sequence[int], workers: int, per_worker: int) -> Fit | None:
+    """Fill `workers` slots from nodes taken in `order` (tightest first); None if short."""
+    fit: Fit = []
+    for node in order:
+        slots = counts[node] // per_worker
+        while slots > 0 and len(fit) < workers:
+            fit.append((node, per_worker))
+            slots -= 1
+        if len(fit) == workers:
+            return fit
+    return None
+
+
+def fit_on_counts(
+    counts: Sequence[int],
+    nodes: Sequence[int],
+    racks: Sequence[str],
+    workers: int,
+    per_worker: int,
+    rack: RackAffinity,
+) -> Fit | None:
+    """Best-fit over arbitrary free counts (the slow path: preemption trials, rack affinity)."""
+    usable = sorted((counts[n], n) for n in nodes if counts[n] >= per_worker)
+    if sum(c // per_worker for c, _ in usable) < workers:
+        return None
+    if rack is not RackAffinity.none:
+        by_rack: dict[str, list[int]] = {}
+        for _, n in usable:
+            by_rack.setdefault(racks[n], []).append(n)
+        best: tuple[int, str] | None = None
+        for name, members in by_rack.items():
+            slots = sum(counts[n] // per_worker for n in members)
+            if slots >= workers and (best is None or (slots, name) < best):
+                best = (slots, name)
+        if best is not None:
+            return _fit_nodes(by_rack[best[1]], counts, workers, per_worker)
+        if rack is RackAffinity.required:
+            return None
+    return _fit_nodes([n for _, n in usable], counts, workers, per_worker)
+
+
+class ClusterState:
+    """A mutable working copy of the nodes for one cycle."""
+
+    __slots__ = ("buckets", "free", "free_total", "layout")
+
+    def __init__(self, nodes: tuple[NodeState, ...], layout: Layout | None = None) -> None:
+        """`layout`, if given, is used only if it is the layout of `nodes` (compared in full)."""
+        self.layout = layout_of(nodes, layout)
+        free = self.free = [list(n.free) for n in nodes]
+        self.free_total: dict[str, int] = {}
+        self.buckets: dict[str, list[dict[int, None]]] = {}
+        max_node = self.layout.max_node
+        for f, members in self.layout.flavor_nodes.items():
+            buckets: list[dict[int, None]] = [{} for _ in range(max_node[f] + 1)]
+            total = 0
+            for i in members:
+                count = len(free[i])
+                buckets[count][i] = None
+                total += count
+            self.buckets[f] = buckets
+            self.free_total[f] = total
+
+    # ------------------------------------------------------------ queries
+
+    def counts(self) -> list[int]:
+        return [len(f) for f in self.free]
+
+    def free_on(self, flavor: str) -> int:
+        return self.free_total.get(flavor, 0)
+
+    def can_ever_fit(self, job: PendingJob) -> bool:
+        """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER."""
+        return self.layout.shape_fits(job.flavor, job.workers, job.gpus_per_worker, job.rack)
+
+    def shape_fits(self, flavor: str, workers: int, per_worker: int, rack: RackAffinity) -> bool:
+        """`can_ever_fit` for a job of this shape."""
+        return self.layout.shape_fits(flavor, workers, per_worker, rack)
+
+    def find(self, job: PendingJob) -> Fit | None:
+        per_worker, workers = job.gpus_per_worker, job.workers
+        buckets = self.buckets.get(job.flavor)
+        if buckets is None or self.free_total.get(job.flavor, 0) < job.gpus:
+            return None
+        if job.rack is RackAffinity.none or workers == 1:
+            fit: Fit = []
+            for count in range(per_worker, len(buckets)):
+                for node in buckets[count]:
+                    slots = count // per_worker
+                    while slots and len(fit) < workers:
+                        fit.append((node, per_worker))
+                        slots -= 1
+                    if len(fit) == workers:
+                        return fit
+            return None
+        nodes, racks = self.layout.flavor_nodes[job.flavor], self.layout.racks
+        return fit_on_counts(self.counts(), nodes, racks, workers, per_worker, job.rack)
+
+    # ------------------------------------------------------------ changes
+
+    def _move(self, node: int, before: int) -> None:
+        buckets = self.buckets[self.layout.node_flavor[node]]
+        del buckets[before][node]
+        buckets[len(self.free[node])][node] = None
+
+    def take(self, node: int, gpus: int) -> tuple[int, ...]:
+        """Take the `gpus` lowest free indices of `node`."""
+        free = self.free[node]
+        before = len(free)
+        taken = tuple(free[:gpus])
+        del free[:gpus]
+        self.free_total[self.layout.node_flavor[node]] -= gpus
+        self._move(node, before)
+        return taken
+
+    def take_exact(self, node: int, indices: tuple[int, ...]) -> None:
+        free = self.free[node]
+        before = len(free)
+        wanted = set(indices)
+        self.free[node] = [g for g in free if g not in wanted]
+        removed = before - len(self.free[node])
+        self.free_total[self.layout.node_flavor[node]] -= removed
+        self._move(node, before)
+
+    def give(self, node: int, indices: tuple[int, ...]) -> None:
+        free = self.free[node]
+        before = len(free)
+        free.extend(indices)
+        free.sort()
+        self.free_total[self.layout.node_flavor[node]] += len(indices)
+        self._move(node, before)
+
+    def allocate(self, fit: Fit) -> tuple[Slot, ...]:
+        names = self.layout.names
+        return tuple(Slot(w, names[node], self.take(node, gpus)) for w, (node, gpus) in enumerate(fit))
+
+    def is_free(self, node: int, indices: tuple[int, ...]) -> bool:
+        free = self.free[node]
+        return all(g in free for g in indices)

@@ -1,0 +1,489 @@
+"""Choosing victims: decide here, act elsewhere (the coordinator runs the plan).
+
+A plan is made only if the preemptor really fits once its victims stop, gang and rack included:
+the plan names the preemptor's exact placement (`target`), and the GPUs of that target are held
+for it while the victims save and stop.
+
+Rota's victim order (DESIGN §4):
+  1. lower-tier work: resumable before not resumable, lowest tier first, then the least work
+     since the last checkpoint;
+  2. borrowed capacity that its owner reclaims (the preemptor's team stays within its quota);
+  3. production work, as a last resort, and only borrowed production work of another team.
+A run younger than the minimum runtime, or out of preemption budget, is never a victim.
+Another team's in-quota training or production work is never a victim: only what that team
+borrowed is reclaimable. Experiment work is never guaranteed (DESIGN §1: it "uses idle GPUs"),
+so any higher tier may stop it, in quota or not.
+
+Rota's victims get a notice and save before they stop, so a resumable victim loses nothing:
+its expected loss is 0 and only a victim that cannot checkpoint loses its run. A plan for a
+non-production job may not destroy more than `max_lost_gpu_s_per_plan` (default 0).
+Selection is per node: each node's cheapest prefix of victims that frees a worker's GPUs,
+then the cheapest nodes (in the best rack, for rack-bound gangs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from rota.contracts.common import TIER_ORDER, Tier
+from rota.contracts.job import RackAffinity
+
+from rota_policy.config import PolicyConfig
+from rota_policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, VictimChoice
+from rota_policy.placement import ClusterState, Fit, fit_on_counts
+from rota_policy.quota import QuotaBook
+
+__all__ = [
+    "Candidate",
+    "PoolRun",
+    "PreemptionContext",
+    "expected_loss",
+    "greedy_plan",
+    "rota_plan",
+    "victim_pool",
+]
+
+LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
+WHY = {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
+
+
+def rota_loss(run: RunningRun, now: float) -> float:
+    """GPU-seconds lost under Rota's notice-and-save: nothing if resumable, else the whole run."""
+    if run.resumable:
+        return 0.0
+    ran = now - run.started_at  # a conditional, not max(): asked of every pool run per cycle
+    return run.gpus * (ran if ran > 0.0 else 0.0)
+
+
+def expected_loss(run: RunningRun, now: float) -> float:
+    """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all."""
+    last = run.last_checkpoint(now) if run.resumable else None
+    since = run.started_at if last is None else last
+    unsaved = now - since
+    return run.gpus * (unsaved if unsaved > 0.0 else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    run: RunningRun
+    category: int
+    loss: float
+    key: tuple[object, ...]
+
+
+PoolRun = tuple[RunningRun, int]
+"""A run that may be a victim this cycle (not too young, within its preemption budget), and
+its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
+
+
+class Ranked(NamedTuple):
+    """A pool run ready for Rota's search (a tuple: built per run in most cycles, and sorted)."""
+
+    key: tuple[bool, int, float, float, str]
+    """Its victim order within a category: not resumable, lower tier, least work since its
+    checkpoint, youngest, id."""
+    run: RunningRun
+    rank: int
+    """Its tier's rank."""
+    loss: float
+    """Rota's loss: GPU-seconds destroyed if it stops now."""
+    on_nodes: tuple[tuple[int, int], ...]
+    """The GPUs it holds on each node it spans, by node index."""
+
+
+Choice = tuple[int, Ranked]
+"""A candidate of one search: (its category for this preemptor, the pool run). Keys end with
+the run id, so sorting choices never compares further than (category, key)."""
+
+Offer = tuple[tuple[object, ...], int, int, tuple[Choice, ...]]
+"""What a node offers a gang: (cost, node index, worker slots, the victims to stop for them)."""
+
+
+@dataclass(slots=True)
+class PreemptionContext:
+    """What every plan of one cycle shares: state, accounting, and who is already a victim."""
+
+    now: float
+    config: PolicyConfig
+    state: ClusterState
+    quota: QuotaBook
+    runs_by_flavor: dict[str, list[RunningRun]]
+    taken: set[str]
+    """Run ids already victims of a plan in flight or of this cycle."""
+    pools: dict[str, list[PoolRun]] = field(default_factory=dict)
+    """Per flavor, the runs no rule protects: built once per cycle because every plan of the
+    cycle filters the same runs."""
+    ranked: dict[str, Ranked] = field(default_factory=dict)
+    """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
+    below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
+    """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
+    lose no more than the cap (`_below_within_cap`)."""
+
+
+def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
+    """Exact GPU indices for a fit on currently free GPUs plus the victims' GPUs."""
+    pools = {node: sorted(set(state.free[node]) | set(freed.get(node, ()))) for node, _ in fit}
+    slots = []
+    for worker, (node, gpus) in enumerate(fit):
+        pool = pools[node]
+        slots.append(Slot(worker, state.layout.names[node], tuple(pool[:gpus])))
+        del pool[:gpus]
+    return tuple(slots)
+
+
+def _plan(
+    job: PendingJob, chosen: Sequence[Candidate], target: tuple[Slot, ...], style: str
+) -> PreemptionPlan:
+    victims = tuple(
+        VictimChoice(
+            c.run.run_id,
+            c.run.job_id,
+            c.run.team,
+            c.run.tier,
+            c.run.gpus,
+            c.loss,
+            c.run.team != job.team,
+            WHY[c.category],
+        )
+        for c in chosen
+    )
+    lost = sum(c.loss for c in chosen)
+    worst = max(c.category for c in chosen)
+    tiers = sorted({c.run.tier.value for c in chosen})
+    return PreemptionPlan(
+        preemptor_job_id=job.job_id,
+        preemptor_tier=job.tier,
+        victims=victims,
+        target=target,
+        expected_lost_gpu_s=lost,
+        reason=f"{style}:{WHY[worst]}",
+        message=(
+            f"{job.tier.value} job {job.job_id} needs {job.gpus} {job.flavor} GPUs; stopping"
+            f" {len(victims)} run(s) ({', '.join(tiers)}) frees them, expected loss"
+            f" {lost / 3600:.2f} GPU-hours"
+        ),
+    )
+
+
+# ---------------------------------------------------------------- Rota
+
+
+def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
+    """The runs of `flavor` that no rule protects, whoever the preemptor (memoized per cycle)."""
+    pool = ctx.pools.get(flavor)
+    if pool is None:
+        cfg = ctx.config
+        rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
+        now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
+        pool = [
+            (run, rank[run.tier])
+            for run in ctx.runs_by_flavor.get(flavor, ())
+            if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
+        ]
+        ctx.pools[flavor] = pool
+    return pool
+
+
+def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
+    """What every search needs of a pool run, computed once per cycle and only for the runs
+    some search looks at."""
+    found = ctx.ranked.get(run.run_id)
+    if found is None:
+        now = ctx.now
+        key = (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
+        on_nodes = tuple(_gpus_by_node(run, ctx.state.layout.index).items())
+        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, rota_loss(run, now), on_nodes)
+    return found
+
+
+def _gpus_by_node(
+    run: RunningRun, index: dict[str, int], into: dict[int, int] | None = None
+) -> dict[int, int]:
+    """The GPUs `run` holds on each node (several of its workers may share one), added to `into`."""
+    out = {} if into is None else into
+    for slot in run.placement:
+        node = index[slot.node]
+        out[node] = out.get(node, 0) + len(slot.gpus)
+    return out
+
+
+def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float) -> dict[int, int]:
+    """GPUs per node of the pool runs of a tier below `rank` that lose at most `cap` if stopped
+    (memoized per cycle): without reclaim, every victim a capped plan could keep is among them."""
+    key = (flavor, rank, cap)
+    held = ctx.below.get(key)
+    if held is None:
+        held = ctx.below[key] = {}
+        now, index = ctx.now, ctx.state.layout.index
+        for run, run_rank in victim_pool(ctx, flavor):
+            if run_rank > rank and rota_loss(run, now) <= cap:
+                _gpus_by_node(run, index, held)
+    return held
+
+
+def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
+    """The runs this job may stop, in Rota's victim order (category first); empty when even
+    all of them together with the free GPUs are too few."""
+    quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
+    team_quota = quota.limits(job.team, flavor).quota
+    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
+    job_rank, job_team = job.tier.rank, job.team
+    # The loss cap binds only non-production plans.
+    cap = ctx.config.max_lost_gpu_s_per_plan if job.tier is not Tier.production else None
+    # A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
+    # refuse unless such runs within the cap make room. Ask that of all of them (whichever
+    # team, taken or not: more than the loop below picks), from one map per cycle, before the
+    # loop: under load nearly every search ends here.
+    if (
+        cap is not None
+        and not may_reclaim
+        and _too_few_slots(job, ctx, _below_within_cap(ctx, flavor, job_rank, cap))
+    ):
+        return []
+    borrowing: dict[str, int] = {}
+    picked: list[tuple[RunningRun, int, int]] = []
+    picked_gpus = 0
+    for run, run_rank in victim_pool(ctx, flavor):
+        if run.run_id in taken:
+            continue
+        lower = run_rank > job_rank
+        if run.team == job_team:
+            if not lower:
+                continue
+            category = LOWER_TIER
+        else:
+            # Another team's in-quota work is guaranteed, except experiment work, which only
+            # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
+            lent = borrowing.get(run.team)
+            if lent is None:
+                lent = borrowing[run.team] = quota.borrowing(run.team, flavor)
+            borrowed = lent >= run.gpus
+            if lower and (borrowed or run.tier is Tier.experiment):
+                category = LOWER_TIER
+            elif not borrowed or not may_reclaim:
+                continue
+            else:
+                category = LAST_RESORT if run.tier is Tier.production else RECLAIM
+        picked.append((run, run_rank, category))
+        picked_gpus += run.gpus
+    # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
+    # no choice of nodes can fit the gang (the common case under load), so stop before costing.
+    if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
+        return []
+    if cap is not None and _must_lose_too_much(job, ctx, picked, cap):
+        return []
+    choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
+    choices.sort()
+    return choices
+
+
+def _must_lose_too_much(
+    job: PendingJob, ctx: PreemptionContext, picked: list[tuple[RunningRun, int, int]], cap: float
+) -> bool:
+    """True when every placement the search could find stops a run that alone loses more than
+    `cap`, so that `_admissible` would refuse whichever plan it found. A node offers a worker
+    slot without such a run only from its free GPUs plus the allowed victims on it; if those
+    slots are too few for the gang, there is no point in searching. (Most searches by
+    non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
+    now, index = ctx.now, ctx.state.layout.index
+    allowed: dict[int, int] = {}
+    for run, _, _ in picked:
+        if rota_loss(run, now) <= cap:
+            _gpus_by_node(run, index, allowed)
+    return _too_few_slots(job, ctx, allowed)
+
+
+def _too_few_slots(job: PendingJob, ctx: PreemptionContext, held: dict[int, int]) -> bool:
+    """True when the gang has fewer worker slots than workers, where a node offers slots from
+    its free GPUs, or one slot from its free GPUs plus the `held` GPUs (per node) of runs that
+    would stop."""
+    state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
+    buckets = state.buckets.get(job.flavor, [])
+    # Nodes by free count: what free GPUs alone offer costs a step per count, not per node.
+    slots = sum((count // per_worker) * len(buckets[count]) for count in range(per_worker, len(buckets)))
+    if slots >= workers:
+        return False
+    free_gpus = state.free
+    for node, gpus in held.items():
+        free = len(free_gpus[node])
+        if free < per_worker <= free + gpus:
+            slots += 1
+            if slots >= workers:
+                return False
+    return True
+
+
+def _worst(choice: Choice) -> tuple[int, bool, int]:
+    """How bad a victim is, worst first: its category, whether it cannot checkpoint, its tier."""
+    category, ranked = choice
+    return (category, ranked.key[0], ranked.key[1])
+
+
+def _cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
+    """Costs compare the worst victim first, then the loss, then how many runs stop."""
+    return (max(_worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
+
+
+def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice]) -> list[Offer]:
+    """Each node's offer: its free worker slots at no cost, or one slot after its cheapest
+    prefix of victims. Costs compare worst category first, then loss, then victim count."""
+    state, per_worker = ctx.state, job.gpus_per_worker
+    offers: list[Offer] = []
+    gained: dict[int, int] = {}
+    prefixes: dict[int, list[Choice]] = {}
+    for node in state.layout.flavor_nodes.get(job.flavor, []):
+        free = len(state.free[node])
+        if free >= per_worker:
+            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
+        else:
+            gained[node] = free
+    for choice in choices:
+        for node, gpus in choice[1].on_nodes:
+            have = gained.get(node)
+            if have is None:
+                continue  # enough free already, or its offer is made
+            prefix = prefixes.setdefault(node, [])
+            prefix.append(choice)
+            if have + gpus < per_worker:
+                gained[node] = have + gpus
+                continue
+            del gained[node]
+            offers.append((_cost(prefix), node, 1, tuple(prefix)))
+    offers.sort(key=lambda o: (o[0], o[1]))
+    return offers
+
+
+def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
+    state = ctx.state
+    choices = _rota_candidates(job, ctx)
+    if not choices:
+        return None
+    offers = _node_offers(job, ctx, choices)
+    groups: list[list[Offer]]
+    if job.rack is RackAffinity.none:
+        groups = [offers]
+    else:
+        by_rack: dict[str, list[Offer]] = {}
+        for offer in offers:
+            by_rack.setdefault(state.layout.racks[offer[1]], []).append(offer)
+        groups = list(by_rack.values())
+        if job.rack is RackAffinity.preferred:
+            groups.append(offers)
+    per_worker = job.gpus_per_worker
+    best: tuple[tuple[object, ...], Fit, list[Choice]] | None = None
+    for group in groups:
+        fit: Fit = []
+        chosen: dict[str, Choice] = {}
+        for _, node, slots, node_victims in group:
+            take = min(slots, job.workers - len(fit))
+            fit.extend((node, per_worker) for _ in range(take))
+            for c in node_victims:
+                chosen[c[1].run.run_id] = c
+            if len(fit) == job.workers:
+                break
+        if len(fit) < job.workers or not chosen:
+            continue
+        ordered = sorted(chosen.values(), key=lambda c: (c[0], c[1].key))
+        cost = _cost(ordered)
+        if best is None or cost < best[0]:
+            best = (cost, fit, ordered)
+    if best is None:
+        return None
+    _, fit, ordered = best
+    victims = tuple(Candidate(r.run, category, r.loss, (category, *r.key)) for category, r in ordered)
+    if not _admissible(job, victims, ctx):
+        return None
+    index = state.layout.index
+    freed: dict[int, list[int]] = {}
+    for victim in victims:
+        for slot in victim.run.placement:
+            freed.setdefault(index[slot.node], []).extend(slot.gpus)
+    return _plan(job, victims, _slots_from(state, fit, freed), "rota")
+
+
+def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionContext) -> bool:
+    """Quota, borrowing and loss rules for the whole set (victims can share a team)."""
+    quota, cfg = ctx.quota, ctx.config
+    own = sum(c.run.gpus for c in victims if c.run.team == job.team)
+    if not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
+        return False
+    if any(c.category == RECLAIM or c.category == LAST_RESORT for c in victims) and (
+        quota.in_use(job.team, job.flavor) - own + job.gpus > quota.limits(job.team, job.flavor).quota
+    ):
+        return False
+    per_team: dict[str, int] = {}
+    for c in victims:
+        if c.run.team != job.team and c.run.tier is not Tier.experiment:
+            per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.gpus
+    if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
+        return False
+    cap = cfg.max_lost_gpu_s_per_plan
+    return not (cap is not None and job.tier is not Tier.production and sum(c.loss for c in victims) > cap)
+
+
+# ---------------------------------------------------------------- baselines: greedy by order
+
+
+def greedy_plan(
+    job: PendingJob,
+    ctx: PreemptionContext,
+    candidates: Sequence[Candidate],
+    allowed: Callable[[Candidate, dict[str, int], int], bool],
+    style: str,
+    *,
+    quotas: bool,
+) -> PreemptionPlan | None:
+    """Kueue's and Slurm's way: add victims in order until the job fits, then drop the unneeded.
+
+    `allowed(candidate, taken_per_team, own_released)` re-checks a candidate against the victims
+    chosen so far (Kueue only reclaims from a team while it is still borrowing).
+    """
+    state, quota = ctx.state, ctx.quota
+    index = state.layout.index
+    nodes = state.layout.flavor_nodes.get(job.flavor, [])
+    counts = state.counts()
+    per_worker, workers = job.gpus_per_worker, job.workers
+
+    def fits(own: int) -> Fit | None:
+        if quotas and not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
+            return None
+        if sum(counts[n] for n in nodes) < job.gpus:
+            return None
+        return fit_on_counts(counts, nodes, state.layout.racks, workers, per_worker, job.rack)
+
+    def apply(c: Candidate, sign: int) -> None:
+        for slot in c.run.placement:
+            counts[index[slot.node]] += sign * len(slot.gpus)
+
+    chosen: list[Candidate] = []
+    taken: dict[str, int] = {}
+    own = 0
+    fit: Fit | None = None
+    for c in candidates:
+        if not allowed(c, taken, own):
+            continue
+        chosen.append(c)
+        taken[c.run.team] = taken.get(c.run.team, 0) + c.run.gpus
+        own += c.run.gpus if c.run.team == job.team else 0
+        apply(c, +1)
+        fit = fits(own)
+        if fit is not None:
+            break
+    if fit is None or not chosen:
+        return None
+    for c in reversed(chosen[:-1]):
+        apply(c, -1)
+        trial_own = own - (c.run.gpus if c.run.team == job.team else 0)
+        trial = fits(trial_own)
+        if trial is None:
+            apply(c, +1)
+            continue
+        chosen.remove(c)
+        own, fit = trial_own, trial
+    freed: dict[int, list[int]] = {}
+    for c in chosen:
+        for slot in c.run.placement:
+            freed.setdefault(index[slot.node], []).extend(slot.gpus)
+    return _plan(job, chosen, _slots_from(state, fit, freed), style)

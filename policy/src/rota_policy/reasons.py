@@ -1,0 +1,322 @@
+"""Phase 6: why each pending job waits, when it should start, and queue-level diagnoses.
+
+Every pending job asked about gets every reason that applies, the primary one first, each with
+a message that gives the numbers. The ETA comes from list-scheduling the queue in policy order
+against the expected ends of running work (declared or estimated runtimes, scaled by what the
+caller has observed); gangs are counted in GPUs, not shapes. Jobs that can never start, or
+whose start depends on another team's usage (quota), get no ETA rather than a wrong one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rota.contracts.common import TIER_ORDER
+from rota.contracts.messages import WaitReasonCode as Code
+
+from rota_policy.block import NO_ETA, Block
+from rota_policy.cycle import Cycle
+from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
+from rota_policy.model import (
+    Diagnosis,
+    PendingExplanation,
+    PendingJob,
+    PendingQueue,
+    Reason,
+    ScoreBreakdown,
+)
+from rota_policy.ordering import QueueWalk, submit_key, tier_queues
+
+__all__ = ["explain"]
+
+
+_CAUSE = {
+    Code.QUOTA_EXCEEDED: "quota_too_low",
+    Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
+    Code.EXCEEDS_CLUSTER: "request_too_large",
+    Code.FRAGMENTATION: "fragmentation",
+    Code.PRIORITY: "queue_weight",
+}
+
+
+def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
+    if cy.rules.order == "score":
+        return cy.scorer.breakdown(job)
+    age = cy.scorer.age(job)
+    if cy.rules.order == "slurm":
+        return ScoreBreakdown(
+            age=age, fairshare=cy.config.weights.fairshare * cy.fairshare().get(job.team, 0.0)
+        )
+    return ScoreBreakdown(age=age)
+
+
+Details = tuple[tuple[str, int | float | str], ...]
+
+
+@dataclass(slots=True)
+class _Shared:
+    """Immutable parts that many jobs' reasons have in common within one cycle.
+
+    With a million jobs waiting, most of them carry the same capacity numbers and the same
+    INSUFFICIENT_CAPACITY reason; one shared object instead of a copy per job is most of the
+    memory an explain-everything cycle needs.
+    """
+
+    details: dict[tuple[int, int, int], Details]
+    capacity_reasons: dict[tuple[str, str, int, int], Reason]
+
+    def base(self, gpus: int, free: int, capacity: int) -> Details:
+        key = (gpus, free, capacity)
+        found = self.details.get(key)
+        if found is None:
+            found = self.details[key] = (("gpus", gpus), ("free", free), ("capacity", capacity))
+        return found
+
+    def capacity_reason(self, need: str, flavor: str, gpus: int, free: int, capacity: int) -> Reason:
+        key = (need, flavor, free, capacity)
+        found = self.capacity_reasons.get(key)
+        if found is None:
+            found = self.capacity_reasons[key] = Reason(
+                Code.INSUFFICIENT_CAPACITY,
+                f"needs {need} {flavor} GPUs; {free} of {capacity} are free",
+                self.base(gpus, free, capacity),
+            )
+        return found
+
+
+def _reasons(
+    cy: Cycle, shared: _Shared, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
+) -> tuple[Reason, ...]:
+    f, g, state = job.flavor, job.gpus, cy.state
+    free = state.free_total.get(f, 0)
+    cap = state.layout.capacity.get(f, 0)
+    need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
+    if block is None:
+        if f not in state.layout.flavors:
+            block = Block(Code.NO_MATCHING_FLAVOR)
+        elif not state.can_ever_fit(job):
+            block = Block(Code.EXCEEDS_CLUSTER)
+        elif cy.rules.quotas and not (qc := cy.quota.check(job.team, f, g)).ok:
+            block = Block(Code.QUOTA_EXCEEDED, qc.message)
+        elif free < g:
+            block = Block(Code.INSUFFICIENT_CAPACITY)
+        elif (book := cy.books.get(f)) is not None and (res := book.blocking(g, cy.now + cy.runtime(job))):
+            block = Block(Code.RESERVED_FOR_HIGHER_PRIORITY, res.job_id)
+        elif state.find(job) is None:
+            block = Block(Code.FRAGMENTATION)
+        else:
+            block = Block(Code.PRIORITY)
+    code = block.code
+    msg: str
+    details = shared.base(g, free, cap)
+    if code is Code.NO_MATCHING_FLAVOR:
+        offered = ", ".join(sorted(state.layout.flavors)) or "none"
+        msg = f"no node offers flavor {f}; the cluster has {offered}"
+    elif code is Code.EXCEEDS_CLUSTER:
+        msg = (
+            f"needs {need} {f} GPUs{' in one rack' if job.rack.value == 'required' else ''}; the cluster"
+            f" has {cap} on nodes of at most {state.layout.max_node.get(f, 0)}: it can never start"
+        )
+    elif code is Code.QUOTA_EXCEEDED:
+        msg = block.detail or f"team {job.team} is at its {f} quota"
+        details += (("in_use", cy.quota.in_use(job.team, f)), ("quota", cy.quota.limits(job.team, f).quota))
+    elif code is Code.INSUFFICIENT_CAPACITY:
+        msg = ""  # the shared reason below
+    elif code is Code.FRAGMENTATION:
+        where = "one rack" if job.rack.value == "required" else "the nodes"
+        msg = f"{free} {f} GPUs are free, but not as {need} on {where}"
+    elif code is Code.RESERVED_FOR_HIGHER_PRIORITY:
+        msg = (
+            f"{free} {f} GPUs are free, but starting now would delay job {block.detail},"
+            " which holds a reservation"
+        )
+        details += (("reserved_for", block.detail),)
+    elif code is Code.WAITING_FOR_PREEMPTION:
+        msg = block.detail or "waiting for preempted runs to save a checkpoint and stop"
+    else:
+        msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
+        details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
+    out = [shared.capacity_reason(need, f, g, free, cap) if code is Code.INSUFFICIENT_CAPACITY
+           else Reason(code, msg, details)]
+    if (
+        code is not Code.PRIORITY
+        and ahead > 0
+        and code not in NO_ETA
+        and code is not Code.WAITING_FOR_PREEMPTION
+    ):
+        out.append(
+            Reason(
+                Code.PRIORITY,
+                f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue",
+                (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead)),
+            )
+        )
+    if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
+        out.append(shared.capacity_reason(need, f, g, free, cap))
+    return tuple(out)
+
+
+def _groups(cy: Cycle) -> list[list[PendingQueue]]:
+    queues = cy.snapshot.pending
+    if cy.rules.order == "submit":
+        return [list(queues)]
+    return list(tier_queues(queues).values())
+
+
+def _targets(cy: Cycle, remaining: set[str]) -> list[PendingJob]:
+    """The pending jobs named in `remaining`: a caller that asks about new submissions finds
+    them at the tails of their queues, so look there before scanning everything."""
+    found: list[PendingJob] = []
+    missing = set(remaining)
+    for q in cy.snapshot.pending:
+        for job in reversed(q.jobs):
+            if job.job_id not in missing:
+                break
+            missing.discard(job.job_id)
+            found.append(job)
+    if missing:
+        for q in cy.snapshot.pending:
+            found.extend(j for j in q.jobs if j.job_id in missing)
+    return found
+
+
+def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis, ...]]:
+    wanted = cy.snapshot.explain
+    if wanted is not None and not wanted:
+        return (), ()
+    admitted = {a.job_id for a in cy.admissions}
+    remaining = None if wanted is None else set(wanted) - admitted
+    if remaining is not None and not remaining:
+        return (), ()
+    # Jobs asked about that lie past EXACT_DEPTH of their flavor are answered from prefix
+    # sums once the exact walk has gone that deep in every flavor asked about.
+    targets = _targets(cy, remaining) if remaining is not None else []
+    shallow = {j.flavor for j in targets}
+    stop = bool(shallow)
+    eta = Eta(cy)
+    shared = _Shared({}, {})
+    position: dict[str, int] = {}
+    gpus_ahead: dict[str, int] = {}
+    done: dict[tuple[object, str, str], int] = {}
+    out: list[tuple[PendingJob, PendingExplanation]] = []
+    now = cy.now
+    groups = _groups(cy)
+    key = submit_key if cy.rules.order == "submit" else cy.order_key()
+    for group in groups:
+        for job in QueueWalk(group, key):
+            f = job.flavor
+            qkey = (job.tier, job.team, f)
+            done[qkey] = done.get(qkey, 0) + 1
+            if job.job_id in admitted:
+                continue
+            pos = position.get(f, 0)
+            ahead_gpus = gpus_ahead.get(f, 0)
+            position[f] = pos + 1
+            gpus_ahead[f] = ahead_gpus + job.gpus
+            block = cy.blocks.get(job.job_id)
+            code = block.code if block is not None else None
+            start: float | None
+            if code is Code.WAITING_FOR_PREEMPTION:
+                start = eta.start(job, not_before=now + cy.config.checkpoint_save_s)
+            elif code in NO_ETA:
+                start = None
+            else:
+                start = eta.start(job)
+            if remaining is None:
+                out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
+            elif job.job_id in remaining:
+                out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
+                remaining.discard(job.job_id)
+                if not remaining:
+                    return tuple(ex for _, ex in out), _diagnose(cy, out)
+            if f in shallow and eta.depth.get(f, 0) >= EXACT_DEPTH:
+                shallow.discard(f)
+                if not shallow:
+                    break
+        if stop and not shallow:
+            break
+    if remaining:
+        deep = [j for j in targets if j.job_id in remaining]
+        out.extend(_deep(cy, shared, deep, groups, done, key, eta, position, gpus_ahead))
+    return tuple(ex for _, ex in out), _diagnose(cy, out)
+
+
+def _explanation(
+    cy: Cycle,
+    shared: _Shared,
+    job: PendingJob,
+    block: Block | None,
+    start: float | None,
+    pos: int,
+    ahead_gpus: int,
+) -> PendingExplanation:
+    reasons = _reasons(cy, shared, job, block, pos, ahead_gpus)
+    if reasons[0].code in NO_ETA:
+        start = None
+    return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
+
+
+def _deep(
+    cy: Cycle,
+    shared: _Shared,
+    targets: list[PendingJob],
+    groups: list[list[PendingQueue]],
+    done: dict[tuple[object, str, str], int],
+    key: Callable[[PendingJob], float],
+    eta: Eta,
+    position: dict[str, int],
+    gpus_ahead: dict[str, int],
+) -> list[tuple[PendingJob, PendingExplanation]]:
+    """Jobs past the exact walk: what is ahead comes from prefix sums, the ETA from the fluid."""
+    skipped = [(j, False) for j in cy.admitted_jobs]
+    skipped.extend((j, True) for j in cy.no_eta)
+    deep = DeepQueues(groups, done, key, skipped)
+    default = cy.config.default_runtime_s
+    out: list[tuple[PendingJob, PendingExplanation]] = []
+    for job in targets:
+        f = job.flavor
+        count, gpus, work = deep.ahead(job, default)
+        pos = position.get(f, 0) + count
+        block = cy.blocks.get(job.job_id)
+        code = block.code if block is not None else None
+        start: float | None = None
+        if code not in NO_ETA:
+            capacity = cy.state.layout.capacity.get(f, 0) or 1
+            start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
+        out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
+    return out
+
+
+def _diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) -> tuple[Diagnosis, ...]:
+    groups: dict[tuple[int, str, str], list[tuple[PendingJob, PendingExplanation]]] = {}
+    for job, ex in explained:
+        if cy.now - job.submitted_at > cy.config.tier(job.tier).long_wait_s:
+            groups.setdefault((job.tier.rank, job.team, job.flavor), []).append((job, ex))
+    out: list[Diagnosis] = []
+    for (rank, team, flavor), members in sorted(groups.items()):
+        tier = TIER_ORDER[rank]
+        counts = Counter(ex.primary for _, ex in members)
+        top, n = counts.most_common(1)[0]
+        cap = cy.state.layout.capacity.get(flavor, 0)
+        big = [j for j, _ in members if cap and j.gpus * 2 > cap]
+        oldest = max(cy.now - j.submitted_at for j, _ in members)
+        if len(big) * 2 >= len(members) and top is not Code.EXCEEDS_CLUSTER:
+            cause = "request_too_large"
+            msg = (
+                f"{len(big)} of {len(members)} long waiters ask for more than half of the {cap} {flavor} GPUs"
+            )
+        elif top in _CAUSE:
+            cause = _CAUSE[top]
+            msg = f"{n} of {len(members)} long waiters in {tier.value}/{team} wait on {top.value}"
+            if top is Code.QUOTA_EXCEEDED:
+                lim = cy.quota.limits(team, flavor)
+                msg += f": quota {lim.quota}, borrowing limit {lim.borrowing_limit}"
+            elif top is Code.PRIORITY:
+                msg += f": queue weight {cy.config.tier(tier).weight} ranks them behind other work"
+        else:
+            cause = "capacity"
+            msg = f"{len(members)} long waiter(s) in {tier.value}/{team}: too few free {flavor} GPUs"
+        out.append(Diagnosis(tier, team, flavor, cause, len(members), oldest, msg))
+    return tuple(out)

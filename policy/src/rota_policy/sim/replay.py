@@ -1,0 +1,125 @@
+"""`replay` and `compare`: a trace, a scenario and a policy in, the issue's metrics out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rota.config import load_config
+from rota.config.model import RotaConfig
+
+from rota_policy import POLICIES, PolicyConfig, policy_config_from
+from rota_policy.model import NodeState
+from rota_policy.sim.metrics import metrics
+from rota_policy.sim.simulator import Simulator
+from rota_policy.sim.workload import FLAVOR, TraceJob, load_philly
+
+__all__ = [
+    "POLICY_NAMES",
+    "SCENARIOS",
+    "Progress",
+    "ReplayRun",
+    "compare",
+    "find_scenario",
+    "load",
+    "nodes_from",
+    "replay",
+    "replay_run",
+]
+
+SCENARIOS = ("philly-768", "philly-512")
+POLICY_NAMES = ("rota", "fifo", "kueue", "slurm")
+Progress = Callable[[str, float], None]
+"""progress(policy, fraction of the trace submitted)."""
+
+
+def find_scenario(scenario: str | Path) -> Path:
+    """A scenario file path, or a name shipped as `deploy/scenarios/<name>.yaml`."""
+    path = Path(scenario)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    name = f"{scenario}.yaml"
+    roots = [Path.cwd(), *Path.cwd().parents, *Path(__file__).resolve().parents]
+    for root in roots:
+        candidate = root / "deploy" / "scenarios" / name
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"no scenario {scenario!r}: expected deploy/scenarios/{name} or a path")
+
+
+def nodes_from(config: RotaConfig) -> tuple[NodeState, ...]:
+    return tuple(
+        NodeState(n.name, n.flavor, n.rack, n.gpus, tuple(range(n.gpus))) for n in config.expanded_nodes()
+    )
+
+
+@dataclass
+class ReplayRun:
+    """One replay's metrics plus the series the plot needs."""
+
+    result: dict[str, Any]
+    waits_by_tier: dict[str, list[float]] = field(default_factory=dict)
+    busy_timeline: list[tuple[float, int]] = field(default_factory=list)
+    capacity: int = 0
+
+
+def replay_run(
+    trace: list[TraceJob],
+    config: RotaConfig,
+    policy: str,
+    *,
+    progress: Progress | None = None,
+    cycle_s: float = 0.0,
+    policy_config: PolicyConfig | None = None,
+) -> ReplayRun:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
+    pcfg = policy_config or policy_config_from(config)
+    quotas = {name: team.quota.get(FLAVOR, 0) for name, team in config.teams.items()}
+    cb = (lambda frac: progress(policy, frac)) if progress is not None else None
+    sim = Simulator(trace, nodes_from(config), pcfg, policy, quotas=quotas, cycle_s=cycle_s, progress=cb)
+    started = time.perf_counter()
+    sim.run()
+    wall = time.perf_counter() - started
+    result = metrics(sim, wall)
+    waits: dict[str, list[float]] = {}
+    for job in sim.jobs:
+        waits.setdefault(job.t.tier.value, []).append(job.wait)
+    return ReplayRun(result, waits, sim.timeline, sim.capacity)
+
+
+def replay(
+    trace_path: str | Path,
+    scenario: str | Path,
+    policy: str,
+    progress: Progress | None = None,
+    *,
+    trace_format: str = "philly",
+) -> dict[str, Any]:
+    """Replay one policy; returns one object with exactly the issue's metric keys."""
+    trace, config = load(trace_path, scenario, trace_format)
+    return replay_run(trace, config, policy, progress=progress).result
+
+
+def compare(
+    trace_path: str | Path,
+    scenario: str | Path,
+    policies: tuple[str, ...] = POLICY_NAMES,
+    progress: Progress | None = None,
+    *,
+    trace_format: str = "philly",
+) -> list[ReplayRun]:
+    """Replay every policy on the same workload and cluster, in order."""
+    trace, config = load(trace_path, scenario, trace_format)
+    return [replay_run(trace, config, p, progress=progress) for p in policies]
+
+
+def load(
+    trace_path: str | Path, scenario: str | Path, trace_format: str
+) -> tuple[list[TraceJob], RotaConfig]:
+    if trace_format != "philly":
+        raise ValueError(f"unknown trace format {trace_format!r}; only 'philly' is supported")
+    return load_philly(Path(trace_path)), load_config(find_scenario(scenario))

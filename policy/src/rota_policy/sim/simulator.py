@@ -1,0 +1,478 @@
+"""A discrete-event simulator on a virtual clock that applies a policy's Decisions.
+
+It plays run progress, periodic checkpoints, each policy's way of stopping a victim (Rota's
+notice -> save -> acknowledge -> stop; the baselines' SIGTERM), resumes with their restart
+overhead, and accounts every preemption. The policy is called once per distinct event time
+(or per `cycle_s` tick), never per simulated second, and is asked to explain only the jobs
+submitted since the last cycle: that is what the ETA-at-submit metric needs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rota.contracts.common import Tier
+
+from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
+from rota_policy.fairshare import accrue, water_fill
+from rota_policy.layout import layout_of
+from rota_policy.model import (
+    Decisions,
+    NodeState,
+    PendingJob,
+    PendingQueue,
+    PlanInFlight,
+    RunningRun,
+    Slot,
+    Snapshot,
+)
+from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, CHECKPOINT_SAVE_S, RESTART_S, TraceJob
+
+__all__ = ["EVICTIONS", "Eviction", "SimJob", "Simulator"]
+
+FAIRNESS_SAMPLE_S = 300.0
+TIMELINE_S = 3600.0
+_FINISH, _STOP, _CYCLE = 0, 1, 2
+_V = TypeVar("_V", int, float)
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """What happens to a victim between the notice (or SIGTERM) and the stop."""
+
+    resumable_stop_s: float
+    resumable_saves: bool
+    """True: the job saves its progress on the notice; False: it keeps its last periodic one."""
+    other_stop_s: float
+
+
+EVICTIONS: dict[str, Eviction] = {
+    # Rota: notice -> save in checkpoint_save_s -> acknowledge -> stop. A job that cannot
+    # checkpoint has nothing to wait for, so the coordinator stops it at once.
+    "rota": Eviction(CHECKPOINT_SAVE_S, True, 0.0),
+    # Kueue: SIGTERM, 30 s grace; the job does not save on SIGTERM.
+    "kueue": Eviction(30.0, False, 30.0),
+    # Slurm REQUEUE with GraceTime=300: a resumable job saves in its 60 s and exits; another exits.
+    "slurm": Eviction(CHECKPOINT_SAVE_S, True, 0.0),
+    "fifo": Eviction(0.0, False, 0.0),
+}
+
+
+def _count(counts: dict[_V, int], value: _V, delta: int) -> None:
+    """Add `delta` to a multiset kept as value -> count; a count that reaches 0 goes."""
+    left = counts.get(value, 0) + delta
+    if left:
+        counts[value] = left
+    else:
+        del counts[value]
+
+
+class SimJob:
+    __slots__ = (
+        "attempt",
+        "epoch",
+        "eta",
+        "eta_known",
+        "finish",
+        "first_reason",
+        "first_start",
+        "lost_s",
+        "pending",
+        "pending_since",
+        "preemptions",
+        "progress",
+        "run",
+        "run_base",
+        "run_overhead",
+        "run_start",
+        "saved",
+        "stop_at",
+        "t",
+        "wait",
+    )
+
+    def __init__(self, t: TraceJob) -> None:
+        self.t = t
+        self.progress = 0.0
+        self.pending: PendingJob | None = None
+        self.pending_since = t.submit
+        self.wait = 0.0
+        self.first_start: float | None = None
+        self.eta: float | None = None
+        self.eta_known = False
+        self.first_reason = ""
+        self.finish: float | None = None
+        self.preemptions = 0
+        self.attempt = 0
+        self.epoch = 0
+        self.run: RunningRun | None = None
+        self.run_start = 0.0
+        self.run_base = 0.0
+        self.run_overhead = 0.0
+        self.saved = 0.0
+        self.stop_at: float | None = None
+        self.lost_s = 0.0
+
+
+class Simulator:
+    def __init__(
+        self,
+        trace: list[TraceJob],
+        nodes: tuple[NodeState, ...],
+        config: PolicyConfig,
+        policy: str,
+        *,
+        quotas: dict[str, int] | None = None,
+        cycle_s: float = 0.0,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.jobs = [SimJob(t) for t in trace]
+        self.by_id = {j.t.job_id: j for j in self.jobs}
+        self.config = config
+        self.policy_name = policy
+        self.policy: SchedulePolicy = POLICIES[policy]
+        self.eviction = EVICTIONS[policy]
+        self.cycle_s = cycle_s
+        self.progress_cb = progress
+        self.node_states = list(nodes)
+        self.layout = layout_of(nodes)
+        """Kept for every cycle: the nodes' shape never changes in a replay."""
+        self.node_free = [list(n.free) for n in nodes]
+        self.node_index = {n.name: i for i, n in enumerate(nodes)}
+        self.capacity = sum(n.gpus for n in nodes)
+        self.runs: dict[str, RunningRun] = {}
+        self.plans: dict[str, PlanInFlight] = {}
+        self.queues: dict[tuple[Tier, str, str], list[PendingJob]] = {}
+        self.queue_sizes: dict[tuple[Tier, str, str], dict[int, int]] = {}
+        """Per queue, how many jobs ask for each GPU count (the queue's smallest request)."""
+        self.queue_runtimes: dict[tuple[Tier, str, str], dict[float, int]] = {}
+        """Per queue, how many jobs have each runtime estimate, 0 for none (its shortest)."""
+        self.queue_cache: dict[tuple[Tier, str, str], PendingQueue] = {}
+        self.dirty_queues: set[tuple[Tier, str, str]] = set()
+        self.new_ids: set[str] = set()
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.pending_count = 0
+        # Accounting.
+        teams = sorted({t.team for t in trace})
+        self.running_gpus = dict.fromkeys(teams, 0)
+        self.pending_gpus = dict.fromkeys(teams, 0)
+        self.usage = {team: (0.0, 0.0) for team in teams}  # (decayed GPU-s, as of time)
+        self.weights = {team: float((quotas or {}).get(team, 0) or 1) for team in teams}
+        self.busy = 0
+        self.busy_gpu_s = 0.0
+        self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
+        self.fair_sum = 0.0
+        self.fair_samples = 0
+        self.next_sample = 0.0
+        self.timeline: list[tuple[float, int]] = []
+        self.next_timeline = 0.0
+        self.clock = 0.0
+        self.preemptions = 0
+        self.lost_gpu_s = 0.0
+        self.overhead_gpu_s = 0.0
+        self.cycles = 0
+        self.ratios: list[float] = []
+        self.runtime_scale = 1.0
+
+    # ------------------------------------------------------------ events
+
+    def _push(self, t: float, kind: int, idx: int, epoch: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, idx, epoch))
+
+    def run(self) -> None:
+        jobs, n, events = self.jobs, len(self.jobs), self.events
+        i = 0
+        cycle_at: float | None = None
+        report_every = max(1, n // 200)
+        while i < n or events:
+            t = min(jobs[i].t.submit if i < n else math.inf, events[0][0] if events else math.inf)
+            self._advance(t)
+            dirty = False
+            while i < n and jobs[i].t.submit == t:
+                self._submit(jobs[i], t)
+                i += 1
+                dirty = True
+                if self.progress_cb is not None and i % report_every == 0:
+                    self.progress_cb(i / n)
+            run_cycle = False
+            while events and events[0][0] == t:
+                _, kind, _, idx, epoch = heapq.heappop(events)
+                if kind == _CYCLE:
+                    run_cycle = True
+                    cycle_at = None
+                    continue
+                job = jobs[idx]
+                if epoch != job.epoch:
+                    continue
+                if kind == _FINISH:
+                    self._finish(job, t)
+                else:
+                    self._stop(job, t)
+                dirty = True
+            if dirty and (self.pending_count or self.plans):
+                if self.cycle_s > 0:
+                    at = math.ceil(t / self.cycle_s) * self.cycle_s
+                    if at <= t:
+                        run_cycle = True
+                    elif cycle_at is None:
+                        cycle_at = at
+                        self._push(at, _CYCLE, -1, 0)
+                else:
+                    run_cycle = True
+            if run_cycle and (self.pending_count or self.plans):
+                self._cycle(t)
+        if self.progress_cb is not None:
+            self.progress_cb(1.0)
+
+    def _advance(self, t: float) -> None:
+        """Integrate busy GPUs and take fairness samples over [clock, t), state unchanged."""
+        start, end = self.window
+        lo, hi = max(self.clock, start), min(t, end)
+        if hi > lo:
+            self.busy_gpu_s += self.busy * (hi - lo)
+        if t >= self.next_sample:
+            count = int((t - self.next_sample) // FAIRNESS_SAMPLE_S) + 1
+            self.next_sample += count * FAIRNESS_SAMPLE_S
+            demand = {team: self.running_gpus[team] + self.pending_gpus[team] for team in self.running_gpus}
+            if sum(demand.values()) >= self.capacity:
+                fair = water_fill(self.capacity, demand, self.weights)
+                error = sum(abs(self.running_gpus[team] - fair[team]) for team in fair) / (2 * self.capacity)
+                self.fair_sum += error * count
+                self.fair_samples += count
+        while t >= self.next_timeline:
+            self.timeline.append((self.next_timeline, self.busy))
+            self.next_timeline += TIMELINE_S
+        self.clock = t
+
+    # ------------------------------------------------------------ state changes
+
+    def _queue_key(self, job: SimJob) -> tuple[Tier, str, str]:
+        return (job.t.tier, job.t.team, "gpu")
+
+    def _enqueue(self, job: SimJob, t: float) -> None:
+        tj = job.t
+        remaining = max(0.0, tj.declared_runtime_s - job.progress)
+        pj = PendingJob(
+            job_id=tj.job_id,
+            team=tj.team,
+            tier=tj.tier,
+            flavor="gpu",
+            workers=tj.workers,
+            gpus_per_worker=tj.gpus_per_worker,
+            submitted_at=tj.submit,
+            runtime_estimate_s=remaining or None,
+            resumable=tj.resumable,
+            preemptions=job.preemptions,
+        )
+        job.pending = pj
+        job.pending_since = t
+        key = self._queue_key(job)
+        queue = self.queues.setdefault(key, [])
+        if not queue or (queue[-1].submitted_at, queue[-1].job_id) <= (pj.submitted_at, pj.job_id):
+            queue.append(pj)
+        else:
+            bisect.insort(queue, pj, key=lambda p: (p.submitted_at, p.job_id))
+        _count(self.queue_sizes.setdefault(key, {}), tj.gpus, +1)
+        _count(self.queue_runtimes.setdefault(key, {}), pj.runtime_estimate_s or 0.0, +1)
+        self.dirty_queues.add(key)
+        self.pending_count += 1
+        self.pending_gpus[tj.team] += tj.gpus
+
+    def _dequeue(self, job: SimJob) -> None:
+        pj = job.pending
+        assert pj is not None
+        key = self._queue_key(job)
+        queue = self.queues[key]
+        if queue[0] is pj:
+            del queue[0]
+        else:
+            queue.remove(pj)
+        _count(self.queue_sizes[key], job.t.gpus, -1)
+        _count(self.queue_runtimes[key], pj.runtime_estimate_s or 0.0, -1)
+        self.dirty_queues.add(key)
+        job.pending = None
+        self.pending_count -= 1
+        self.pending_gpus[job.t.team] -= job.t.gpus
+
+    def _submit(self, job: SimJob, t: float) -> None:
+        self._enqueue(job, t)
+        self.new_ids.add(job.t.job_id)
+
+    def _set_usage(self, team: str, t: float, delta: int) -> None:
+        value, since = self.usage[team]
+        self.usage[team] = (accrue(value, self.running_gpus[team], t - since, self.config.half_life_s), t)
+        self.running_gpus[team] += delta
+        self.busy += delta
+
+    def _node_changed(self, idx: int) -> None:
+        n = self.node_states[idx]
+        self.node_states[idx] = NodeState(n.name, n.flavor, n.rack, n.gpus, tuple(self.node_free[idx]))
+
+    def _start(self, job: SimJob, placement: tuple[Slot, ...], t: float) -> None:
+        tj = job.t
+        self._dequeue(job)
+        for slot in placement:
+            idx = self.node_index[slot.node]
+            free = self.node_free[idx]
+            for g in slot.gpus:
+                free.remove(g)
+            self._node_changed(idx)
+        resumed = tj.resumable and job.progress > 0
+        overhead = RESTART_S if resumed else 0.0
+        if resumed and job.preemptions:
+            self.overhead_gpu_s += tj.gpus * overhead
+        job.wait += t - job.pending_since
+        if job.first_start is None:
+            job.first_start = t
+            if not job.eta_known:
+                job.eta, job.eta_known = t, True
+        job.attempt += 1
+        job.run_start, job.run_base, job.run_overhead = t, job.progress, overhead
+        job.stop_at = None
+        run = RunningRun(
+            run_id=f"{tj.job_id}/{job.attempt}",
+            job_id=tj.job_id,
+            team=tj.team,
+            tier=tj.tier,
+            flavor="gpu",
+            placement=placement,
+            gpus=tj.gpus,
+            started_at=t,
+            last_checkpoint_at=t + overhead if tj.resumable else None,
+            resumable=tj.resumable,
+            preemptions=job.preemptions,
+            expected_end=t + overhead + max(0.0, tj.declared_runtime_s - job.progress),
+            checkpoint_interval_s=CHECKPOINT_INTERVAL_S if tj.resumable else None,
+        )
+        job.run = run
+        self.runs[run.run_id] = run
+        self._set_usage(tj.team, t, tj.gpus)
+        job.epoch += 1
+        self._push(t + overhead + (tj.duration - job.progress), _FINISH, tj.k, job.epoch)
+
+    def _release(self, job: SimJob, t: float) -> None:
+        run = job.run
+        assert run is not None
+        for slot in run.placement:
+            idx = self.node_index[slot.node]
+            free = self.node_free[idx]
+            free.extend(slot.gpus)
+            free.sort()
+            self._node_changed(idx)
+        del self.runs[run.run_id]
+        job.run = None
+        self._set_usage(job.t.team, t, -job.t.gpus)
+
+    def _finish(self, job: SimJob, t: float) -> None:
+        self._release(job, t)
+        job.finish = t
+        job.progress = job.t.duration
+        self.ratios.append(job.t.duration / job.t.declared_runtime_s)
+        if len(self.ratios) % 64 == 0:
+            self.runtime_scale = statistics.median(self.ratios[-2048:])
+
+    def _progress_at(self, job: SimJob, t: float) -> float:
+        return min(job.t.duration, job.run_base + max(0.0, t - job.run_start - job.run_overhead))
+
+    def _notice(self, job: SimJob, t: float) -> None:
+        """A victim is told to stop (Rota's notice, or the baselines' SIGTERM)."""
+        tj, ev = job.t, self.eviction
+        done = self._progress_at(job, t)
+        if tj.resumable and ev.resumable_saves:
+            saved, delay = done, ev.resumable_stop_s
+        elif tj.resumable:
+            ran = max(0.0, done - job.run_base)
+            saved, delay = (
+                job.run_base + (ran // CHECKPOINT_INTERVAL_S) * CHECKPOINT_INTERVAL_S,
+                ev.resumable_stop_s,
+            )
+        else:
+            saved, delay = 0.0, ev.other_stop_s
+        finish_at = job.run_start + job.run_overhead + (tj.duration - job.run_base)
+        if finish_at <= t + delay:
+            return  # it ends on its own before it would have stopped: nothing is lost
+        self.preemptions += 1
+        job.preemptions += 1
+        job.saved = saved
+        job.lost_s += done - saved
+        self.lost_gpu_s += tj.gpus * (done - saved)
+        self.overhead_gpu_s += tj.gpus * delay
+        job.epoch += 1
+        job.stop_at = t + delay
+        self._push(t + delay, _STOP, tj.k, job.epoch)
+
+    def _stop(self, job: SimJob, t: float) -> None:
+        self._release(job, t)
+        job.progress = job.saved
+        self._enqueue(job, t)
+
+    # ------------------------------------------------------------ the cycle
+
+    def _snapshot(self, t: float) -> Snapshot:
+        for key in self.dirty_queues:
+            queue = self.queues[key]
+            sizes = self.queue_sizes[key]
+            if queue:
+                jobs, least = tuple(queue), min(sizes)
+                shortest = min(self.queue_runtimes[key])
+                before = self.queue_cache.get(key)
+                self.queue_cache[key] = (
+                    before.followed_by(jobs, least, shortest)
+                    if before is not None
+                    else PendingQueue(key[0], key[1], key[2], jobs, least, shortest)
+                )
+            else:
+                self.queue_cache.pop(key, None)
+        self.dirty_queues.clear()
+        hl = self.config.half_life_s
+        usage = {
+            team: accrue(value, self.running_gpus[team], t - since, hl)
+            for team, (value, since) in self.usage.items()
+        }
+        explain = frozenset(self.new_ids)
+        self.new_ids.clear()
+        return Snapshot(
+            nodes=tuple(self.node_states),
+            running=tuple(self.runs.values()),
+            pending=tuple(self.queue_cache.values()),
+            usage=usage,
+            plans=tuple(self.plans.values()),
+            explain=explain,
+            runtime_scale=self.runtime_scale,
+            in_use={(team, "gpu"): gpus for team, gpus in self.running_gpus.items() if gpus},
+            layout=self.layout,
+        )
+
+    def _cycle(self, t: float) -> None:
+        self.cycles += 1
+        decisions = self.policy(self._snapshot(t), t, self.config)
+        self._apply(decisions, t)
+
+    def _apply(self, decisions: Decisions, t: float) -> None:
+        for job_id in decisions.abandoned_plans:
+            self.plans.pop(job_id, None)
+        for admission in decisions.admissions:
+            self.plans.pop(admission.job_id, None)
+            self._start(self.by_id[admission.job_id], admission.placement, t)
+        for plan in decisions.plans:
+            victims = []
+            for victim in plan.victims:
+                job = self.by_id[victim.job_id]
+                self._notice(job, t)
+                victims.append(victim.run_id)
+            self.plans[plan.preemptor_job_id] = PlanInFlight(
+                plan.preemptor_job_id, tuple(victims), plan.target
+            )
+        for ex in decisions.pending:
+            job = self.by_id[ex.job_id]
+            if not job.eta_known:
+                job.eta, job.eta_known = ex.eta, True
+                job.first_reason = ex.reasons[0].code.value

@@ -1,0 +1,162 @@
+"""Small fixture builders for policy scenarios: a cluster, running work, pending jobs, config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rota.contracts.common import Tier
+from rota.contracts.job import RackAffinity
+from rota_policy import (
+    NodeState,
+    PendingJob,
+    PlanInFlight,
+    PolicyConfig,
+    RunningRun,
+    Slot,
+    Snapshot,
+    TeamLimits,
+    TeamPolicy,
+    TierPolicy,
+    group_pending,
+)
+
+FLAVOR = "gpu"
+
+
+def gpu_jobs(
+    team: str,
+    tier: str = "training",
+    n: int = 1,
+    gpus: int = 8,
+    *,
+    workers: int = 1,
+    submitted: float = 0.0,
+    runtime: float | None = None,
+    rack: str = "none",
+    flavor: str = FLAVOR,
+    resumable: bool = True,
+    name: str | None = None,
+) -> list[PendingJob]:
+    """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart."""
+    base = name or f"{team}-{tier[:4]}-{workers}x{gpus}"
+    return [
+        PendingJob(
+            job_id=f"{base}-{i}" if n > 1 else base,
+            team=team,
+            tier=Tier(tier),
+            flavor=flavor,
+            workers=workers,
+            gpus_per_worker=gpus,
+            submitted_at=submitted + i,
+            runtime_estimate_s=runtime,
+            rack=RackAffinity(rack),
+            resumable=resumable,
+        )
+        for i in range(n)
+    ]
+
+
+def team_config(
+    quotas: dict[str, int] | None = None,
+    *,
+    borrowing: dict[str, int] | None = None,
+    lending: dict[str, int] | None = None,
+    **overrides: object,
+) -> PolicyConfig:
+    teams = {
+        name: TeamPolicy(
+            name,
+            1.0,
+            {FLAVOR: TeamLimits(quota, (borrowing or {}).get(name), (lending or {}).get(name))},
+        )
+        for name, quota in (quotas or {}).items()
+    }
+    # Tier weights as in the example rota.yaml: production 3, training 2, experiment 1.
+    tiers = {
+        Tier.production: TierPolicy(3.0),
+        Tier.training: TierPolicy(2.0),
+        Tier.experiment: TierPolicy(1.0),
+    }
+    return PolicyConfig(teams=teams, tiers=tiers).with_overrides(**overrides)
+
+
+@dataclass
+class World:
+    """Nodes of 8 GPUs (`racks` racks, filled in order) with runs placed where you say."""
+
+    nodes: int = 2
+    racks: int = 1
+    gpus: int = 8
+    flavor: str = FLAVOR
+    free: list[list[int]] = field(default_factory=list)
+    runs: list[RunningRun] = field(default_factory=list)
+    plans: list[PlanInFlight] = field(default_factory=list)
+    usage: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.free = [list(range(self.gpus)) for _ in range(self.nodes)]
+
+    def name(self, node: int) -> str:
+        return f"n{node}"
+
+    def rack_of(self, node: int) -> str:
+        per = -(-self.nodes // self.racks)
+        return f"r{node // per}"
+
+    def run(
+        self,
+        team: str,
+        tier: str = "experiment",
+        *,
+        node: int | list[int] = 0,
+        gpus: int = 8,
+        started: float = -3600.0,
+        resumable: bool = True,
+        preemptions: int = 0,
+        end: float | None = None,
+        run_id: str | None = None,
+        checkpoint: float | None = None,
+    ) -> RunningRun:
+        """A run holding `gpus` GPUs on each of `node` (one node or several)."""
+        nodes = [node] if isinstance(node, int) else node
+        placement = []
+        for w, n in enumerate(nodes):
+            taken = tuple(self.free[n][:gpus])
+            assert len(taken) == gpus, f"node {n} has only {len(self.free[n])} free"
+            del self.free[n][:gpus]
+            placement.append(Slot(w, self.name(n), taken))
+        rid = run_id or f"run-{team}-{tier[:4]}-{len(self.runs)}"
+        run = RunningRun(
+            run_id=rid,
+            job_id=f"job-{rid}",
+            team=team,
+            tier=Tier(tier),
+            flavor=self.flavor,
+            placement=tuple(placement),
+            gpus=gpus * len(nodes),
+            started_at=started,
+            last_checkpoint_at=checkpoint if checkpoint is not None else (started if resumable else None),
+            resumable=resumable,
+            preemptions=preemptions,
+            expected_end=end,
+        )
+        self.runs.append(run)
+        return run
+
+    def snapshot(self, pending: list[PendingJob], *, explain: frozenset[str] | None = None) -> Snapshot:
+        nodes = tuple(
+            NodeState(self.name(i), self.flavor, self.rack_of(i), self.gpus, tuple(sorted(f)))
+            for i, f in enumerate(self.free)
+        )
+        return Snapshot(
+            nodes, tuple(self.runs), group_pending(pending), dict(self.usage), tuple(self.plans), explain
+        )
+
+    def finish(self, run: RunningRun) -> None:
+        """The run stops: its GPUs come back."""
+        self.runs = [r for r in self.runs if r.run_id != run.run_id]
+        for slot in run.placement:
+            self.free[int(slot.node[1:])].extend(slot.gpus)
+
+    def with_run(self, run: RunningRun) -> RunningRun:
+        return replace(run)
