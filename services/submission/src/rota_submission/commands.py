@@ -83,7 +83,9 @@ class Commands:
         self, rejection: Rejection, command: Command, *, team: str | None = None,
         job_id: str | None = None,
     ) -> m.ApiReply:
-        """Publish `JobRejected` (nothing is stored) and build the error reply.
+        """Publish `JobRejected` (nothing is stored) and build the error reply. `team` is the
+        sender's (the subject's, when it names one): the rejection goes on that team's feed,
+        never on the feed of a team it tried to submit for.
 
         Its id derives from the command's stable seed, so a redelivered bad command is
         rejected again under the same `Nats-Msg-Id` and JetStream keeps one copy.
@@ -125,7 +127,7 @@ class Commands:
                 raise Rejected(rejection)
             reply = await self._record(spec, command)
         except Rejected as exc:
-            return await self.reject(exc.rejection, command, team=spec.team)
+            return await self.reject(exc.rejection, command, team=origin.team or spec.team)
         return m.ApiReply(ok=True, result=reply.model_dump(mode="json"), command_id=command.id,
                           submission_id=spec.submission_id)
 
@@ -145,7 +147,7 @@ class Commands:
                 refused.append((exc.rejection, command, origin.team))
                 continue
             if (rejection := self._check(spec, origin)) is not None:
-                refused.append((rejection, command, spec.team))
+                refused.append((rejection, command, origin.team or spec.team))
             else:
                 accepted.append((spec, command))
         if accepted:
@@ -156,7 +158,7 @@ class Commands:
             self._wake_relay()
             for (spec, command), outcome in zip(accepted, outcomes, strict=True):
                 if isinstance(outcome, Rejection):  # decided before anything of it was written
-                    refused.append((outcome, command, spec.team))
+                    refused.append((outcome, command, command.origin.team or spec.team))
         for rejection, command, team in refused:
             await self.reject(rejection, command, team=team)
 
