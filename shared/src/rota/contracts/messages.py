@@ -1,4 +1,5 @@
 """Every command and event payload. Commands are imperative and strict; events are past tense.
+The read API's requests and replies are in `rota.contracts.requests`, and named here too.
 
 Within version 1, changes are additive only: new optional fields, new message types.
 """
@@ -24,9 +25,23 @@ from rota.contracts.common import (
     Uuid,
 )
 from rota.contracts.job import JobSpec, Placement
+from rota.contracts.requests import (
+    ApiError,
+    ApiReply,
+    GetJob,
+    JobStateName,
+    ListAllocations,
+    ListDeadLetters,
+    ListJobs,
+    ListNotifications,
+    ListPreemptions,
+    SubmitReply,
+    SummarizeQueues,
+)
 
-JobStateName = Literal[
-    "pending", "admitted", "running", "preempting", "finished", "failed", "cancelled"
+__all__ = [
+    "ApiError", "ApiReply", "GetJob", "JobStateName", "ListAllocations", "ListDeadLetters",
+    "ListJobs", "ListNotifications", "ListPreemptions", "SubmitReply", "SummarizeQueues",
 ]
 INT32_MAX = 2**31 - 1
 """Integers stored in PostgreSQL `integer` columns stay within its range."""
@@ -363,89 +378,3 @@ class PreemptionNotice(OpenModel):
     grace_s: StrictFloat = Field(ge=0)
     ack_subject: str
     reason: ShortText
-
-
-# ---------------------------------------------------------------- read API
-
-
-class ApiError(OpenModel):
-    code: str
-    field: str | None = None
-    message: ShortText
-
-
-class ApiReply(OpenModel):
-    """Every request's reply, as an envelope's `data`: `ok` with `result`, or an `error`."""
-
-    ok: StrictBool
-    result: Any = None
-    error: ApiError | None = None
-    command_id: Uuid | None = Field(None, description="The envelope `id` of the request this "
-                                    "answers; null when it could not be read.")
-    submission_id: SubmissionId | None = Field(
-        None, description="For a submit: the request's `data.submission_id`, when valid.")
-
-
-class GetJob(StrictModel):
-    """`rota.api.job.get`, `.why`, `.trace`: one job by its id, its short id (the id's last 12
-    characters, as `rota jobs` prints it), or any 8+ characters from the id's start or end
-    that only one job has (else `AMBIGUOUS_ID`)."""
-
-    job_id: Annotated[str, Field(min_length=8, max_length=36, pattern=r"^[0-9a-f-]+$")]
-
-
-class ListJobs(StrictModel):
-    """`rota.api.jobs.list`: newest first."""
-
-    team: Name | None = None
-    queue: Tier | None = None
-    state: JobStateName | None = None
-    limit: StrictInt = Field(100, ge=1, le=10_000)
-
-
-class ListAllocations(StrictModel):
-    """`rota.sys.ledger.allocations`: the ledger's allocations, one entry per run.
-
-    Active ones (the default) oldest grant first, for the scheduler's rebuild on start;
-    with `active_only: false`, released ones too, newest first.
-    """
-
-    active_only: StrictBool = True
-    limit: StrictInt = Field(10_000, ge=1, le=100_000)
-    job_id: Uuid | None = None
-
-
-class ListNotifications(StrictModel):
-    """`rota.sys.notifier.list`: notifications sent, retrying or dead, newest first."""
-
-    failed: StrictBool = Field(False, description="Only the dead letter.")
-    limit: StrictInt = Field(50, ge=1, le=1000)
-    job_id: Uuid | None = None
-
-
-class ListPreemptions(StrictModel):
-    """`rota.sys.preemption.plans`: preemption sagas with their victims, newest first."""
-
-    plan_id: Uuid | None = None
-    job_id: Uuid | None = Field(None, description="Plans with this job as preemptor or victim.")
-    open: StrictBool = Field(False, description="Only plans still in progress.")
-    limit: StrictInt = Field(50, ge=1, le=1000)
-
-
-class ListDeadLetters(StrictModel):
-    """`rota.sys.deadletter.<service>`: messages that service gave up on, newest first."""
-
-    limit: StrictInt = Field(50, ge=1, le=1000)
-
-
-class SummarizeQueues(StrictModel):
-    """`rota.api.queues.summary`: jobs and GPUs per queue, team and state."""
-
-    team: Name | None = None
-
-
-class SubmitReply(OpenModel):
-    job_id: Uuid
-    duplicate: StrictBool
-    state: str
-    submission_id: SubmissionId

@@ -1,0 +1,96 @@
+"""The read API: requests (strict) and the reply every request gets, errors included."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictBool, StrictInt
+
+from rota.contracts.common import Name, OpenModel, ShortText, StrictModel, SubmissionId, Tier, Uuid
+
+JobStateName = Literal[
+    "pending", "admitted", "running", "preempting", "finished", "failed", "cancelled"
+]
+
+
+class ApiError(OpenModel):
+    code: str
+    field: str | None = None
+    message: ShortText
+
+
+class ApiReply(OpenModel):
+    """Every request's reply, as an envelope's `data`: `ok` with `result`, or an `error`."""
+
+    ok: StrictBool
+    result: Any = None
+    error: ApiError | None = None
+    command_id: Uuid | None = Field(None, description="The envelope `id` of the request this "
+                                    "answers; null when it could not be read.")
+    submission_id: SubmissionId | None = Field(
+        None, description="For a submit: the request's `data.submission_id`, when valid.")
+
+
+class GetJob(StrictModel):
+    """`rota.api.job.get`, `.why`, `.trace`: one job by its id, its short id (the id's last 12
+    characters, as `rota jobs` prints it), or any 8+ characters from the id's start or end
+    that only one job has (else `AMBIGUOUS_ID`)."""
+
+    job_id: Annotated[str, Field(min_length=8, max_length=36, pattern=r"^[0-9a-f-]+$")]
+
+
+class ListJobs(StrictModel):
+    """`rota.api.jobs.list`: newest first."""
+
+    team: Name | None = None
+    queue: Tier | None = None
+    state: JobStateName | None = None
+    limit: StrictInt = Field(100, ge=1, le=10_000)
+
+
+class ListAllocations(StrictModel):
+    """`rota.sys.ledger.allocations`: the ledger's allocations, one entry per run.
+
+    Active ones (the default) oldest grant first, for the scheduler's rebuild on start;
+    with `active_only: false`, released ones too, newest first.
+    """
+
+    active_only: StrictBool = True
+    limit: StrictInt = Field(10_000, ge=1, le=100_000)
+    job_id: Uuid | None = None
+
+
+class ListNotifications(StrictModel):
+    """`rota.sys.notifier.list`: notifications sent, retrying or dead, newest first."""
+
+    failed: StrictBool = Field(False, description="Only the dead letter.")
+    limit: StrictInt = Field(50, ge=1, le=1000)
+    job_id: Uuid | None = None
+
+
+class ListPreemptions(StrictModel):
+    """`rota.sys.preemption.plans`: preemption sagas with their victims, newest first."""
+
+    plan_id: Uuid | None = None
+    job_id: Uuid | None = Field(None, description="Plans with this job as preemptor or victim.")
+    open: StrictBool = Field(False, description="Only plans still in progress.")
+    limit: StrictInt = Field(50, ge=1, le=1000)
+
+
+class ListDeadLetters(StrictModel):
+    """`rota.sys.deadletter.<service>`: messages that service gave up on, newest first."""
+
+    limit: StrictInt = Field(50, ge=1, le=1000)
+
+
+class SummarizeQueues(StrictModel):
+    """`rota.api.queues.summary`: jobs and GPUs per queue, team and state."""
+
+    team: Name | None = None
+
+
+class SubmitReply(OpenModel):
+    job_id: Uuid
+    duplicate: StrictBool
+    state: str
+    submission_id: SubmissionId
