@@ -40,7 +40,8 @@ def walk(cy: Cycle) -> bool:
                 _plan_in_flight(w, job)
                 continue
             # 3. admit: the admission ladder, at this job's turn.
-            outcome = admission(cy, job, w.held_by(job.flavor))
+            held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
+            outcome = admission(cy, job, held)
             if not isinstance(outcome, Block):
                 cy.admit(job, cy.state.allocate(outcome), via_plan=False)
                 w.log_change(group, order)

@@ -82,12 +82,6 @@ class WalkState:
         """Jobs passed over whose block is still to be recorded, as a heap by turn: each gets
         the ladder's answer once the walk reaches a later turn (`shortcuts.settle`)."""
 
-    def held_by(self, flavor: str) -> str | None:
-        """The job that holds the line ahead of a job of `flavor`, if one does."""
-        if self.all_blocked or flavor in self.blocked_flavors:
-            return self.cy.head_of_line
-        return None
-
     def log_change(self, group: int, order: QueueWalk) -> None:
         k, submitted, job_id = order.current_key
         free = dict(self.cy.state.free_total)
