@@ -77,6 +77,8 @@ class WalkState:
         """Blocked jobs tried per queue: the window (`Rules.per_queue_depth`)."""
         self.depth = rules.per_queue_depth
         self.changes: list[Change] = []
+        """Admissions and preemption tries since the first `unsure` run: `shortcuts.confirm`
+        reads only those after each run, so none is logged before the first."""
         self.unsure: list[Unsure] = []
         self.passed: list[tuple[Turn, PendingJob]] = []
         """Jobs passed over whose block is still to be recorded, as a heap by turn: each gets
