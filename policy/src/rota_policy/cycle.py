@@ -22,6 +22,7 @@ from rota_policy.model import (
     RunningRun,
     Slot,
     Snapshot,
+    expected_ends,
 )
 from rota_policy.ordering import Scorer, submit_key
 from rota_policy.placement import ClusterState
@@ -174,12 +175,10 @@ class Cycle:
     def book(self, flavor: str) -> ReservationBook:
         book = self.books.get(flavor)
         if book is None:
-            now, default, taken = self.now, self.config.default_runtime_s, self.taken
-            releases = [
-                (r.end(now, default), r.gpus)
-                for r in self.runs_by_flavor.get(flavor, ())
-                if r.run_id not in taken
-            ]
+            taken = self.taken
+            runs = [r for r in self.runs_by_flavor.get(flavor, ()) if r.run_id not in taken]
+            ends = expected_ends(runs, self.now, self.config.default_runtime_s)
+            releases = list(zip(ends, [r.gpus for r in runs], strict=True))
             releases.extend(
                 (self.now + self.runtime(job), job.gpus)
                 for job in self._admitted_jobs
