@@ -22,6 +22,7 @@ from rota_policy.model import (
     RunningRun,
     Slot,
     Snapshot,
+    expected_ends,
 )
 from rota_policy.ordering import Scorer, submit_key
 from rota_policy.placement import ClusterState
@@ -174,12 +175,10 @@ class Cycle:
     def book(self, flavor: str) -> ReservationBook:
         book = self.books.get(flavor)
         if book is None:
-            now, default, taken = self.now, self.config.default_runtime_s, self.taken
-            releases = [
-                (r.end(now, default), r.gpus)
-                for r in self.runs_by_flavor.get(flavor, ())
-                if r.run_id not in taken
-            ]
+            taken = self.taken
+            runs = [r for r in self.runs_by_flavor.get(flavor, ()) if r.run_id not in taken]
+            ends = expected_ends(runs, self.now, self.config.default_runtime_s)
+            releases = list(zip(ends, [r.gpus for r in runs], strict=True))
             releases.extend(
                 (self.now + self.runtime(job), job.gpus)
                 for job in self._admitted_jobs
@@ -191,21 +190,22 @@ class Cycle:
 
     def block(self, job: PendingJob, code: Code, detail: str = "") -> None:
         """Record why `job` waits, if explain will need it."""
-        if self._keeps(job, code):
-            self.blocks[job.job_id] = self.shared_block(code, detail)
+        if code in NO_ETA:
+            self.no_eta.append(job)
+        elif code is not Code.WAITING_FOR_PREEMPTION and job.job_id not in self.asked:
+            # Explain treats this job as one with no block unless it is asked about: only its
+            # reason would differ, and nobody asks for it (a replay asks about new jobs only).
+            return
+        self.blocks[job.job_id] = self.shared_block(code, detail)
 
     def record(self, job: PendingJob, block: Block) -> None:
         """`block(job, block.code, block.detail)` for a block already made (the ladder's)."""
-        if self._keeps(job, block.code):
-            self.blocks[job.job_id] = block
-
-    def _keeps(self, job: PendingJob, code: Code) -> bool:
+        code = block.code
         if code in NO_ETA:
             self.no_eta.append(job)
-            return True
-        # Explain treats a job as one with no block unless it is asked about: only its reason
-        # would differ, and nobody asks for it (a replay asks about new jobs only).
-        return code is Code.WAITING_FOR_PREEMPTION or job.job_id in self.asked
+        elif code is not Code.WAITING_FOR_PREEMPTION and job.job_id not in self.asked:
+            return
+        self.blocks[job.job_id] = block
 
     def shared_block(self, code: Code, detail: str = "") -> Block:
         """Blocks are immutable and a cycle records one per job it looks at, mostly the same

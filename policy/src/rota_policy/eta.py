@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Callable, Sequence
 
 from rota_policy.cycle import Cycle
-from rota_policy.model import PendingJob, PendingQueue
+from rota_policy.model import PendingJob, PendingQueue, expected_ends
 
 __all__ = ["EXACT_DEPTH", "DeepQueues", "Eta"]
 
@@ -37,10 +37,8 @@ class Eta:
         now = cy.now
         taken, default = cy.taken, cy.config.default_runtime_s
         releases = self.releases
-        for run in cy.snapshot.running:
-            if run.run_id in taken:
-                continue
-            declared = run.end(now, default)
+        live = [run for run in cy.snapshot.running if run.run_id not in taken]
+        for run, declared in zip(live, expected_ends(live, now, default), strict=True):
             end = run.started_at + (declared - run.started_at) * scale
             if end < now:
                 end = now

@@ -46,7 +46,7 @@ def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | B
         return refused
     if state.free_total.get(flavor, 0) < job.gpus:
         return _SHORT
-    reserved = reservation_block(cy, job)
+    reserved = reservation_block(cy, job) if cy.books else None
     if reserved is not None:
         return reserved
     fit = state.find(job)

@@ -40,10 +40,12 @@ def walk(cy: Cycle) -> bool:
                 _plan_in_flight(w, job)
                 continue
             # 3. admit: the admission ladder, at this job's turn.
-            outcome = admission(cy, job, w.held_by(job.flavor))
+            held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
+            outcome = admission(cy, job, held)
             if not isinstance(outcome, Block):
                 cy.admit(job, cy.state.allocate(outcome), via_plan=False)
-                w.log_change(group, order)
+                if w.unsure:  # only `confirm` reads the log, and only past its first entry
+                    w.log_change(group, order)
                 continue
             if outcome.code in _FINAL:
                 cy.record(job, outcome)
@@ -96,7 +98,8 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
     plan = w.planner(job, cy.preemption, cy)
     if plan is not None:
         cy.accept_plan(job, plan)
-    w.log_change(group, order)
+    if w.unsure:
+        w.log_change(group, order)
     if plan is None:
         return False
     cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)

@@ -77,16 +77,12 @@ class WalkState:
         """Blocked jobs tried per queue: the window (`Rules.per_queue_depth`)."""
         self.depth = rules.per_queue_depth
         self.changes: list[Change] = []
+        """Admissions and preemption tries since the first `unsure` run: `shortcuts.confirm`
+        reads only those after each run, so none is logged before the first."""
         self.unsure: list[Unsure] = []
         self.passed: list[tuple[Turn, PendingJob]] = []
         """Jobs passed over whose block is still to be recorded, as a heap by turn: each gets
         the ladder's answer once the walk reaches a later turn (`shortcuts.settle`)."""
-
-    def held_by(self, flavor: str) -> str | None:
-        """The job that holds the line ahead of a job of `flavor`, if one does."""
-        if self.all_blocked or flavor in self.blocked_flavors:
-            return self.cy.head_of_line
-        return None
 
     def log_change(self, group: int, order: QueueWalk) -> None:
         k, submitted, job_id = order.current_key
