@@ -119,10 +119,11 @@ async def publish_command(nc: Client, subject: str, body: bytes, msg_id: str) ->
                                  headers={"Nats-Msg-Id": msg_id})
 
 
-async def events(
+async def events_with_headers(
     nc: Client, subject: str, *, since_seq: int = 0, stream: str = STREAM_EVT
-) -> list[dict[str, Any]]:
-    """Every message on `subject` in `stream` (ROTA_EVT) after stream sequence `since_seq`."""
+) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """Every message on `subject` in `stream` (ROTA_EVT) after stream sequence `since_seq`,
+    with its headers."""
     js = nc.jetstream()
     config = ConsumerConfig(
         filter_subject=subject,
@@ -130,7 +131,7 @@ async def events(
         opt_start_seq=since_seq + 1,
     )
     sub = await js.pull_subscribe(subject, stream=stream, config=config)
-    found: list[dict[str, Any]] = []
+    found: list[tuple[dict[str, Any], dict[str, str]]] = []
     try:
         while True:
             try:
@@ -138,11 +139,19 @@ async def events(
             except (TimeoutError, nats.errors.TimeoutError):
                 break
             for msg in batch:
-                found.append(json.loads(msg.data))
+                found.append((json.loads(msg.data), dict(msg.headers or {})))
                 await msg.ack()
     finally:
         await sub.unsubscribe()
     return found
+
+
+async def events(
+    nc: Client, subject: str, *, since_seq: int = 0, stream: str = STREAM_EVT
+) -> list[dict[str, Any]]:
+    """Every message on `subject` in `stream` (ROTA_EVT) after stream sequence `since_seq`."""
+    return [doc for doc, _ in await events_with_headers(nc, subject, since_seq=since_seq,
+                                                        stream=stream)]
 
 
 async def stream_last_seq(nc: Client, stream: str = STREAM_EVT) -> int:

@@ -8,35 +8,25 @@ import json
 import uuid
 from typing import Any
 
-import nats
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
 from rota.ids import new_id
 
 from tests.builders import spec_doc, submit_job
-from tests.integration.harness import ServiceProcess, api, eventually, stream_last_seq
+from tests.integration.harness import (
+    ServiceProcess,
+    api,
+    events_with_headers,
+    eventually,
+    stream_last_seq,
+)
 
 
 async def answers(nc: Client, since_seq: int) -> list[tuple[dict[str, Any], dict[str, str]]]:
     """Every job event after `since_seq`, with its headers."""
-    sub = await nc.jetstream().pull_subscribe("rota.evt.job.>", stream=s.STREAM_EVT, config=(
-        ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=since_seq + 1)))
-    found: list[tuple[dict[str, Any], dict[str, str]]] = []
-    try:
-        while True:
-            try:
-                batch = await sub.fetch(256, timeout=0.5)
-            except (TimeoutError, nats.errors.TimeoutError):
-                break
-            for msg in batch:
-                found.append((json.loads(msg.data), dict(msg.headers or {})))
-                await msg.ack()
-    finally:
-        await sub.unsubscribe()
-    return found
+    return await events_with_headers(nc, "rota.evt.job.>", since_seq=since_seq)
 
 
 def producer_trace() -> tuple[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,6 +19,12 @@ SIM_URI = re.compile(r"^sim://(?P<job>[^/]+)/(?P<progress>\d+(\.\d+)?)$")
 
 def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def mint_token() -> tuple[str, str]:
+    """A new run token and the hash that is all the executor keeps of it."""
+    token = secrets.token_urlsafe(32)
+    return token, token_sha256(token)
 
 
 def placement_problem(placement: list[WorkerPlacement], nodes: list[Node]) -> str | None:

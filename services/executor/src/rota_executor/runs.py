@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import secrets
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_executor import metrics, store
 from rota_executor.backend import Backend, Checkpoint, Exit, RunRecord, WorkerProcess
-from rota_executor.domain import outcome, placement_problem, token_sha256
+from rota_executor.domain import mint_token, outcome, placement_problem, token_sha256
 
 log = logging.getLogger("rota.executor")
 
@@ -92,10 +91,10 @@ class Executor:
         problem = placement_problem(list(start.placement), self.nodes) or backend.unsupported(
             start.spec)
         # Minted here, kept only as its hash, and handed to the run alone: it is on no stream.
-        run_token = secrets.token_urlsafe(32)
+        run_token, token_hash = mint_token()
         async with self.service.engine.begin() as conn:
             inserted = await store.insert_run(
-                conn, start, token_sha256=token_sha256(run_token), backend=backend.name,
+                conn, start, token_sha256=token_hash, backend=backend.name,
                 state="failed" if problem else "running", now=now, detail=problem,
             )
             if not inserted:
@@ -261,9 +260,9 @@ class Executor:
                                               "updated_at": self.service.clock.now()})
 
     async def new_token(self, run_id: str) -> str:
-        run_token = secrets.token_urlsafe(32)
+        run_token, token_hash = mint_token()
         async with self.service.engine.begin() as conn:
-            await store.update(conn, run_id, {"token_sha256": token_sha256(run_token),
+            await store.update(conn, run_id, {"token_sha256": token_hash,
                                               "updated_at": self.service.clock.now()})
         return run_token
 
