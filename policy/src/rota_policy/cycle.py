@@ -29,10 +29,21 @@ from rota_policy.placement import ClusterState
 from rota_policy.preemption import PreemptionContext
 from rota_policy.quota import QuotaBook
 
-__all__ = ["Cycle", "Order", "Planner", "PlannerCache", "Rules"]
+__all__ = ["Cycle", "Order", "PlanHold", "Planner", "PlannerCache", "Rules"]
 
 Order = Literal["score", "slurm", "tier_fifo", "submit"]
 Planner = Callable[[PendingJob, PreemptionContext, "Cycle"], PreemptionPlan | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanHold:
+    """What a plan in flight holds for its preemptor this cycle: quota, and the GPUs of its
+    target already free, per node index."""
+
+    team: str
+    flavor: str
+    gpus: int
+    held: tuple[tuple[int, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +110,9 @@ class Cycle:
         self.taken: set[str] = set()
         self.planned: dict[str, tuple[Slot, ...] | None] = {}
         """Preemptors with a plan in flight: their target once every GPU of it is held."""
+        self.plan_holds: dict[str, PlanHold] = {}
+        self.plan_ready_at: dict[str, float] = {}
+        """Per preemptor, when its victims are expected to have saved and stopped."""
         self.abandoned: list[str] = []
         self.head_of_line = ""
         """The job that blocks all behind it, under policies without backfill."""
@@ -225,8 +239,23 @@ class Cycle:
         if book is not None:
             book.commit(job.gpus, self.now + self.runtime(job))
 
+    def release_plan_quota(self, job_id: str, back: bool = False) -> None:
+        """Take a plan's quota off its team (or put it `back`), to ask whether its preemptor
+        could start without it."""
+        hold = self.plan_holds[job_id]
+        self.quota.add(hold.team, hold.flavor, hold.gpus if back else -hold.gpus)
+
+    def give_up_plan(self, job_id: str) -> None:
+        """Drop a plan in flight whose quota is already released: its held GPUs are free again
+        and the caller stops tracking it. Its victims were told to stop and still do."""
+        hold = self.plan_holds.pop(job_id)
+        for node, gpus in hold.held:
+            self.state.give(node, gpus)
+        self.abandoned.append(job_id)
+
     def accept_plan(self, job: PendingJob, plan: PreemptionPlan) -> None:
         self.plans.append(plan)
+        self.plan_ready_at[job.job_id] = self.now + self.config.checkpoint_save_s
         self.taken.update(v.run_id for v in plan.victims)
         self.quota.add(job.team, job.flavor, job.gpus)
         for slot in plan.target:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rota_policy.config import PolicyConfig
-from rota_policy.cycle import Cycle, Planner, Rules
+from rota_policy.cycle import Cycle, PlanHold, Planner, Rules
 from rota_policy.model import Decisions, Snapshot
 from rota_policy.reasons import explain
 from rota_policy.walk import walk
@@ -64,16 +64,21 @@ def _resolve_plans(cy: Cycle) -> None:
         if broken:
             cy.abandoned.append(plan.preemptor_job_id)
             continue
+        holds = []
         for slot in plan.target:
             node = state.layout.index[slot.node]
             free = set(state.free[node])
             held = tuple(g for g in slot.gpus if g in free)
             if held:
                 state.take_exact(node, held)
+                holds.append((node, held))
         cy.planned[plan.preemptor_job_id] = plan.target if complete else None
+        asked = cy.now if plan.requested_at is None else plan.requested_at
+        cy.plan_ready_at[plan.preemptor_job_id] = max(cy.now, asked + cy.config.checkpoint_save_s)
         gpus = sum(len(s.gpus) for s in plan.target)
         flavor = state.layout.node_flavor[state.layout.index[plan.target[0].node]] if plan.target else ""
         cy.quota.add(queue.team, flavor, gpus)
+        cy.plan_holds[plan.preemptor_job_id] = PlanHold(queue.team, flavor, gpus, tuple(holds))
 
 
 def _prepared(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Cycle:

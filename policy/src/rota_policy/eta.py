@@ -52,7 +52,7 @@ class Eta:
         for heap in self.releases.values():
             heapq.heapify(heap)
 
-    def start(self, job: PendingJob, not_before: float | None = None) -> float | None:
+    def start(self, job: PendingJob) -> float | None:
         f, g, cy = job.flavor, job.gpus, self.cy
         depth = self.depth.get(f, 0)
         self.depth[f] = depth + 1
@@ -63,21 +63,26 @@ class Eta:
             self.clock[f] = clock + g * runtime / capacity
             return clock
         heap = self.releases.setdefault(f, [])
-        if not_before is not None:
-            clock = max(clock, not_before)
-        else:
-            free = self.free.get(f, 0)
-            while free < g and heap:
-                t, back = heapq.heappop(heap)
-                free += back
-                if t > clock:
-                    clock = t
-            if free < g:
-                return None
-            self.free[f] = free - g
-            self.clock[f] = clock
+        free = self.free.get(f, 0)
+        while free < g and heap:
+            t, back = heapq.heappop(heap)
+            free += back
+            if t > clock:
+                clock = t
+        if free < g:
+            return None
+        self.free[f] = free - g
+        self.clock[f] = clock
         heapq.heappush(heap, (clock + runtime, g))
         return clock
+
+    def start_by_plan(self, job: PendingJob, at: float) -> float:
+        """A preemptor starts on its plan's GPUs when its victims have stopped, whatever the
+        queue ahead of it: they are its own, held for it and taken from no one else's turn."""
+        f = job.flavor
+        self.depth[f] = self.depth.get(f, 0) + 1
+        heapq.heappush(self.releases.setdefault(f, []), (at + self.cy.runtime(job) * self.scale, job.gpus))
+        return at
 
 
 class DeepQueues:

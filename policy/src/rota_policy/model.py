@@ -270,6 +270,8 @@ class PlanInFlight:
     preemptor_job_id: str
     victim_run_ids: tuple[str, ...]
     target: tuple[Slot, ...]
+    requested_at: float | None = None
+    """When the victims were told to stop; None: unknown, taken as now."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,7 +211,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             code = block.code if block is not None else None
             start: float | None
             if code is Code.WAITING_FOR_PREEMPTION:
-                start = eta.start(job, not_before=now + cy.config.checkpoint_save_s)
+                start = eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, now))
             elif code in NO_ETA:
                 start = None
             else:
@@ -274,7 +274,9 @@ def _deep(
         block = cy.blocks.get(job.job_id)
         code = block.code if block is not None else None
         start: float | None = None
-        if code not in NO_ETA:
+        if code is Code.WAITING_FOR_PREEMPTION:
+            start = cy.plan_ready_at.get(job.job_id, cy.now)
+        elif code not in NO_ETA:
             capacity = cy.state.layout.capacity.get(f, 0) or 1
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
         out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))

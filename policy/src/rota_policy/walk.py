@@ -80,13 +80,25 @@ def _order(w: WalkState, queues: list[PendingQueue]) -> QueueWalk:
 
 
 def _plan_in_flight(w: WalkState, job: PendingJob) -> None:
-    """A preemptor starts on its plan's GPUs once all are held; until then it waits for them."""
-    target = w.cy.planned[job.job_id]
+    """A preemptor starts on its plan's GPUs once all are held. Until then it starts on
+    capacity that freed itself, if the ladder admits it there without the plan's quota, and
+    the plan gives way; or else it waits for its victims."""
+    cy = w.cy
+    target = cy.planned[job.job_id]
     if target is not None:
-        w.cy.admit(job, target, via_plan=True)
+        cy.admit(job, target, via_plan=True)
         w.ready.discard(job.job_id)
-    else:
-        w.cy.block(job, Code.WAITING_FOR_PREEMPTION)
+        return
+    if cy.state.free_total.get(job.flavor, 0) >= job.gpus:
+        cy.release_plan_quota(job.job_id)
+        outcome = admission(cy, job)
+        if not isinstance(outcome, Block):
+            placement = cy.state.allocate(outcome)
+            cy.give_up_plan(job.job_id)
+            cy.admit(job, placement, via_plan=False)
+            return
+        cy.release_plan_quota(job.job_id, back=True)
+    cy.block(job, Code.WAITING_FOR_PREEMPTION)
 
 
 def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: QueueWalk) -> bool:

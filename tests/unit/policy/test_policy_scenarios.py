@@ -131,6 +131,20 @@ def _abandoned(d: Decisions) -> None:
     assert d.abandoned_plans == ("nlp-prod-1x8",)
 
 
+def _eta_when_its_victims_have_saved(d: Decisions) -> None:
+    # Not behind the older rival's ETA (when the production run on n1 ends): the plan's
+    # GPUs are its own. Requested at NOW - 10, saved 60 s later.
+    assert explanation(d, "nlp-prod-1x8").eta == NOW + 50
+    rival = explanation(d, "rival").eta
+    assert rival is not None and rival > NOW + 50
+
+
+def _starts_on_the_free_node_and_gives_up_its_plan(d: Decisions) -> None:
+    (admission,) = d.admissions
+    assert (admission.job_id, admission.via_plan, admission.placement[0].node) == ("nlp-prod-1x8", False, "n2")
+    assert d.abandoned_plans == ("nlp-prod-1x8",)
+
+
 # ---------------------------------------------------------------- worlds used by several rows
 
 
@@ -141,13 +155,21 @@ def _backfill(runtime: float) -> tuple[World, list[PendingJob], PolicyConfig]:
     return cluster(2, Run("cv", "production", end=NOW + 1000)), head + small, team_config({"nlp": 16, "cv": 8})
 
 
-def _plan_in_flight(victim_stopped: bool) -> tuple[World, list[PendingJob], PolicyConfig]:
+def _plan_in_flight(
+    victim_stopped: bool, requested_at: float | None = None
+) -> tuple[World, list[PendingJob], PolicyConfig]:
     world = cluster(2, Run("nlp", "experiment", node=0, run_id="victim"), Run("cv", "production", node=1))
     if victim_stopped:
         world.finish(world.runs[0])
-    world.plans = [PlanInFlight("nlp-prod-1x8", ("victim",), (Slot(0, "n0", tuple(range(8))),))]
+    world.plans = [PlanInFlight("nlp-prod-1x8", ("victim",), (Slot(0, "n0", tuple(range(8))),), requested_at)]
     jobs = gpu_jobs("nlp", "production") + gpu_jobs("cv", "production", submitted=-50, name="rival")
     return world, jobs, team_config({"nlp": 8, "cv": 8})
+
+
+def _plan_and_a_node_that_freed_itself() -> tuple[World, list[PendingJob], PolicyConfig]:
+    world = cluster(3, Run("nlp", "experiment", node=0, run_id="victim"), Run("cv", "production", node=1))
+    world.plans = [PlanInFlight("nlp-prod-1x8", ("victim",), (Slot(0, "n0", tuple(range(8))),))]
+    return world, gpu_jobs("nlp", "production"), team_config({"nlp": 8, "cv": 8})
 
 
 _BUSY_NODE = cluster(1, Run("cv", "production"))
@@ -266,6 +288,11 @@ ROWS: list[Row] = [
         gpu_jobs("nlp", "training"), team_config({"nlp": 8, "cv": 0}), victims=("saver",), check=_loses_nothing),
     Row("plan in flight: the preemptor waits for its victims (WAITING_FOR_PREEMPTION)", *_plan_in_flight(False),
         victims=(), reasons={"nlp-prod-1x8": (Code.WAITING_FOR_PREEMPTION,)}),
+    Row("a waiting preemptor's ETA is when its victims will have saved, not its queue's turn",
+        *_plan_in_flight(False, requested_at=NOW - 10), check=_eta_when_its_victims_have_saved),
+    Row("a plan in flight gives way to GPUs that freed themselves: start there, drop the plan",
+        *_plan_and_a_node_that_freed_itself(), admits=("nlp-prod-1x8",),
+        check=_starts_on_the_free_node_and_gives_up_its_plan),
     Row("freed GPUs are held for the preemptor: an older rival cannot take them", *_plan_in_flight(True),
         admits=("nlp-prod-1x8",), check=_via_plan_on_n0),
     Row("a plan whose target was taken by someone else is abandoned",

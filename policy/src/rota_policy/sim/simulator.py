@@ -470,7 +470,7 @@ class Simulator:
                 self._notice(job, t)
                 victims.append(victim.run_id)
             self.plans[plan.preemptor_job_id] = PlanInFlight(
-                plan.preemptor_job_id, tuple(victims), plan.target
+                plan.preemptor_job_id, tuple(victims), plan.target, t
             )
         for ex in decisions.pending:
             job = self.by_id[ex.job_id]

@@ -69,6 +69,7 @@ class PlanRecord:
     preemptor_job_id: str
     victim_run_ids: tuple[str, ...]
     target: tuple[Slot, ...]
+    requested_at: float | None = None
 
 
 @dataclass
@@ -197,7 +198,7 @@ class ClusterView:
     def _on_PreemptionRequested(self, data: dict[str, Any], at: float) -> None:
         target = _slots(data.get("target") or [])
         victims = tuple(v["run_id"] for v in data["victims"])
-        self.plans[data["plan_id"]] = PlanRecord(data["plan_id"], data["preemptor_job_id"], victims, target)
+        self.plans[data["plan_id"]] = PlanRecord(data["plan_id"], data["preemptor_job_id"], victims, target, at)
 
     def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
         if data.get("aborted"):
@@ -274,7 +275,7 @@ class ClusterView:
         half_life = self.config.policy.fairshare_half_life_s
         decay = 0.5 ** (max(0.0, now - self.usage_as_of) / half_life) if self.usage_as_of else 1.0
         plans = tuple(
-            PlanInFlight(p.preemptor_job_id, p.victim_run_ids, p.target)
+            PlanInFlight(p.preemptor_job_id, p.victim_run_ids, p.target, p.requested_at)
             for p in self.plans.values()
             if p.target
             and p.preemptor_job_id in self.jobs
