@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-__all__ = ["accrue", "decay", "fairshare_factors", "water_fill"]
+__all__ = ["accrue", "decay", "fairshare_factors", "usage_share_gap", "water_fill"]
 
 _LN2 = math.log(2.0)
 
@@ -70,3 +70,14 @@ def water_fill(capacity: float, demand: Mapping[str, float], weight: Mapping[str
             fair[t] = float(demand[t])
         active -= satisfied
     return fair
+
+
+def usage_share_gap(used: Mapping[str, float], weight: Mapping[str, float]) -> float | None:
+    """Half the summed gap between each team's share of `used` and its share of `weight`, over
+    the teams in `used`: 0 when usage splits as entitled, 1 at worst. None for fewer than two
+    teams, or none with any usage yet."""
+    total_used = sum(used.values())
+    total_weight = sum(weight.get(t, 1.0) for t in used)
+    if len(used) < 2 or total_used <= 0 or total_weight <= 0:
+        return None
+    return sum(abs(u / total_used - weight.get(t, 1.0) / total_weight) for t, u in used.items()) / 2

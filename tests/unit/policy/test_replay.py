@@ -11,7 +11,7 @@ import pytest
 from rota.config import load_config
 from rota.contracts.common import Tier
 from rota_policy import Decisions, PendingQueue, PolicyConfig, Snapshot, policy_config_from
-from rota_policy.fairshare import accrue, decay, fairshare_factors, water_fill
+from rota_policy.fairshare import accrue, decay, fairshare_factors, usage_share_gap, water_fill
 from rota_policy.sim.metrics import METRIC_KEYS
 from rota_policy.sim.replay import find_scenario, nodes_from, replay_run
 from rota_policy.sim.simulator import Simulator
@@ -80,6 +80,23 @@ def test_scenarios_match_the_readme(capacity: int) -> None:
     assert {n: t.quota.get("gpu", 0) for n, t in config.teams.items()} == README_QUOTAS[capacity]
     racks = {n.rack for n in config.expanded_nodes()}
     assert len(racks) == capacity // 64
+
+
+def test_philly_1152_is_philly_768_with_half_again_every_quota() -> None:
+    config = load_config(find_scenario("philly-1152"))
+    assert config.capacity() == {"gpu": 1152}
+    assert len({n.rack for n in config.expanded_nodes()}) == 18
+    expected = {team: quota * 3 // 2 // 8 * 8 for team, quota in README_QUOTAS[768].items()}
+    assert {n: t.quota.get("gpu", 0) for n, t in config.teams.items()} == expected
+
+
+def test_long_term_fairness_is_the_gap_between_usage_and_entitlement_shares() -> None:
+    # aa is entitled to half as much as bb yet used three times as much over the long run.
+    assert usage_share_gap({"aa": 3000.0, "bb": 1000.0}, {"aa": 8, "bb": 16}) == pytest.approx(
+        (abs(0.75 - 1 / 3) + abs(0.25 - 2 / 3)) / 2)
+    assert usage_share_gap({"aa": 1000.0, "bb": 2000.0}, {"aa": 8, "bb": 16}) == pytest.approx(0.0)
+    assert usage_share_gap({"aa": 1000.0}, {"aa": 8}) is None  # one team waiting: nothing to compare
+    assert usage_share_gap({"aa": 0.0, "bb": 0.0}, {"aa": 8, "bb": 8}) is None
 
 
 @pytest.mark.parametrize("policy", ["rota", "fifo", "kueue", "slurm"])

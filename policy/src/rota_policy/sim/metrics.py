@@ -6,6 +6,9 @@ lost      GPUs x the run time whose progress was discarded, / 3600
 overhead  GPUs x (notice or SIGTERM to stop, plus restart overhead), / 3600
 util      busy GPU-seconds between the first and the last submission / (capacity x that span)
 fairness  Armada's fairness error, sampled every 300 s while demand >= capacity
+long-term among teams with unmet demand, half the summed gap between each one's share of their
+          decayed usage (the policy's half-life) and its share of their quota weights; every
+          300 s while two or more teams wait
 eta       median over jobs of |ETA at submit - actual start| / max(actual wait, 60 s)
 """
 
@@ -23,7 +26,8 @@ __all__ = ["METRIC_KEYS", "metrics"]
 METRIC_KEYS = (
     "policy", "jobs", "completed", "wall_s", "avg_jct_s", "avg_wait_s", "avg_wait_s_by_tier",
     "p50_wait_s_by_tier", "p95_wait_s_by_tier", "max_wait_s", "utilization", "preemptions",
-    "lost_gpu_hours", "preemption_overhead_gpu_hours", "fairness_error", "eta_median_rel_error",
+    "lost_gpu_hours", "preemption_overhead_gpu_hours", "fairness_error", "long_term_fairness_error",
+    "eta_median_rel_error",
 )  # fmt: skip
 
 
@@ -70,5 +74,8 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "lost_gpu_hours": sim.lost_gpu_s / 3600.0,
         "preemption_overhead_gpu_hours": sim.overhead_gpu_s / 3600.0,
         "fairness_error": sim.fair_sum / sim.fair_samples if sim.fair_samples else 0.0,
+        "long_term_fairness_error": (
+            sim.long_fair_sum / sim.long_fair_samples if sim.long_fair_samples else 0.0
+        ),
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
     }

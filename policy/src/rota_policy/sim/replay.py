@@ -30,7 +30,7 @@ __all__ = [
     "replay_run",
 ]
 
-SCENARIOS = ("philly-768", "philly-512")
+SCENARIOS = ("philly-768", "philly-512", "philly-1152")
 POLICY_NAMES = ("rota", "fifo", "kueue", "slurm")
 Progress = Callable[[str, float], None]
 """progress(policy, fraction of the trace submitted)."""

@@ -21,7 +21,7 @@ from typing import TypeVar
 from rota.contracts.common import Tier
 
 from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
-from rota_policy.fairshare import accrue, water_fill
+from rota_policy.fairshare import accrue, usage_share_gap, water_fill
 from rota_policy.layout import layout_of
 from rota_policy.model import (
     Decisions,
@@ -171,6 +171,8 @@ class Simulator:
         self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
         self.fair_sum = 0.0
         self.fair_samples = 0
+        self.long_fair_sum = 0.0
+        self.long_fair_samples = 0
         self.next_sample = 0.0
         self.timeline: list[tuple[float, int]] = []
         self.next_timeline = 0.0
@@ -248,10 +250,26 @@ class Simulator:
                 error = sum(abs(self.running_gpus[team] - fair[team]) for team in fair) / (2 * self.capacity)
                 self.fair_sum += error * count
                 self.fair_samples += count
+            long_error = self._long_term_error(t)
+            if long_error is not None:
+                self.long_fair_sum += long_error * count
+                self.long_fair_samples += count
         while t >= self.next_timeline:
             self.timeline.append((self.next_timeline, self.busy))
             self.next_timeline += TIMELINE_S
         self.clock = t
+
+    def _long_term_error(self, t: float) -> float | None:
+        """`usage_share_gap` of the decayed usage of the teams with unmet demand: fairness as
+        users define it, no team monopolising GPUs over the long run, whatever the split at
+        this instant."""
+        hl = self.config.half_life_s
+        used = {}
+        for team, gpus in self.pending_gpus.items():
+            if gpus > 0:
+                value, since = self.usage[team]
+                used[team] = accrue(value, self.running_gpus[team], t - since, hl)
+        return usage_share_gap(used, self.weights)
 
     # ------------------------------------------------------------ state changes
 

@@ -59,7 +59,7 @@ def _table(results: list[dict[str, Any]], title: str) -> Table:
 def replay_command(
     trace: Annotated[Path, typer.Option("--trace", help="Trace file.", exists=True, dir_okay=False)],
     scenario: Annotated[
-        str, typer.Option("--scenario", help="philly-768, philly-512, or a scenario YAML path.")
+        str, typer.Option("--scenario", help="philly-768, philly-512, philly-1152, or a scenario YAML path.")
     ] = "philly-768",
     policy: Annotated[PolicyName, typer.Option("--policy", help="Policy to replay.")] = PolicyName.rota,
     compare: Annotated[bool, typer.Option("--compare", help="Replay all four policies.")] = False,
