@@ -198,7 +198,8 @@ class ClusterView:
     def _on_PreemptionRequested(self, data: dict[str, Any], at: float) -> None:
         target = _slots(data.get("target") or [])
         victims = tuple(v["run_id"] for v in data["victims"])
-        self.plans[data["plan_id"]] = PlanRecord(data["plan_id"], data["preemptor_job_id"], victims, target, at)
+        self.plans[data["plan_id"]] = PlanRecord(
+            data["plan_id"], data["preemptor_job_id"], victims, target, requested_at=at)
 
     def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
         if data.get("aborted"):
