@@ -279,6 +279,13 @@ ROWS: list[Row] = [
         cluster(2, Run("cv", "production", node=0, run_id="cv-prod"),
                 Run("cv", "production", node=1, run_id="cv-prod-borrowed")),
         gpu_jobs("nlp", "production"), team_config({"nlp": 8, "cv": 0}), check=_why("last_resort", borrowed=True)),
+    # The tier's wait target (`long_wait_s`) is 3600 s here.
+    Row("production waits for GPUs to free themselves before it destroys work that cannot checkpoint",
+        cluster(1, Run("nlp", resumable=False)), gpu_jobs("nlp", "production", submitted=NOW - 60),
+        team_config({"nlp": 8}), victims=(), reasons={"nlp-prod-1x8": (Code.INSUFFICIENT_CAPACITY,)}),
+    Row("production past its wait target may destroy work that cannot checkpoint",
+        cluster(1, Run("nlp", resumable=False, run_id="fragile")), gpu_jobs("nlp", "production", submitted=NOW - 3600),
+        team_config({"nlp": 8}), victims=("fragile",)),
     Row("a training job may not destroy work that cannot checkpoint (loss cap)",
         cluster(1, Run("nlp", resumable=False)), gpu_jobs("nlp", "training"), team_config({"nlp": 8}), victims=()),
     # nlp is over its quota, so it cannot reclaim: only lower-tier work is a victim, and of
