@@ -21,6 +21,7 @@ import hashlib
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -31,6 +32,7 @@ from rota.data_order import EpochOrder
 
 STEPS = int(os.environ.get("TRAIN_STEPS", "2000"))
 CHECKPOINT_EVERY = int(os.environ.get("TRAIN_CHECKPOINT_EVERY", "200"))
+STEP_S = float(os.environ.get("TRAIN_STEP_S", "0"))  # extra seconds per step, to watch it
 EXAMPLES, BATCH, DATA_SEED = 4000, 256, 0  # 4000/256: each epoch ends with a short batch
 
 
@@ -120,6 +122,8 @@ def main() -> int:
             loss.backward()
             optimizer.step()
             step += 1
+            if STEP_S:
+                time.sleep(STEP_S)
             if run is not None and run.preemption_requested:
                 uri = save(directory, step, model, optimizer, order)
                 code = run.acknowledge_and_wait(uri)  # no more work; wait for the stop

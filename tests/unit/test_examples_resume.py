@@ -19,7 +19,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
 NOT_A_RUN = ("ROTA_RUN_ID", "ROTA_JOB_ID", "ROTA_RUN_TOKEN", "ROTA_RESUME_FROM")
 
 
@@ -32,7 +33,10 @@ def torch_python() -> str | None:
 
 def env_for(tmp: Path, name: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in NOT_A_RUN}
-    return {**env, "ROTA_CHECKPOINT_DIR": str(tmp / name), **extra}
+    # This checkout's rota first: a torch venv may hold an install of another checkout.
+    path = os.pathsep.join(str(REPO / p) for p in ("shared/src", "policy/src"))
+    return {**env, "ROTA_CHECKPOINT_DIR": str(tmp / name), **extra,
+            "PYTHONPATH": os.pathsep.join(filter(None, (path, env.get("PYTHONPATH"))))}
 
 
 def run_through(python: str, script: str, env: dict[str, str]) -> str:
