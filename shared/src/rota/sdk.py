@@ -7,8 +7,7 @@
         train_one_step()
         if run.preemption_requested:        # a notice arrived on rota.ctl.run.<run_id>
             uri = save_checkpoint(step)
-            run.acknowledge(uri)            # ReportCheckpoint, answered once recorded
-            break                           # Rota stops the run and resumes it from `uri`
+            return run.acknowledge_and_wait(uri)   # recorded; then wait for Rota's SIGTERM: 143
 
 The listener runs on its own thread with its own event loop, so a synchronous (PyTorch-style)
 loop only reads a flag. The wire protocol is in contracts/README.md for other languages.
@@ -20,6 +19,7 @@ Also:
         ...
         run.report_checkpoint(uri)          # a periodic checkpoint: less work lost if preempted
 
+    stopped = sdk.sigterm_received()        # an Event set on SIGTERM (a stop without notice)
     sdk.resume_from()                       # ROTA_RESUME_FROM without attaching, or None
     sdk.checkpoint_dir()                    # ROTA_CHECKPOINT_DIR, or None
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,31 @@ MAX_NOTICE_BYTES = 64 * 1024
 log = logging.getLogger("rota.sdk")
 
 NoticeCallback = Callable[[m.PreemptionNotice], None]
+
+STOPPED_EXIT_CODE = 128 + signal.SIGTERM  # 143: "ended by Rota's SIGTERM", as shells report it
+# After an ack, StopRun is sent in the same transaction and SIGTERM follows within a second
+# or so; the bound is for an executor that is away, after which exiting by itself is right.
+STOP_WAIT_S = 120.0
+
+_sigterm = threading.Event()
+_sigterm_lock = threading.Lock()
+_sigterm_installed = False
+
+
+def sigterm_received() -> threading.Event:
+    """An event that is set when this process gets SIGTERM, which is how Rota stops a run.
+
+    The handler is installed on the first call, which must come from the main thread (a
+    Python rule for signal handlers); it replaces any SIGTERM handler the script had. Call it
+    early: a SIGTERM that arrives before it kills the process (exit -15), which Rota still
+    counts as stopped, but a script gets no chance to save.
+    """
+    global _sigterm_installed
+    with _sigterm_lock:
+        if not _sigterm_installed:
+            signal.signal(signal.SIGTERM, lambda signum, frame: _sigterm.set())
+            _sigterm_installed = True
+    return _sigterm
 
 
 class SdkError(RuntimeError):
@@ -145,6 +171,21 @@ class Run:
         while the executor is away, until `timeout`. Raises `SdkError` if it is refused."""
         notice_id = self.notice.notice_id if self.notice else None
         self._publish(checkpoint_uri, notice_id, progress_s, timeout)
+
+    def acknowledge_and_wait(self, checkpoint_uri: str, timeout: float = 30.0, *,
+                             stop_wait_s: float = STOP_WAIT_S,
+                             progress_s: float | None = None) -> int:
+        """Acknowledge, then wait for Rota's stop; returns the exit code to leave with.
+
+        This is the job-side contract after an acknowledgement (contracts/README.md, the
+        job-side protocol, step 3): do no more work, wait for SIGTERM, exit 143. The SIGTERM
+        handler goes in before the acknowledgement, so the stop, which follows the ack at
+        once, always finds it. 0 when no stop came within `stop_wait_s` (the executor is
+        away): any exit after an ack counts as stopped. Main thread only.
+        """
+        stopped = sigterm_received()
+        self.acknowledge(checkpoint_uri, timeout, progress_s=progress_s)
+        return STOPPED_EXIT_CODE if stopped.wait(stop_wait_s) else 0
 
     def report_checkpoint(self, checkpoint_uri: str, timeout: float = 30.0, *,
                           progress_s: float | None = None) -> None:

@@ -168,3 +168,22 @@ async def test_the_read_api_rejects_an_unknown_field(nc: Client, coordinator: Se
     api = m.ApiReply.model_validate(json.loads(reply.data)["data"])
     assert not api.ok and api.error is not None
     assert (api.error.code, api.error.field) == ("INVALID_FIELD", "data.colour")
+
+
+async def test_the_human_notice_is_published_before_the_stop_and_no_notifier_is_waited_for(
+    nc: Client, coordinator: ServiceProcess
+) -> None:
+    """DECISIONS 38: the human notice is best-effort. What is promised is its order on the
+    bus (PreemptionNoticed is committed before any StopRun of the victim) and that no notifier
+    is on the path: none runs here, and the acknowledged stop still goes out at once."""
+    saga = Saga(nc, coordinator)
+    await saga.begin()
+    await saga.ack(uri="file:///ckpt/step-7")
+    stop = await saga.stop()
+    [noticed] = [e for e in await read_stream(nc, s.STREAM_EVT,
+                                              s.EVENT_SUBJECTS["PreemptionNoticed"],
+                                              since_seq=saga.evt_since)
+                 if e["data"]["plan_id"] == saga.plan_id]
+    assert noticed["data"]["run_id"] == stop["data"]["run_id"] == saga.victim.run_id
+    assert noticed["occurred_at"] <= stop["occurred_at"]
+    assert stop["data"]["forced"] is False

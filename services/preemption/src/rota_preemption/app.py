@@ -56,7 +56,7 @@ def build(
                            durable=CONSUMER_PLANS)
     async def preemption_requested(msg: Msg) -> None:
         """Open the saga: notices to the victims, in one transaction with its rows."""
-        await coordinator.preemption_requested(msg.data)
+        await coordinator.preemption_requested(msg.data, msg.headers)
 
     # One consumer for every run event, so a run's ack and its end are read in order.
     @service.js_subscriber(RUN_EVENTS, stream=s.STREAM_EVT, durable=CONSUMER_RUNS,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from opentelemetry.trace import SpanContext
 from pydantic import BaseModel
 from rota.clock import Clock
 from rota.config import RotaConfig
@@ -25,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from rota_preemption import domain, store
 from rota_preemption.domain import AckVerdict, Effect, RunEnded, Saga
 from rota_preemption.emit import emit
-from rota_preemption.spans import ack_span
+from rota_preemption.spans import ack_span, plan_span_context
 
 log = logging.getLogger("rota.preemption")
 
@@ -70,7 +71,9 @@ class Coordinator:
 
     # ------------------------------------------------------------ PreemptionRequested
 
-    async def preemption_requested(self, raw: bytes) -> None:
+    async def preemption_requested(self, raw: bytes,
+                                   headers: Mapping[str, Any] | None = None) -> None:
+        """`headers`: the message's, whose trace context is the scheduler's plan span."""
         env = self._parse(raw, m.PreemptionRequested)
         if env is None:
             return
@@ -89,7 +92,8 @@ class Coordinator:
                 new_id=new_id,
             )
             await store.insert_saga(conn, saga, now)
-            await self._emit(conn, saga, effects)
+            await self._emit(conn, saga, effects,
+                             plan_span_context(headers, request.preemptor_job_id))
         self._committed()
         log.info("plan %s for job %s: %d victim(s), %s", request.plan_id,
                  request.preemptor_job_id, len(saga.victims), saga.plan.state.value)
@@ -235,8 +239,9 @@ class Coordinator:
 
     # ------------------------------------------------------------ helpers
 
-    async def _emit(self, conn: AsyncConnection, saga: Saga, effects: list[Effect]) -> None:
-        await emit(self._outbox, conn, saga, effects, self._clock.now())
+    async def _emit(self, conn: AsyncConnection, saga: Saga, effects: list[Effect],
+                    plan: SpanContext | None = None) -> None:
+        await emit(self._outbox, conn, saga, effects, self._clock.now(), plan)
 
     def _committed(self) -> None:
         crash_point("after_commit:preemption")

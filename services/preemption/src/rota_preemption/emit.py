@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from opentelemetry.trace import SpanContext
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
@@ -23,6 +24,8 @@ from rota_preemption.domain import (
 from rota_preemption.spans import effect_span
 
 SOURCE = "preemption"
+
+
 def notice(saga: Saga, victim: Victim, *, withdrawn: bool = False) -> m.PreemptionNotice:
     return m.PreemptionNotice(
         notice_id=victim.notice_id, plan_id=saga.plan.plan_id, run_id=victim.run_id,
@@ -49,12 +52,13 @@ def stop(saga: Saga, victim: Victim, *, forced: bool) -> m.StopRun:
 
 
 async def emit(
-    outbox: Outbox, conn: AsyncConnection, saga: Saga, effects: list[Effect], now: datetime
+    outbox: Outbox, conn: AsyncConnection, saga: Saga, effects: list[Effect], now: datetime,
+    plan: SpanContext | None = None,
 ) -> None:
     for effect in effects:
         # Each effect is a span in the trace of the job it is about (the victim's, or the
-        # preemptor's for the completion), linked to whatever span led to it.
-        with effect_span(saga, effect):
+        # preemptor's for the completion), linked to the plan span when it is known.
+        with effect_span(saga, effect, plan):
             await _emit_one(outbox, conn, saga, effect, now)
 
 

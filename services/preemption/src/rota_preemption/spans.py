@@ -2,19 +2,22 @@
 
 A saga is about two kinds of job. Its notices, acks and stops are about a victim, so their
 spans go into the victim's trace; the completion is the preemptor's. Each span links to
-the other side (the preemptor's trace from a victim's span, the victims' from the
-completion), so an SRE can walk from either job to the other.
+the other side, so an SRE can walk from either job to the other: a victim's notice links to
+the scheduler's plan span (`rota.decide preempt`, whose context the `PreemptionRequested`
+headers carry, DECISIONS 10), and spans without that message at hand (a stop after an ack,
+a withdrawal) to the preemptor's root; the completion links to the victims' traces.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Link
+from opentelemetry.trace import Link, SpanContext
 from opentelemetry.util.types import AttributeValue
-from rota.tracing import job_root_context, job_span
+from rota.tracing import context_from_headers, in_job_trace, job_root_context, job_span
 
 from rota_preemption.domain import (
     Effect,
@@ -32,6 +35,23 @@ def _link(job_id: str, role: str) -> Link:
     return Link(context, {"rota.role": role, "rota.job_id": job_id})
 
 
+def plan_span_context(headers: Mapping[str, Any] | None, preemptor_job_id: str
+                      ) -> SpanContext | None:
+    """The scheduler's plan span, from the headers of its `PreemptionRequested`; None when
+    they carry no context of the preemptor's trace (a plan published without tracing)."""
+    ctx = context_from_headers(headers)
+    if ctx is None or not in_job_trace(ctx, preemptor_job_id):
+        return None
+    return trace.get_current_span(ctx).get_span_context()
+
+
+def _preemptor_link(saga: Saga, plan: SpanContext | None) -> Link:
+    if plan is None:
+        return _link(saga.plan.preemptor_job_id, "preemptor")
+    return Link(plan, {"rota.role": "plan", "rota.job_id": saga.plan.preemptor_job_id,
+                       "rota.plan_id": saga.plan.plan_id})
+
+
 def _victim_attrs(saga: Saga, victim: Victim) -> dict[str, AttributeValue | None]:
     return {"rota.plan_id": saga.plan.plan_id, "rota.run_id": victim.run_id,
             "rota.notice_id": victim.notice_id, "rota.preemptor_job_id": saga.plan.preemptor_job_id,
@@ -40,19 +60,20 @@ def _victim_attrs(saga: Saga, victim: Victim) -> dict[str, AttributeValue | None
 
 
 @contextmanager
-def effect_span(saga: Saga, effect: Effect) -> Iterator[None]:
+def effect_span(saga: Saga, effect: Effect, plan: SpanContext | None = None) -> Iterator[None]:
+    """`plan`: the scheduler's plan span, when the caller has the plan's message in hand."""
     preemptor = saga.plan.preemptor_job_id
     match effect:
         case SendNotice(victim) | WithdrawNotice(victim):
             name = "notice" if isinstance(effect, SendNotice) else "withdraw"
             with job_span(f"rota.preemption.{name}", victim.job_id, _victim_attrs(saga, victim),
-                          links=[_link(preemptor, "preemptor")]):
+                          links=[_preemptor_link(saga, plan)]):
                 yield
         case SendStop(victim, forced):
             with job_span("rota.preemption.stop", victim.job_id,
                           {**_victim_attrs(saga, victim), "rota.forced": forced,
                            "rota.checkpoint_uri": victim.checkpoint_uri},
-                          links=[_link(preemptor, "preemptor")]):
+                          links=[_preemptor_link(saga, plan)]):
                 yield
         case PublishCompleted(done):
             victims = done.victims

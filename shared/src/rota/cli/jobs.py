@@ -14,6 +14,7 @@ from rich.table import Table
 
 from rota.cli import record
 from rota.cli.client import call
+from rota.cli.columns import Column, Output, OutputOpt, age, print_table
 from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.config import ConfigError, load_config
 from rota.contracts import messages as m
@@ -120,20 +121,28 @@ def submit(
         console.print(f"{result['job_id']}{note}", highlight=False)
 
 
-def _job_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("JOB", "NAME", "TEAM", "QUEUE", "GPUS", "STATE", "SUBMITTED", "WHY"):
-        table.add_column(column)
+JOB_COLUMNS = (
+    Column("JOB", whole=True), Column("NAME"), Column("TEAM"), Column("QUEUE", whole=True),
+    Column("GPUS", whole=True), Column("STATE", whole=True), Column("AGE", whole=True),
+    Column("WHY"),
+    Column("USER", wide=True), Column("SUBMITTED", wide=True), Column("JOB ID", wide=True),
+    Column("RESUME FROM", wide=True),
+)
+
+
+def job_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    lines = []
     for row in rows:
         wait = row.get("wait") or {}
         reasons = wait.get("reasons") or []
         why = reasons[0]["code"] if reasons else (row.get("detail") or "")
-        table.add_row(
+        lines.append([
             short_id(row["job_id"]), row["name"], row["team"], row["queue"],
-            f"{row['gpus']} {row['flavor']}", row["state"],
-            str(row["submitted_at"])[:19].replace("T", " "), why,
-        )
-    return table
+            f"{row['gpus']} {row['flavor']}", row["state"], age(row["submitted_at"]), why,
+            row.get("user_name") or "-", str(row["submitted_at"])[:19].replace("T", " "),
+            row["job_id"], row.get("resume_from") or "-",
+        ])
+    return lines
 
 
 @handled
@@ -142,9 +151,10 @@ def jobs(
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     state: Annotated[str | None, typer.Option(help="Only this state, e.g. pending.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
+    output: OutputOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first: one line each; JOB is the short id every command takes."""
     query = m.ListJobs.model_validate(
         {k: v for k, v in {"team": team, "queue": queue, "state": state, "limit": limit}.items()
          if v is not None}
@@ -153,7 +163,7 @@ def jobs(
     if json_out:
         emit_json(rows)
     elif rows:
-        console.print(_job_table(rows))
+        print_table(console, JOB_COLUMNS, job_rows(rows), wide=output is Output.wide)
     else:
         console.print("no jobs")
 

@@ -8,13 +8,41 @@ import typer
 from rich.table import Table
 
 from rota.cli.client import call
+from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import console, emit_json, handled
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, PREEMPTION_PLANS
+from rota.ids import short_id
 from rota.settings import get_settings
 from rota.units import gpu_time
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+PREEMPTION_COLUMNS = (
+    Column("PREEMPTOR", whole=True), Column("STATE", whole=True), Column("VICTIM", whole=True),
+    Column("OUTCOME", whole=True), Column("ACKED", whole=True), Column("LOST", whole=True),
+    Column("PLAN", wide=True), Column("QUEUE", wide=True), Column("VICTIM NAME", wide=True),
+    Column("CHECKPOINT", wide=True),
+)
+
+
+def preemption_rows(plans: list[dict[str, Any]]) -> list[list[str]]:
+    """One line per victim; a plan without victims still gets its line."""
+    rows = []
+    for plan in plans:
+        for victim in plan["victims"] or [{}]:
+            job_id = victim.get("job_id")
+            rows.append([
+                short_id(plan["preemptor_job_id"]), plan["state"],
+                short_id(job_id) if job_id else "-",
+                victim.get("outcome") or victim.get("state") or "-",
+                str(victim.get("acked_at") or "-")[11:19] or "-",
+                gpu_time(victim.get("lost_gpu_seconds") or 0.0),
+                plan["plan_id"], plan["preemptor_queue"], victim.get("job_name") or "-",
+                victim.get("checkpoint_uri") or "-",
+            ])
+    return rows
 
 
 @handled
@@ -22,9 +50,11 @@ def preemptions(
     job: Annotated[str | None, typer.Option(help="Plans with this job as preemptor or victim.")] = None,
     open_only: Annotated[bool, typer.Option("--open", help="Only plans in progress.")] = False,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 50,
+    output: OutputOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Preemption sagas, newest first: each victim's notice, deadline, ack and outcome."""
+    """Preemption sagas, newest first, one line per victim: the preemptor and victim as short
+    ids, the outcome, when it acknowledged, the work it lost."""
     plans: list[dict[str, Any]] = call(
         get_settings(), PREEMPTION_PLANS,
         m.ListPreemptions(job_id=job, open=open_only, limit=limit),
@@ -32,21 +62,10 @@ def preemptions(
     if json_out:
         emit_json(plans)
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("PLAN", "PREEMPTOR", "STATE", "VICTIM", "OUTCOME", "ACKED", "LOST",
-                   "CHECKPOINT"):
-        table.add_column(column, overflow="fold")
-    for plan in plans:
-        for victim in plan["victims"] or [{}]:
-            table.add_row(
-                plan["plan_id"][:13], f"{plan['preemptor_job_id'][:13]} ({plan['preemptor_queue']})",
-                plan["state"], victim.get("job_name") or (victim.get("job_id") or "")[:13],
-                victim.get("outcome") or victim.get("state") or "",
-                str(victim.get("acked_at") or "-")[11:19],
-                gpu_time(victim.get("lost_gpu_seconds") or 0.0),
-                victim.get("checkpoint_uri") or "-",
-            )
-    console.print(table if plans else "no preemptions")
+    if not plans:
+        console.print("no preemptions")
+        return
+    print_table(console, PREEMPTION_COLUMNS, preemption_rows(plans), wide=output is Output.wide)
 
 
 @handled

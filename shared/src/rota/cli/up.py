@@ -8,6 +8,7 @@ servers.
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from collections.abc import Iterator, Mapping
@@ -17,8 +18,8 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
+from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
 from rota.config import load_config
@@ -60,6 +61,7 @@ def up(
         "--config", "-c", help="rota.yaml; the shipped example if omitted.")] = None,
     executor: Annotated[Executor, typer.Option(
         help="sim: a simulated cluster; local: real processes on this host.")] = Executor.sim,
+    output: OutputOpt = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the endpoints and service states as one JSON object.")] = False,
 ) -> None:
@@ -74,26 +76,33 @@ def up(
             if json_out:
                 emit_json(summary, compact=True)  # one line, so a supervisor can read it
             else:
-                _print_summary(summary)
+                print_summary(summary, wide=output is Output.wide)
             _supervise(stack)
         finally:
             ignore_signals()
             stack.stop()
 
 
-def _print_summary(summary: Mapping[str, Any]) -> None:
-    err_console.print(f"NATS      {summary['nats_url']} ({summary['nats']}, auth "
-                      f"{summary['nats_auth']})", highlight=False)
-    err_console.print(f"Database  {summary['database_url']} ({summary['database']})",
-                      highlight=False)
-    err_console.print(f"Executor  {summary['executor']}", highlight=False)
-    table = Table("SERVICE", "STATE", "PID", box=None, header_style="bold")
-    table.add_column("METRICS", no_wrap=True)  # a URL to copy: never cut
-    table.add_column("LOG", overflow="fold")
-    for name, info in summary["services"].items():
-        table.add_row(name, info["state"], str(info["pid"]), info["metrics"], info["log"])
-    err_console.print(table)
-    err_console.print("Rota is up. Ctrl-C stops it.")
+SERVICE_COLUMNS = (Column("SERVICE", whole=True), Column("STATE", whole=True),
+                   Column("PID", whole=True), Column("METRICS", whole=True),
+                   Column("LOG", wide=True))
+
+
+def print_summary(summary: Mapping[str, Any], *, wide: bool = False) -> None:
+    """The endpoints, one per line and whole (they are there to be copied), then one line per
+    service; the log paths, long, only with `-o wide`: the directory says where they are."""
+    services: Mapping[str, Any] = summary["services"]
+    say = functools.partial(err_console.print, highlight=False, soft_wrap=True)
+    say(f"NATS      {summary['nats_url']} ({summary['nats']}, auth {summary['nats_auth']})")
+    say(f"Database  {summary['database_url']} ({summary['database']})")
+    say(f"Executor  {summary['executor']}")
+    logs = {str(Path(info["log"]).parent) for info in services.values()}
+    if not wide and len(logs) == 1:
+        say(f"Logs      {logs.pop()}/<service>.log")
+    print_table(err_console, SERVICE_COLUMNS, [
+        [name, info["state"], str(info["pid"]), info["metrics"] or "-", info["log"]]
+        for name, info in services.items()], wide=wide)
+    say("Rota is up. Ctrl-C stops it.")
 
 
 def _supervise(stack: Stack) -> None:

@@ -15,6 +15,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from rota.bus.options import connect_options
 from rota.cli.output import CommandFailed, console, emit_json, err_console, handled
@@ -29,10 +30,13 @@ from rota.settings import Settings, get_settings
 
 
 def _view(story: Story, elapsed: float) -> Group:
-    table = Table(box=None, header_style="bold", expand=True)
+    """Every job and event on one line each, in the terminal's width: a line that does not
+    fit is cut with "…", so the view never jumps as rows wrap and unwrap."""
+    table = Table(box=None, header_style="bold", expand=True, padding=(0, 1, 0, 0),
+                  pad_edge=False)
     for column in ("JOB", "TEAM", "QUEUE", "GPUS", "STATE", "RUN"):
         table.add_column(column, no_wrap=True)
-    table.add_column("WHY / NOTE", overflow="fold", ratio=1)
+    table.add_column("WHY / NOTE", no_wrap=True, overflow="ellipsis", ratio=1)
     for job in story.jobs.values():
         note = job.why if job.state == "pending" else (
             f"borrowing {job.borrowed}" if job.borrowed and job.state == "running" else "")
@@ -40,7 +44,7 @@ def _view(story: Story, elapsed: float) -> Group:
             note = f"resumed from {job.resumed_from}"
         table.add_row(job.name, job.team, job.queue, str(job.gpus), job.state,
                       str(job.attempts or ""), note)
-    events = "\n".join(story.log[-12:]) or "…"
+    events = Text("\n".join(story.log[-12:]) or "…", no_wrap=True, overflow="ellipsis")
     return Group(Panel(table, title=f"rota demo — {elapsed:5.1f} s"),
                  Panel(events, title="what happened"))
 
