@@ -49,23 +49,31 @@ class ReservationBook:
     def add_release(self, end: float, gpus: int) -> None:
         heapq.heappush(self._releases, (end, gpus))
 
-    def reserve(
-        self, job_id: str, tier_rank: int, gpus: int, free_now: int, now: float, runtime_s: float
-    ) -> Reservation | None:
-        """Reserve the earliest start; None if running work can never free enough."""
+    def earliest(self, gpus: int, free_now: int, now: float) -> tuple[float, int] | None:
+        """When `gpus` are expected free, after the reservations made so far, and how many are
+        free then; None if running work can never free enough."""
         events = self._releases.copy()
         for r in self.reservations:
             heapq.heappush(events, (r.start, -r.gpus))
             heapq.heappush(events, (r.end, r.gpus))
         free = free_now
-        start: float | None = now if free >= gpus else None
-        while start is None and events:
+        if free >= gpus:
+            return now, free
+        while events:
             t, delta = heapq.heappop(events)
             free += delta
             if free >= gpus:
-                start = t if t > now else now
-        if start is None:
+                return (t if t > now else now), free
+        return None
+
+    def reserve(
+        self, job_id: str, tier_rank: int, gpus: int, free_now: int, now: float, runtime_s: float
+    ) -> Reservation | None:
+        """Reserve the earliest start; None if running work can never free enough."""
+        found = self.earliest(gpus, free_now, now)
+        if found is None:
             return None
+        start, free = found
         # Spare at the start: free GPUs then, minus this job; every later event can only free
         # more within this reservation's lifetime except another reservation's start.
         spare = free - gpus

@@ -7,6 +7,8 @@ affinity; EASY backfill behind the head job; checkpoint-aware preemption (see `p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rota.contracts.common import TIER_ORDER
 
 from rota_policy.config import PolicyConfig
@@ -48,8 +50,9 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     return plan
 
 
-ROTA_RULES = Rules(name="rota", order="score", quotas=True, backfill="reserve", planner=_rota_planner)
-_ROTA_NO_BACKFILL = Rules(name="rota", order="score", quotas=True, backfill="none", planner=_rota_planner)
+ROTA_RULES = Rules(name="rota", order="score", quotas=True, backfill="reserve", planner=_rota_planner,
+                   preempt_for_wait_target=True)
+_ROTA_NO_BACKFILL = replace(ROTA_RULES, backfill="none")
 
 
 def schedule(snapshot: Snapshot, now: float, config: PolicyConfig) -> Decisions:

@@ -63,6 +63,10 @@ class Rules:
     pass_over: bool = True
     """Pass over a queue's jobs that a reservation blocks in one step, when that cannot change a
     decision; False tries them one by one (the reference the tests compare with)."""
+    preempt_for_wait_target: bool = False
+    """Search for victims only when the job's tier's wait target (`long_wait_s`) is at stake:
+    it has waited that long, or the GPUs expected to free themselves come too late for it.
+    False: whenever the job is blocked (Kueue, Slurm)."""
 
 
 MissKey = tuple[Tier, str, str, int, RackAffinity]

@@ -106,6 +106,9 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
     if w.attempts <= 0 or w.planner is None or code is Code.RESERVED_FOR_HIGHER_PRIORITY:
         return False
     cy = w.cy
+    patient = cy.rules.preempt_for_wait_target and code is Code.INSUFFICIENT_CAPACITY
+    if patient and not _wait_target_at_stake(cy, job):
+        return False
     w.attempts -= 1
     plan = w.planner(job, cy.preemption, cy)
     if plan is not None:
@@ -116,6 +119,19 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
         return False
     cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
     return True
+
+
+def _wait_target_at_stake(cy: Cycle, job: PendingJob) -> bool:
+    """Whether stopping others is needed for the job's tier's wait target, for a job short of
+    free GPUs: it has waited that long already, or the GPUs that running work is expected to
+    free (after the reservations ahead of it) come too late. On a light cluster they mostly
+    come in time. (Counts cannot say when a fragmented cluster fits a gang, nor when quota
+    allows one: those blocks search at once.)"""
+    target = cy.config.tier(job.tier).long_wait_s
+    if cy.now - job.submitted_at >= target:
+        return True
+    found = cy.book(job.flavor).earliest(job.gpus, cy.state.free_total.get(job.flavor, 0), cy.now)
+    return found is None or found[0] - job.submitted_at > target
 
 
 def _reserve_or_hold(w: WalkState, job: PendingJob, code: Code) -> bool:
