@@ -108,6 +108,9 @@ def test_short_replay_reports_exactly_the_metric_keys(policy: str) -> None:
     assert run.result["completed"] == run.result["jobs"] == 800
     assert set(run.result["p95_wait_s_by_tier"]) == {"production", "training", "experiment"}
     assert 0.0 <= run.result["utilization"] <= 1.0
+    assert 0.0 <= run.result["goodput"] <= run.result["utilization"]
+    assert run.result["eta_waited_p50_rel_error"] <= run.result["eta_waited_p90_rel_error"]
+    assert 0.0 <= run.result["eta_waited_within_25pct"] <= 1.0
     if policy == "fifo":
         assert run.result["preemptions"] == 0
 

@@ -250,10 +250,8 @@ class Simulator:
                 error = sum(abs(self.running_gpus[team] - fair[team]) for team in fair) / (2 * self.capacity)
                 self.fair_sum += error * count
                 self.fair_samples += count
-            long_error = self._long_term_error(t)
-            if long_error is not None:
-                self.long_fair_sum += long_error * count
-                self.long_fair_samples += count
+            self.long_fair_sum += (self._long_term_error(t) or 0.0) * count
+            self.long_fair_samples += count
         while t >= self.next_timeline:
             self.timeline.append((self.next_timeline, self.busy))
             self.next_timeline += TIMELINE_S
