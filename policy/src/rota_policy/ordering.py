@@ -134,6 +134,7 @@ class QueueWalk:
         "_current",
         "_dynamic",
         "_heap",
+        "_held_back",
         "_hopeless",
         "_key",
         "_narrow",
@@ -154,18 +155,21 @@ class QueueWalk:
         hopeless: Callable[[PendingQueue], bool] | None = None,
         version: Callable[[], int] | None = None,
         room: Callable[[PendingQueue], int] | None = None,
+        held_back: Callable[[PendingJob], bool] | None = None,
         always: Set[str] = frozenset(),
     ) -> None:
         """`version()`, if given, changes whenever a dynamic key may have changed: a head whose
         key was computed at the current version is not recomputed when it surfaces. `room(q)`
-        is how many GPUs a job of `q` could start on now (needed by `narrow_current`); the
-        jobs in `always` get their turn in a narrowed queue whatever their size."""
+        is how many GPUs a job of `q` could start on now (needed by `narrow_current`), and
+        `held_back(job)` whether a reservation keeps it from starting now; the jobs in `always`
+        get their turn in a narrowed queue whatever their size."""
         self._queues = queues
         self._key = key
         self._dynamic = dynamic
         self._hopeless = hopeless
         self._version = version
         self._room = room
+        self._held_back = held_back
         self._always = always
         self._narrow = False
         self._narrowed: set[int] = set()
@@ -216,7 +220,7 @@ class QueueWalk:
     def __iter__(self) -> Iterator[PendingJob]:
         heap, queues, key, hopeless = self._heap, self._queues, self._key, self._hopeless
         version, room, narrowed, always = self._version, self._room, self._narrowed, self._always
-        dynamic = self._dynamic
+        dynamic, held_back = self._dynamic, self._held_back
         while heap:
             k, submitted, job_id, qi, pos, at = heap[0]
             queue = queues[qi]
@@ -225,11 +229,12 @@ class QueueWalk:
                 continue
             jobs = queue.jobs
             job = jobs[pos]
-            if (qi in narrowed and room is not None and job.gpus > (most := room(queue))
-                    and job.job_id not in always):
-                # Free GPUs only shrink within a cycle: a job too big for them now stays so.
-                # Its successors' keys are no lower, so the merged order still holds.
-                nxt_pos = next_fitting(queue, pos + 1, most, always)
+            if (qi in narrowed and room is not None and job.job_id not in always
+                    and (job.gpus > (most := room(queue)) or (held_back is not None and held_back(job)))):
+                # Free GPUs only shrink within a cycle, and reservations only grow: a job too
+                # big for them now, or held back, stays so. Its successors' keys are no lower,
+                # so the merged order still holds.
+                nxt_pos = next_fitting(queue, pos + 1, most, always, held_back)
                 if nxt_pos is None:
                     heapq.heappop(heap)
                 else:
@@ -262,17 +267,22 @@ class QueueWalk:
 
 
 def next_fitting(
-    queue: PendingQueue, start: int, most: int, always: Set[str] = frozenset()
+    queue: PendingQueue,
+    start: int,
+    most: int,
+    always: Set[str] = frozenset(),
+    held_back: Callable[[PendingJob], bool] | None = None,
 ) -> int | None:
     """The position of the first job of `queue` from `start` on that needs at most `most`
-    GPUs, or is in `always`. A plain scan: the walk only moves forward in a queue, so over a
-    cycle it reads each job once at most, no more than building any index would."""
+    GPUs and that no reservation holds back, or that is in `always`. A plain scan: the walk
+    only moves forward in a queue, so over a cycle it reads each job once at most, no more
+    than building any index would."""
     if queue.min_gpus > most and (not always or queue.ids().isdisjoint(always)):
         return None
     jobs = queue.jobs
     for pos in range(start, len(jobs)):
         job = jobs[pos]
-        if job.gpus <= most or job.job_id in always:
+        if job.job_id in always or (job.gpus <= most and (held_back is None or not held_back(job))):
             return pos
     return None
 

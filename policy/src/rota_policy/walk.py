@@ -76,7 +76,8 @@ def _groups(cy: Cycle) -> list[list[PendingQueue]]:
 
 def _order(w: WalkState, queues: list[PendingQueue]) -> QueueWalk:
     return QueueWalk(queues, w.key, dynamic=w.dynamic, hopeless=partial(hopeless, w),
-                     version=w.quota_version, room=w.room, always=w.cy.planned.keys())
+                     version=w.quota_version, room=w.room, held_back=w.held_back,
+                     always=w.cy.planned.keys())
 
 
 def _plan_in_flight(w: WalkState, job: PendingJob) -> None:

@@ -96,6 +96,13 @@ class WalkState:
     def quota_version(self) -> int:
         return self.cy.quota.version
 
+    def held_back(self, job: PendingJob) -> bool:
+        """Whether a reservation keeps `job` from starting now (the ladder's reservation rung).
+        Within a cycle reservations are only added and their spare only shrinks, so a job
+        held back stays held back."""
+        book = self.cy.books.get(job.flavor)
+        return book is not None and book.blocking(job.gpus, self.cy.now + self.cy.runtime(job)) is not None
+
     def room(self, q: PendingQueue) -> int:
         """The most GPUs a job of `q` could start on now: free, and allowed by quota. Both only
         shrink within a cycle, and quota refuses every size above one it refuses, so the largest
