@@ -68,10 +68,11 @@ def message(type_: str, data: Doc, **header: Any) -> Doc:
             "source": "conformance", "job_id": None, "run_id": None, "data": data, **header}
 
 
-def spec(team: str, name: str, queue: str, gpus: int, role: str, out: Path) -> Doc:
+def spec(team: str, name: str, queue: str, gpus: int, role: str, out: Path,
+         declared_s: int = 600) -> Doc:
     return {"name": name, "team": team, "user": team, "queue": queue, "flavor": "gpu",
             "workers": 1, "gpus_per_worker": gpus, "resumable": True,
-            "declared_runtime_s": 600, "submission_id": f"conformance-{name}-{uuid.uuid4().hex[:8]}",
+            "declared_runtime_s": declared_s, "submission_id": f"conformance-{name}-{uuid.uuid4().hex[:8]}",
             "local": {"command": [sys.executable, JOB_SIDE],
                       "env": {"CONFORMANCE_ROLE": role, "CONFORMANCE_OUT": str(out)}}}
 
@@ -309,7 +310,8 @@ async def wait_record(out: Path, run_id: str, kind: str, timeout: float = 60) ->
 
 
 async def a_preemption_played_by_the_job(nlp: Team, research: Team, out: Path) -> None:
-    victim_spec = spec("research", "conformance-victim", "experiment", 8, "victim", out)
+    # The victim declares two hours: production would wait past its wait target, so it preempts.
+    victim_spec = spec("research", "conformance-victim", "experiment", 8, "victim", out, 7200)
     submit = message("SubmitJob", victim_spec)
     await research.command("submit", json.dumps(conform(submit)).encode(), submit["id"])
     victim = (await research.answer(answering(submit["id"], "JobSubmitted")))["job_id"]

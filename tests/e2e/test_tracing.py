@@ -65,10 +65,11 @@ def until(what: str, check: Callable[[], Any], timeout: float) -> Any:
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-def job_file(tmp: Path, name: str, team: str, user: str, queue: str, duration_s: float) -> Path:
+def job_file(tmp: Path, name: str, team: str, user: str, queue: str, duration_s: float,
+             declared_s: float | None = None) -> Path:
     doc = {"name": name, "team": team, "user": user, "queue": queue, "flavor": "gpu",
            "workers": 1, "gpus_per_worker": 8, "resumable": True,
-           "declared_runtime_s": int(duration_s), "submission_id": f"tracing-{name}",
+           "declared_runtime_s": int(declared_s or duration_s), "submission_id": f"tracing-{name}",
            "sim": {"duration_s": duration_s, "checkpoint_interval_s": 60.0,
                    "checkpoint_save_s": 10.0}}
     path = tmp / f"{name}.yaml"
@@ -103,7 +104,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         stack.start()
         tmp = tmp_path_factory.mktemp("jobs")
         victim = rota(env, "submit", "-f", str(
-            job_file(tmp, "sweep", "research", "dave", "experiment", 300)))["job_id"]
+            # It declares two hours, too late for production's wait target: production preempts.
+            job_file(tmp, "sweep", "research", "dave", "experiment", 300, 7200)))["job_id"]
         until("the sweep runs", lambda: state(env, victim) == "running", 30)
         time.sleep(1.5)  # past its minimum runtime
         preemptor = rota(env, "submit", "-f", str(
