@@ -31,8 +31,8 @@ from rota_console.reader import PLATFORM, ApiFailure, Viewer
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.globals["polyline"] = polyline
 
-STATUS = {"NOT_FOUND": 404, "AMBIGUOUS_ID": 400, "UNAUTHORISED": 403, "UNAVAILABLE": 503,
-          "INTERNAL": 502}
+STATUS = {"NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "AMBIGUOUS_ID": 400, "UNAUTHORISED": 403,
+          "UNAVAILABLE": 503, "INTERNAL": 502}
 
 
 def _console(request: Request) -> Console:

@@ -93,6 +93,9 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
     for name, info in summary["services"].items():
         table.add_row(name, info["state"], str(info["pid"]), info["metrics"], info["log"])
     err_console.print(table)
+    if (console := summary.get("console")) is not None:
+        err_console.print(f"Console   {console['url']} ({console['state']}; log in with a team's "
+                          "credentials from `rota creds issue`)", highlight=False)
     err_console.print("Rota is up. Ctrl-C stops it.")
 
 
