@@ -177,7 +177,7 @@ def test_login_reads_the_team_from_team_credentials_and_the_platform_from_the_ad
 
 @pytest.mark.parametrize("text", ["", "not a creds file", "x" * 20_000])
 def test_login_refuses_what_is_not_credentials_naming_the_field(text: str) -> None:
-    with pytest.raises(LoginRefused, match="^creds: "):
+    with pytest.raises(LoginRefused, match=r"^creds: "):
         identity_of(text)
 
 

@@ -115,4 +115,4 @@ def test_fair_share_keeps_only_the_newest_points() -> None:
     history = UsageHistory(half_life_s=100.0, points=3)
     for i in range(5):
         history.record(NOW + timedelta(seconds=i), {"nlp": 1})
-    assert [at for at, _ in history.samples][0] == NOW + timedelta(seconds=2)
+    assert history.samples[0][0] == NOW + timedelta(seconds=2)
