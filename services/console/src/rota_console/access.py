@@ -13,7 +13,6 @@ import secrets
 import tempfile
 
 import nats
-from nats.errors import Error as NatsError
 from rota.auth.jwt import claims_of, read_creds
 from rota.auth.keys import ADMIN
 from starlette.requests import Request
@@ -51,6 +50,8 @@ def identity_of(creds_text: str) -> Viewer:
 async def verify(creds_text: str, nats_url: str) -> Viewer:
     """The viewer, once the NATS server accepted the credentials: a forged or expired JWT, or
     a seed that does not match it, is refused there."""
+    # A browser's textarea sends CRLF line ends, which the .creds parser does not take.
+    creds_text = creds_text.replace("\r\n", "\n").strip() + "\n"
     viewer = identity_of(creds_text)
     # nats-py reads credentials from a file: a private one, removed at once.
     fd, name = tempfile.mkstemp(prefix="rota-console-login-", suffix=".creds")
@@ -60,7 +61,7 @@ async def verify(creds_text: str, nats_url: str) -> Viewer:
         try:
             nc = await nats.connect(nats_url, user_credentials=name, connect_timeout=3,
                                     allow_reconnect=False, max_reconnect_attempts=0)
-        except (NatsError, OSError, TimeoutError) as exc:
+        except Exception as exc:  # nats-py and nkeys raise their own kinds for a bad key
             raise LoginRefused(f"creds: the NATS server refused them ({type(exc).__name__})"
                                ) from None
         await nc.close()
