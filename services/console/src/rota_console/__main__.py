@@ -15,7 +15,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # No access log: URLs carry job ids, not secrets, but a quiet log is easier to read.
     uvicorn.run(build(settings), host=settings.bind, port=settings.port, access_log=False,
-                log_level="warning")
+                log_level="warning", timeout_graceful_shutdown=2)
 
 
 if __name__ == "__main__":
