@@ -61,7 +61,12 @@ class FakeApi(Reader):
             return {"allocations": [allocation(OURS["job_id"], "nlp", "training", "node-0", [0, 1]),
                                     allocation("x", "vision", "training", "node-1", [0])]}
         if subject == "rota.sys.preemption.plans":
-            return []
+            return [{"plan_id": "p1", "preemptor_job_id": THEIRS["job_id"], "preemptor_team": "vision",
+                     "preemptor_queue": "production", "state": "completed", "reason": "RECLAIM",
+                     "victims": [{"job_id": OURS["job_id"], "team": "nlp", "gpus": 4,
+                                  "outcome": "acked", "lost_gpu_seconds": 12.5},
+                                 {"job_id": "x", "job_name": "secret-sweep", "team": "research",
+                                  "gpus": 2, "outcome": "forced", "lost_gpu_seconds": 99.0}]}]
         raise AssertionError(f"unexpected subject {subject}")
 
 
@@ -184,3 +189,11 @@ def test_login_refuses_what_is_not_credentials_naming_the_field(text: str) -> No
 def test_login_refuses_a_services_credentials(auth: AuthDir) -> None:
     with pytest.raises(LoginRefused, match="service"):
         identity_of(auth.creds_path("scheduler").read_text())
+
+
+def test_a_team_sees_the_preemptions_its_jobs_took_part_in_without_others_names(
+        client: TestClient) -> None:
+    html = client.get("/preemptions", headers={HEADER: "nlp"})
+    assert html.status_code == 200
+    assert "another team" in html.text and "secret-sweep" not in html.text
+    assert "research" not in html.text
