@@ -10,6 +10,15 @@
     var content = document.getElementById("content");
     if (content && window.htmx) { window.htmx.trigger(content, "rota:changed"); }
   }
+  // A form with data-confirm asks first (the one write, cancelling a job, has one). On the
+  // document, so forms that a live refresh swapped in ask too.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.hasAttribute && form.hasAttribute("data-confirm")
+        && !window.confirm(form.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
+  });
   document.addEventListener("DOMContentLoaded", function () {
     if (!document.body.hasAttribute("data-live") || !window.EventSource) { return; }
     var feed = new EventSource("/events");
