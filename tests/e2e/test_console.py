@@ -103,6 +103,7 @@ def test_the_queue_page_shows_the_borrowers_live_and_the_cluster_picture_changes
     eventually(lambda: any("vision" in (s["borrowers"] or "") and "research" in (s["borrowers"] or "")
                            for s in swaps(platform)),
                "the live queue page names vision and research as borrowers")
+    platform.shot("queues-borrowing")  # most likely still showing them: not asserted
     eventually(lambda: nlp.page.locator(".gpu.tier-production").count() == 16 or None,
                "16 production GPUs of nlp on the live cluster picture")
     nlp.shot("cluster-phone")
