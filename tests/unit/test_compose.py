@@ -206,7 +206,7 @@ def test_traces_go_to_the_otlp_receiver_of_this_file() -> None:
         assert endpoint.hostname in svc["depends_on"], name
 
 
-def test_the_console_serves_its_port_as_the_admin_of_the_generated_keys() -> None:
+def test_the_console_serves_its_port_as_its_own_identity_of_the_generated_keys() -> None:
     console = SVC["console"]
     assert console["command"] == ["python", "-m", "rota_console"]
     assert console["image"] == "rota:dev"
@@ -218,6 +218,6 @@ def test_the_console_serves_its_port_as_the_admin_of_the_generated_keys() -> Non
     assert settings.bind == "0.0.0.0", "else nothing outside the container reaches it"
     assert (settings.port, settings.port) in port_pairs(console)
     mounts = dict((target, source) for source, target in bind_mounts(console))
-    assert env["ROTA_NATS_CREDS"].startswith("/auth/") and mounts["/auth"] == "nats-auth"
+    assert env["ROTA_NATS_CREDS"] == "/auth/creds/console.creds" and mounts["/auth"] == "nats-auth"
     load_config(ROOT / mounts[env["ROTA_CONFIG"]])
     assert "nats" in console["depends_on"]

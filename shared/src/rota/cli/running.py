@@ -83,10 +83,11 @@ class Stack:
                     for p in self.processes}
         console = None
         if self.console:
-            # The console acts for whichever team logs in, so it connects as the admin; it
-            # sends a team viewer's questions only to that team's own subjects.
-            admin = {"ROTA_NATS_CREDS": self.endpoints.nats_creds} if self.endpoints.nats_creds else {}
-            process, console = start_console({**env, **admin}, logs / f"{CONSOLE}.log")
+            # Its own identity (rota.auth.permissions.console_permissions): every read, plain
+            # and team-scoped, and a team's cancel; it sends a team viewer's questions only to
+            # that team's own subjects.
+            process, console = start_console({**env, **self.infra.identity_env(CONSOLE)},
+                                             logs / f"{CONSOLE}.log")
             self.processes.append(process)
         write_runtime_file(self.settings.runtime_file, self.endpoints, os.getpid())
         return {**self.infra.describe(self.endpoints), "home": str(self.settings.home.resolve()),
