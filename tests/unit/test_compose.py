@@ -25,6 +25,7 @@ import yaml
 from rota.cli.stack import SERVICES
 from rota.config import load_config
 from rota.settings import Settings
+from rota_console.settings import ConsoleSettings
 from rota_preemption.settings import PreemptionSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +43,10 @@ SVC: dict[str, dict[str, Any]] = COMPOSE["services"]
 
 
 def rota_services() -> dict[str, dict[str, Any]]:
-    """The compose services that run a Rota service: `python -m rota_<name>`."""
+    """The compose services that run one of the six Rota services: `python -m rota_<name>`
+    (the console, which has no metrics, tables or events, is checked on its own)."""
     return {name: svc for name, svc in SVC.items()
-            if svc.get("command", [])[:2] == ["python", "-m"]}
+            if svc.get("command", [])[:2] == ["python", "-m"] and name != "console"}
 
 
 def environment(svc: dict[str, Any]) -> dict[str, str]:
@@ -169,7 +171,7 @@ def test_grafana_provisions_the_dashboards_and_datasources_of_this_file() -> Non
 
 def settings_variables() -> set[str]:
     names = set()
-    for model in (Settings, PreemptionSettings):
+    for model in (Settings, PreemptionSettings, ConsoleSettings):
         prefix = str(model.model_config.get("env_prefix", "")).upper()
         names |= {prefix + field.upper() for field in model.model_fields}
     return names
@@ -202,3 +204,20 @@ def test_traces_go_to_the_otlp_receiver_of_this_file() -> None:
         receiver = SVC[str(endpoint.hostname)]
         assert endpoint.port in {c for _, c in port_pairs(receiver)}, name
         assert endpoint.hostname in svc["depends_on"], name
+
+
+def test_the_console_serves_its_port_as_its_own_identity_of_the_generated_keys() -> None:
+    console = SVC["console"]
+    assert console["command"] == ["python", "-m", "rota_console"]
+    assert console["image"] == "rota:dev"
+    env = environment(console)
+    assert set(env) <= settings_variables(), set(env) - settings_variables()
+    settings = ConsoleSettings.model_validate(
+        {k.removeprefix("ROTA_CONSOLE_").lower(): v for k, v in env.items()
+         if k.startswith("ROTA_CONSOLE_")})
+    assert settings.bind == "0.0.0.0", "else nothing outside the container reaches it"
+    assert (settings.port, settings.port) in port_pairs(console)
+    mounts = dict((target, source) for source, target in bind_mounts(console))
+    assert env["ROTA_NATS_CREDS"] == "/auth/creds/console.creds" and mounts["/auth"] == "nats-auth"
+    load_config(ROOT / mounts[env["ROTA_CONFIG"]])
+    assert "nats" in console["depends_on"]

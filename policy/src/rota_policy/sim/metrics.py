@@ -83,10 +83,8 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "preemptions": sim.preemptions,
         "lost_gpu_hours": sim.lost_gpu_s / 3600.0,
         "preemption_overhead_gpu_hours": sim.overhead_gpu_s / 3600.0,
-        "fairness_error": sim.fair_sum / sim.fair_samples if sim.fair_samples else 0.0,
-        "long_term_fairness_error": (
-            sim.long_fair_sum / sim.long_fair_samples if sim.long_fair_samples else 0.0
-        ),
+        "fairness_error": sim.fairness.value,
+        "long_term_fairness_error": sim.long_term_fairness.value,
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
         "eta_waited_p50_rel_error": _percentile(waited, 0.50),
         "eta_waited_p90_rel_error": _percentile(waited, 0.90),

@@ -74,6 +74,23 @@ def _count(counts: dict[_V, int], value: _V, delta: int) -> None:
         del counts[value]
 
 
+class Mean:
+    """A running mean of samples, each taken `count` times."""
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.total, self.count = 0.0, 0
+
+    def add(self, value: float, count: int = 1) -> None:
+        self.total += value * count
+        self.count += count
+
+    @property
+    def value(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+
 class SimJob:
     __slots__ = (
         "attempt",
@@ -169,10 +186,7 @@ class Simulator:
         self.busy = 0
         self.busy_gpu_s = 0.0
         self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
-        self.fair_sum = 0.0
-        self.fair_samples = 0
-        self.long_fair_sum = 0.0
-        self.long_fair_samples = 0
+        self.fairness, self.long_term_fairness = Mean(), Mean()
         self.next_sample = 0.0
         self.timeline: list[tuple[float, int]] = []
         self.next_timeline = 0.0
@@ -248,10 +262,8 @@ class Simulator:
             if sum(demand.values()) >= self.capacity:
                 fair = water_fill(self.capacity, demand, self.weights)
                 error = sum(abs(self.running_gpus[team] - fair[team]) for team in fair) / (2 * self.capacity)
-                self.fair_sum += error * count
-                self.fair_samples += count
-            self.long_fair_sum += (self._long_term_error(t) or 0.0) * count
-            self.long_fair_samples += count
+                self.fairness.add(error, count)
+            self.long_term_fairness.add(self._long_term_error(t) or 0.0, count)
         while t >= self.next_timeline:
             self.timeline.append((self.next_timeline, self.busy))
             self.next_timeline += TIMELINE_S

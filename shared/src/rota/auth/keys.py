@@ -17,8 +17,10 @@ from typing import Any
 
 from rota.auth.jwt import ACCOUNT, OPERATOR, USER, KeyPair, creds, encode, read_creds
 from rota.auth.permissions import (
+    CONSOLE,
     SERVICES,
     Permissions,
+    console_permissions,
     run_template,
     service_permissions,
     team_permissions,
@@ -116,6 +118,9 @@ class AuthDir:
                 self.issue(service, service_permissions(service), self.creds_path(service))
         if not self.creds_path(ADMIN).exists():
             self.issue(ADMIN, None, self.creds_path(ADMIN))
+        # The console signs no events, so it is in no roster.
+        if not self.creds_path(CONSOLE).exists():
+            self.issue(CONSOLE, console_permissions(), self.creds_path(CONSOLE))
         self._write_roster()
         return self
 

@@ -8,12 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rota.contracts.subjects import (
+    API_CANCEL,
     EVENT_SUBJECTS,
     FEED_PREFIX,
+    LEDGER_ALLOCATIONS,
+    NOTIFICATIONS_LIST,
+    PREEMPTION_PLANS,
     RUN_PROTOCOL,
     RUN_START,
     RUN_STOP,
     STREAM_CTL,
+    TEAM_QUERIES,
     run_checkpoint,
     team_feed,
 )
@@ -111,6 +116,24 @@ def team_permissions(team: str) -> Permissions:
     )
 
 
+CONSOLE = "console"
+CONSOLE_INBOX = "_INBOX_console"
+
+
+def console_permissions() -> Permissions:
+    """The web console's: every read query, plain (for the platform viewer) and team-scoped,
+    the platform-wide lists it filters to the viewer, a team's cancel, and the teams' live
+    feeds. No submit, no command stream, no `$JS.API`, and no event of its own to sign."""
+    queries = sorted(TEAM_QUERIES)
+    return Permissions(
+        publish=(*queries, *(f"{q}.*" for q in queries), f"{API_CANCEL}.*",
+                 LEDGER_ALLOCATIONS, NOTIFICATIONS_LIST, PREEMPTION_PLANS),
+        subscribe=(f"{FEED_PREFIX}.>", f"{CONSOLE_INBOX}.>"),
+        inbox_prefix=CONSOLE_INBOX,
+        tags=("role:console",),
+    )
+
+
 RUN_NAME = "{{name()}}"
 """A run user's name is its run id; the scoped signing key fills it into the template."""
 
@@ -146,6 +169,7 @@ def shipped_table() -> dict[str, object]:
         "event_owners": {t: sorted(owners) for t, owners in EVENT_OWNERS.items()},
         "command_owners": {s: sorted(owners) for s, owners in COMMAND_OWNERS.items()},
         "services": {name: rendered(service_permissions(name)) for name in SERVICES},
+        "console": rendered(console_permissions()),
         "team": rendered(team_permissions("<team>")),
         "run": rendered(run_template()),
         "admin": "everything",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rota.cli.stack import (
+    CONSOLE,
     SERVICES,
     Infrastructure,
     ServiceProcess,
@@ -24,6 +25,7 @@ from rota.cli.stack import (
     ping_all,
     prepare_streams,
     service_env,
+    start_console,
 )
 from rota.endpoints import Endpoints, write_runtime_file
 from rota.settings import Settings
@@ -47,6 +49,8 @@ class Stack:
     executor: Executor = Executor.sim
     extra_env: dict[str, str] = field(default_factory=dict)
     say: Any = print
+    console: bool = True
+    """Start the web console too, once the services are ready."""
     infra: Infrastructure | None = None
     endpoints: Endpoints | None = None
     processes: list[ServiceProcess] = field(default_factory=list)
@@ -72,14 +76,22 @@ class Stack:
         for process in self.processes:
             process.start()
         ready = self._wait_ready()
+        services = {p.name: {"state": "ready" if ready[p.name] else "starting",
+                             "pid": p.process.pid if p.process else None,
+                             "log": str(p.log_path),
+                             "metrics": metrics_url(self.settings, ports[p.name])}
+                    for p in self.processes}
+        console = None
+        if self.console:
+            # Its own identity (rota.auth.permissions.console_permissions): every read, plain
+            # and team-scoped, and a team's cancel; it sends a team viewer's questions only to
+            # that team's own subjects.
+            process, console = start_console({**env, **self.infra.identity_env(CONSOLE)},
+                                             logs / f"{CONSOLE}.log")
+            self.processes.append(process)
         write_runtime_file(self.settings.runtime_file, self.endpoints, os.getpid())
         return {**self.infra.describe(self.endpoints), "home": str(self.settings.home.resolve()),
-                "executor": self.executor.value,
-                "services": {p.name: {"state": "ready" if ready[p.name] else "starting",
-                                      "pid": p.process.pid if p.process else None,
-                                      "log": str(p.log_path),
-                                      "metrics": metrics_url(self.settings, ports[p.name])}
-                              for p in self.processes}}
+                "executor": self.executor.value, "services": services, "console": console}
 
     def _wait_ready(self) -> dict[str, bool]:
         assert self.endpoints is not None

@@ -25,6 +25,11 @@ from rota.endpoints import Endpoints
 from rota.settings import Settings
 
 SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
+CONSOLE = "console"
+"""The web console: a process `rota up` supervises like a service, with no tables and no
+events of its own, so no migrations and no ping."""
+CONSOLE_PORT = 8089
+CONSOLE_READY_S = 30.0
 
 
 def migrations_dir(service: str) -> Path:
@@ -259,3 +264,59 @@ def metrics_url(settings: Settings, port: int) -> str:
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"  # bound on every interface; this one answers on this machine
     return f"http://{host}:{port}/metrics"
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def console_port(env: dict[str, str]) -> int:
+    """`ROTA_CONSOLE_PORT` when set; else 8089, or any free port when another stack (or
+    anything) holds 8089, so two stacks on one machine never collide."""
+    if env.get("ROTA_CONSOLE_PORT"):
+        return int(env["ROTA_CONSOLE_PORT"])
+    host = env.get("ROTA_CONSOLE_BIND") or "127.0.0.1"
+    if _port_free(host, CONSOLE_PORT):
+        return CONSOLE_PORT
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def console_url(env: dict[str, str], port: int) -> str:
+    host = env.get("ROTA_CONSOLE_BIND") or "127.0.0.1"
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def start_console(env: dict[str, str], log_path: Path) -> tuple[ServiceProcess, dict[str, Any]]:
+    """Start the console and wait until it answers `/healthz`: its process and summary."""
+    import urllib.error
+    import urllib.request
+
+    port = console_port(env)
+    process = ServiceProcess(CONSOLE, {**env, "ROTA_CONSOLE_PORT": str(port)}, log_path)
+    process.start()
+    url = console_url(env, port)
+    deadline = time.monotonic() + CONSOLE_READY_S
+    state = "starting"
+    while time.monotonic() < deadline and process.alive:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
+                if answer.status == 200:
+                    state = "ready"
+                    break
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    if not process.alive:
+        state = "exited"
+    return process, {"url": url, "state": state,
+                     "pid": process.process.pid if process.process else None,
+                     "log": str(log_path)}

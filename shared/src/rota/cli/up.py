@@ -102,6 +102,8 @@ def print_summary(summary: Mapping[str, Any], *, wide: bool = False) -> None:
     print_table(err_console, SERVICE_COLUMNS, [
         [name, info["state"], str(info["pid"]), info["metrics"] or "-", info["log"]]
         for name, info in services.items()], wide=wide)
+    if (console := summary.get("console")) is not None:
+        say(f"Console   {console['url']} ({console['state']})")
     say("Rota is up. Ctrl-C stops it.")
 
 

@@ -1,0 +1,180 @@
+"""Pure: the pages, built from what the API answered. No I/O, so each is unit-tested alone."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from rota.config import RotaConfig
+from rota.contracts.common import TIER_ORDER, Tier
+
+from rota_console.pages import (
+    ClusterPage,
+    Factor,
+    GpuCell,
+    JobPage,
+    NodeCells,
+    Notification,
+    PendingPreemption,
+    QueueDiagnosis,
+    QueueRow,
+    QueuesPage,
+    Reason,
+    TierBlock,
+    TimelineEntry,
+    WaitingJob,
+)
+from rota_console.reader import OTHER_TEAM, Viewer
+
+LONGEST_WAITS = 5
+TIERS = [t.value for t in TIER_ORDER]
+
+# The primary reason that explains a long wait by something other than too few GPUs, named
+# as the scheduler's queue diagnosis names it (rota_policy.reasons).
+CAUSES = {
+    "QUOTA_EXCEEDED": "quota_too_low",
+    "NO_MATCHING_FLAVOR": "flavor_too_narrow",
+    "EXCEEDS_CLUSTER": "request_too_large",
+    "FRAGMENTATION": "fragmentation",
+    "PRIORITY": "queue_weight",
+}
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        return datetime.fromisoformat(value)
+    return None
+
+
+def _primary(job: dict[str, Any]) -> dict[str, Any]:
+    reasons = (job.get("wait") or {}).get("reasons") or []
+    first: dict[str, Any] = reasons[0] if reasons else {
+        "code": "NOT_YET_SCHEDULED", "message": "the scheduler has not considered it yet"}
+    return first
+
+
+def queues_page(viewer: Viewer, summary: list[dict[str, Any]], jobs: list[dict[str, Any]],
+                config: RotaConfig, now: datetime) -> QueuesPage:
+    pending = [j for j in jobs if j.get("state") == "pending"]
+    tiers = []
+    for tier in TIERS:
+        rows = [QueueRow.model_validate(r) for r in summary if r.get("queue") == tier]
+        waiting = sorted((j for j in pending if j.get("queue") == tier),
+                         key=lambda j: str(j.get("submitted_at")))
+        longest = [_waiting(j, now) for j in waiting[:LONGEST_WAITS]]
+        threshold = config.queues[Tier(tier)].long_wait_threshold_s
+        tiers.append(TierBlock(tier=tier, rows=rows, longest_waits=longest,
+                               diagnoses=diagnose(waiting, threshold, now)))
+    borrowers = sorted({r["team"] for r in summary if int(r.get("borrowed_gpus") or 0) > 0})
+    return QueuesPage(viewer=viewer.team, generated_at=now, tiers=tiers, borrowers=borrowers,
+                      jobs=jobs[:50])
+
+
+def _waiting(job: dict[str, Any], now: datetime) -> WaitingJob:
+    primary = _primary(job)
+    submitted = _time(job.get("submitted_at")) or now
+    return WaitingJob(job_id=job["job_id"], short_id=job.get("short_id") or job["job_id"][-12:],
+                      name=job["name"], team=job["team"],
+                      waited_s=max(0.0, (now - submitted).total_seconds()),
+                      primary_reason=primary.get("code", "?"), message=primary.get("message", ""),
+                      eta=_time((job.get("wait") or {}).get("eta")))
+
+
+def diagnose(waiting: list[dict[str, Any]], threshold_s: float,
+             now: datetime) -> list[QueueDiagnosis]:
+    """Per team and flavor of one tier: why its long waiters wait, when it is something other
+    than too few GPUs, from the primary reasons the scheduler published for each of them."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for job in waiting:
+        submitted = _time(job.get("submitted_at")) or now
+        if (now - submitted).total_seconds() > threshold_s:
+            groups.setdefault((job["team"], job["flavor"]), []).append(job)
+    out = []
+    for (team, flavor), members in sorted(groups.items()):
+        code, count = Counter(_primary(j).get("code", "?") for j in members).most_common(1)[0]
+        cause = CAUSES.get(code, "capacity")
+        message = (f"{count} of {len(members)} long waiters wait on {code}" if cause != "capacity"
+                   else f"{len(members)} long waiter(s): too few free {flavor} GPUs")
+        out.append(QueueDiagnosis(team=team, flavor=flavor, cause=cause,
+                                  long_waiters=len(members), message=message))
+    return out
+
+
+def factor_bars(factors: dict[str, Any] | None) -> list[Factor]:
+    numbers = {k: float(v) for k, v in (factors or {}).items()
+               if isinstance(v, int | float) and not isinstance(v, bool) and k != "total"}
+    magnitude = sum(abs(v) for v in numbers.values()) or 1.0
+    return [Factor(name=k, value=v, percent=round(100 * abs(v) / magnitude, 1))
+            for k, v in sorted(numbers.items(), key=lambda kv: -abs(kv[1]))]
+
+
+def job_page(viewer: Viewer, why: dict[str, Any], trace: dict[str, Any],
+             notifications: list[dict[str, Any]], *, jaeger_url: str | None,
+             notifications_error: str | None, now: datetime) -> JobPage:
+    job = trace["job"]
+    state = why.get("state") or job["state"]
+    timeline = [TimelineEntry(at=e["at"], type=e["type"], source=e.get("source") or "",
+                              summary=e.get("summary") or "",
+                              checkpoint_uri=(e.get("data") or {}).get("checkpoint_uri")
+                              or (e.get("data") or {}).get("resumed_from"))
+                for e in trace.get("timeline", [])]
+    trace_id = str(trace.get("trace_id") or "")
+    link = f"{jaeger_url.rstrip('/')}/trace/{trace_id}" if jaeger_url and trace_id else None
+    summary = why.get("summary")
+    return JobPage(
+        viewer=viewer.team, generated_at=now, job=job, state=state,
+        position=why.get("position"), eta=_time(why.get("eta")),
+        summary=summary if isinstance(summary, str) else None,
+        reasons=[Reason.model_validate(r) for r in why.get("reasons") or []],
+        factors=factor_bars(why.get("factors")), timeline=timeline,
+        preemptions=list(trace.get("preemptions") or []),
+        notifications=[Notification.model_validate(n) for n in notifications],
+        notifications_error=notifications_error, trace_id=trace_id, jaeger_link=link,
+        can_cancel=(not viewer.is_platform and job.get("team") == viewer.team
+                    and job.get("state") not in ("finished", "failed", "cancelled")))
+
+
+def cluster_page(viewer: Viewer, config: RotaConfig, allocations: list[dict[str, Any]],
+                 open_plans: list[dict[str, Any]], now: datetime) -> ClusterPage:
+    victim_runs = {v.get("run_id") for p in open_plans for v in p.get("victims", [])}
+    cells: dict[tuple[str, int], GpuCell] = {}
+    for alloc in allocations:
+        mine = viewer.may_see(alloc.get("team"))
+        borrowed_left = int(alloc.get("borrowed_gpus") or 0)
+        # The ledger counts a run's borrowed GPUs but the reply does not say which: its
+        # last ones are marked, as many as it borrows.
+        gpus = [(w["node"], g) for w in alloc.get("placement", []) for g in w["gpus"]]
+        for position, (node, gpu) in enumerate(gpus):
+            borrowed = position >= len(gpus) - borrowed_left
+            cells[(node, gpu)] = GpuCell(
+                index=gpu, team=alloc.get("team") if mine else OTHER_TEAM,
+                tier=alloc.get("queue") if mine else None,
+                job_id=alloc.get("job_id") if mine else None,
+                job_name=alloc.get("job_name") if mine else None,
+                borrowed=borrowed and mine, preempting=alloc.get("run_id") in victim_runs)
+    nodes = [NodeCells(name=n.name, rack=n.rack, flavor=n.flavor,
+                       gpus=[cells.get((n.name, i), GpuCell(index=i)) for i in range(n.gpus)])
+             for n in config.expanded_nodes()]
+    teams = sorted({c.team for c in cells.values() if c.team})
+    pending = [PendingPreemption(plan_id=p["plan_id"], state=str(p.get("state")),
+                                 preemptor_team=str(p.get("preemptor_team")),
+                                 victim_gpus=sum(int(v.get("gpus") or 0)
+                                                 for v in p.get("victims", [])))
+               for p in open_plans]
+    return ClusterPage(viewer=viewer.team, generated_at=now, nodes=nodes, teams=teams,
+                       gpus_total=sum(n.gpus for n in config.expanded_nodes()),
+                       gpus_in_use=len(cells), pending_preemptions=pending)
+
+
+TEAM_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+                "#ff9da7", "#9c755f", "#bab0ac")
+
+
+def team_colours(config: RotaConfig) -> dict[str, str]:
+    """A stable colour per team, in the order rota.yaml lists them."""
+    colours = {team: TEAM_COLOURS[i % len(TEAM_COLOURS)] for i, team in enumerate(config.teams)}
+    colours[OTHER_TEAM] = "#8a8a8a"
+    return colours
