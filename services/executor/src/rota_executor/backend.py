@@ -68,6 +68,9 @@ class Exit:
 
     code: int | None
     detail: str = ""
+    lost: bool = False
+    """The backend lost the run through no fault of the job (a node gone, a gang that never
+    started): it is reported `RunStopped(lost)`, and the job requeued from its checkpoint."""
 
 
 @dataclass(frozen=True)

@@ -184,10 +184,11 @@ class ClusterView:
         job = self._run_ended(data)
         if job is None:
             return
-        if data.get("reason") == "preempted" and not job.cancelled:
+        if data.get("reason") in ("preempted", "lost") and not job.cancelled:
             # Back to its queue: the original submit time, and its checkpoint to resume from.
+            # A lost run was not preempted: it spends none of the job's preemption budget.
             job.state = "pending"
-            job.preemptions += 1
+            job.preemptions += data.get("reason") == "preempted"
             job.requeued_at = at
             if data.get("checkpoint_uri"):
                 job.resume_from = data["checkpoint_uri"]

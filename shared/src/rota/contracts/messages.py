@@ -77,6 +77,9 @@ class StopReason(StrEnum):
     preempted = "preempted"
     cancelled = "cancelled"
     deadline = "deadline"
+    lost = "lost"
+    """The backend lost the run (its node went away, or its gang never started): it goes back
+    to its queue and resumes from its last checkpoint, like a preempted run."""
 
 
 class StopRun(StrictModel):
