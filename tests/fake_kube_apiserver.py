@@ -147,8 +147,11 @@ class FakeKubeApiServer:
                                    "capacity": {gpu_resource: str(gpus), "cpu": "64"},
                                    "conditions": [{"type": "Ready", "status": "True"}]}})
 
-    def set_node(self, name: str, *, ready: bool | None = None, cordoned: bool | None = None) -> None:
+    def set_node(self, name: str, *, ready: bool | None = None, cordoned: bool | None = None,
+                 gpus: int | None = None, gpu_resource: str = "nvidia.com/gpu") -> None:
         node = copy.deepcopy(self.objects[("nodes", "", name)])
+        if gpus is not None:
+            node["status"]["allocatable"][gpu_resource] = str(gpus)
         if ready is not None:
             node["status"]["conditions"] = [{"type": "Ready", "status": str(ready)}]
         if cordoned is not None:
@@ -336,6 +339,8 @@ class FakeKubeApiServer:
 
     def _delete(self, plural: str, obj: Obj, policy: str, grace: float | None) -> None:
         if obj["metadata"].get("deletionTimestamp"):
+            if plural == "pods" and grace == 0:  # a force delete: gone without its kubelet
+                self._put(plural, copy.deepcopy(obj), "DELETED")
             return
         if plural == "pods":
             obj = copy.deepcopy(obj)
@@ -412,6 +417,10 @@ class FakeKubeApiServer:
                 return False
         return True
 
+    def _kubelet_up(self, pod: Obj) -> bool:
+        node = self.get("nodes", pod["spec"].get("nodeName") or "")
+        return node is not None and node["status"]["conditions"][0]["status"] == "True"
+
     def _plan(self, pod: Obj) -> PodPlan:
         return self.plans.get(pod["metadata"]["labels"].get("job-name", ""), PodPlan())
 
@@ -421,6 +430,8 @@ class FakeKubeApiServer:
             name, status = pod["metadata"]["name"], pod["status"]
             plan = self._plan(pod)
             if pod["metadata"].get("deletionTimestamp"):
+                if not self._kubelet_up(pod):
+                    continue  # nobody to stop the process: Terminating until force-deleted
                 grace = pod["metadata"]["deletionGracePeriodSeconds"]
                 if now - self._term_at[name] >= min(grace, plan.stops_on_term_after_s):
                     self._put("pods", copy.deepcopy(pod), "DELETED")

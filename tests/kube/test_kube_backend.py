@@ -138,7 +138,7 @@ async def test_a_gang_of_4x8_is_pinned_started_and_finished(
 async def test_a_gang_with_a_pod_that_never_starts_is_torn_down_and_lost(
         fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any]) -> None:
     backend, reporter, clock = await make_backend(fake, tmp_path, backends, start_timeout_s=120)
-    fake.set_node("gpu-3", cordoned=True)  # worker 3's node: its pod stays unschedulable
+    fake.set_node("gpu-3", gpus=4)  # worker 3 wants 8: its pod stays unschedulable
     run = record()
     await backend.start(run, "tok")
     await until(lambda: sorted(phases(fake, run)) == ["Pending", "Running", "Running", "Running"])
@@ -202,6 +202,28 @@ async def test_stop_deletes_foreground_and_ends_only_after_the_last_pod_is_gone(
     assert run.run_id not in reporter.ended_runs
     await until(lambda: run.run_id in reporter.ended_runs)
     assert reporter.pods_left_at_end[run.run_id] == 0
+
+
+@pytest.mark.parametrize("loss", ["NotReady", "cordoned", "deleted"])
+async def test_a_node_lost_mid_run_ends_the_run_lost_once_its_pods_are_gone(
+        fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any], loss: str) -> None:
+    backend, reporter, _ = await make_backend(fake, tmp_path, backends)
+    run = record(workers=2)
+    await backend.start(run, "tok")
+    await until(lambda: backend.runs[run.run_id].started)
+    if loss == "NotReady":
+        fake.set_node("gpu-1", ready=False)
+    elif loss == "cordoned":
+        fake.set_node("gpu-1", cordoned=True)
+    else:
+        fake.remove_node("gpu-1")
+    await until(lambda: run.run_id in reporter.ended_runs)
+    exit = reporter.ended_runs[run.run_id]
+    assert exit.lost and f"gpu-1 ({loss})" in exit.detail
+    assert reporter.pods_left_at_end[run.run_id] == 0
+    if loss == "NotReady":  # its kubelet never confirmed: the executor had to force the delete
+        forced = [b for verb, plural, b in fake.received if verb == "delete" and plural == "pods"]
+        assert forced and all(b["gracePeriodSeconds"] == 0 for b in forced)
 
 
 async def test_a_restarted_executor_adopts_by_label_and_never_creates_twice(

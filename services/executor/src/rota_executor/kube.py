@@ -36,7 +36,7 @@ from rota.k8s import manifests as k
 
 from rota_executor.backend import Exit, Reporter, RunRecord
 from rota_executor.credentials import RunMinter
-from rota_executor.kube_pods import Pod, gang_state, pin_patch
+from rota_executor.kube_pods import Pod, gang_state, node_problem, pin_patch
 
 log = logging.getLogger("rota.executor.kubernetes")
 
@@ -107,8 +107,10 @@ class KubeBackend:
         self.minter = minter
         self.runs: dict[str, Tracked] = {}
         self.pods: dict[str, Pod] = {}  # by name, as last listed or watched
-        self.lost_nodes: set[str] = set()  # the node watch (`kube_nodes`) keeps this
-        self.synced = asyncio.Event()
+        self.nodes: dict[str, dict[str, Any]] = {}  # by name, as last listed or watched
+        self.lost_nodes: set[str] = set()  # granted nodes NotReady, cordoned or gone
+        self._pods_synced, self._nodes_synced = asyncio.Event(), asyncio.Event()
+        self.synced = asyncio.Event()  # both listed once: only then can a pass judge a run
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _now(self) -> float:
@@ -246,10 +248,17 @@ class KubeBackend:
     async def check(self) -> None:
         """One pass over every run: pin gated pods, then see whether the gang started, ended
         or waited too long; report an end once the run's last pod is gone."""
+        self._refresh_lost_nodes()  # the runs, and so the nodes that matter, change
         for run_id, tracked in list(self.runs.items()):
             pods = self._pods_of(run_id)
             if tracked.teardown is not None:
                 await self._teardown(tracked)
+                for pod in pods:
+                    # No kubelet answers for a lost node: its pods would stay Terminating
+                    # forever. They hold no GPU anyone can use, so they are force-deleted.
+                    if pod["metadata"].get("deletionTimestamp") and \
+                            pod["spec"].get("nodeName") in self.lost_nodes:
+                        await self._force_delete(pod["metadata"]["name"])
                 if not pods and await self._job_gone(run_id):
                     await self._end(run_id, tracked.teardown)
                 continue
@@ -265,6 +274,9 @@ class KubeBackend:
             elif state.all_running and not tracked.started:
                 tracked.started = True
                 log.info("kubernetes run %s: all %d pods Running", run_id, len(tracked.run.placement))
+            elif lost := sorted({w.node for w in tracked.run.placement} & self.lost_nodes):
+                tracked.teardown = Exit(None, "node lost: " + ", ".join(
+                    f"{n} ({node_problem(self.nodes.get(n))})" for n in lost), lost=True)
             elif tracked.started and state.waiting:
                 tracked.teardown = Exit(None, "a started gang lost a member: "
                                         + "; ".join(state.waiting), lost=True)
@@ -275,6 +287,16 @@ class KubeBackend:
             if tracked.teardown is not None:
                 log.warning("kubernetes run %s: ending: %s", run_id, tracked.teardown.detail)
                 await self._teardown(tracked)
+
+    async def _force_delete(self, name: str) -> None:
+        try:
+            await read_json(await self.core.delete_namespaced_pod(
+                name, self.namespace, body=client.V1DeleteOptions(grace_period_seconds=0),
+                _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        log.warning("pod %s on a lost node: force-deleted", name)
 
     async def _job_gone(self, run_id: str) -> bool:
         try:
@@ -293,36 +315,63 @@ class KubeBackend:
         self.runs.pop(run_id, None)
 
     async def watch_pods(self) -> None:
-        """List, then watch from the list's resourceVersion; re-list after a 410 Gone."""
-        selector = f"{k.LABEL_MANAGED}={k.MANAGED_BY}"
+        await self._list_watch(self.pods, self._pods_synced, self.core.list_namespaced_pod,
+                               self.namespace, label_selector=f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
+
+    async def watch_nodes(self) -> None:
+        await self._list_watch(self.nodes, self._nodes_synced, self.core.list_node)
+
+    async def _list_watch(self, mirror: dict[str, dict[str, Any]], synced: asyncio.Event,
+                          list_fn: Any, *args: Any, **kwargs: Any) -> None:
+        """List, then watch from the list's resourceVersion; re-list after a 410 Gone. `mirror`
+        holds the objects by name, as last listed or watched."""
         while True:
-            listed = await read_json(await self.core.list_namespaced_pod(
-                self.namespace, label_selector=selector, _preload_content=False))
-            self.pods = {p["metadata"]["name"]: p for p in listed["items"]}
+            listed = await read_json(await list_fn(*args, _preload_content=False, **kwargs))
+            mirror.clear()
+            mirror.update({o["metadata"]["name"]: o for o in listed["items"]})
             version = listed["metadata"]["resourceVersion"]
-            self.synced.set()
+            synced.set()
+            self._refresh_lost_nodes()
             try:
                 while True:
                     async with Watch() as watch:
-                        stream = watch.stream(
-                            self.core.list_namespaced_pod, self.namespace, label_selector=selector,
-                            resource_version=version, timeout_seconds=WATCH_TIMEOUT_S)
+                        stream = watch.stream(list_fn, *args, resource_version=version,
+                                              timeout_seconds=WATCH_TIMEOUT_S, **kwargs)
                         async for event in stream:
-                            pod = event["raw_object"]
-                            version = pod["metadata"]["resourceVersion"]
+                            obj = event["raw_object"]
+                            version = obj["metadata"]["resourceVersion"]
                             if event["type"] == "DELETED":
-                                self.pods.pop(pod["metadata"]["name"], None)
+                                mirror.pop(obj["metadata"]["name"], None)
                             else:
-                                self.pods[pod["metadata"]["name"]] = pod
+                                mirror[obj["metadata"]["name"]] = obj
+                            self._refresh_lost_nodes()
             except ApiException as exc:
                 if exc.status != 410:
                     raise
-                log.info("pod watch: resourceVersion %s expired (410 Gone); re-listing", version)
+                log.info("watch: resourceVersion %s expired (410 Gone); re-listing", version)
+
+    def _refresh_lost_nodes(self) -> None:
+        """A granted node that is NotReady, cordoned or gone is lost to the runs on it."""
+        if not self._nodes_synced.is_set():
+            return  # nodes not listed yet are not lost
+        lost = {name: why for name in self.granted_nodes()
+                if (why := node_problem(self.nodes.get(name))) is not None}
+        for name in lost.keys() - self.lost_nodes:
+            log.warning("node %s lost: %s", name, lost[name])
+        for name in self.lost_nodes - lost.keys():
+            log.info("node %s is back", name)
+        self.lost_nodes = set(lost)
+
+    def granted_nodes(self) -> set[str]:
+        return {w.node for t in self.runs.values() for w in t.run.placement}
 
     async def run(self) -> None:
-        watcher = asyncio.create_task(self._forever(self.watch_pods, "the pod watch"))
+        watchers = [asyncio.create_task(self._forever(self.watch_pods, "the pod watch")),
+                    asyncio.create_task(self._forever(self.watch_nodes, "the node watch"))]
         try:
-            await self.synced.wait()
+            await self._pods_synced.wait()
+            await self._nodes_synced.wait()
+            self.synced.set()
             while True:
                 try:
                     await self.check()
@@ -330,7 +379,8 @@ class KubeBackend:
                     log.exception("kubernetes backend: a pass over the runs failed")
                 await asyncio.sleep(self.poll_s)
         finally:
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
 
     async def _forever(self, loop: Any, what: str) -> None:
         while True:

@@ -48,6 +48,19 @@ def pin_patch(pod: Pod, placement: list[WorkerPlacement]) -> dict[str, Any] | No
     return {"spec": {"affinity": affinity, "schedulingGates": gates}}
 
 
+def node_problem(node: dict[str, Any] | None) -> str | None:
+    """Why a node can no longer hold its runs' pods, or None while it can."""
+    if node is None:
+        return "deleted"
+    if node.get("spec", {}).get("unschedulable"):
+        return "cordoned"
+    ready = next((c for c in node.get("status", {}).get("conditions") or []
+                  if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return "NotReady"
+    return None
+
+
 def _terminated(pod: Pod) -> dict[str, Any] | None:
     for status in pod.get("status", {}).get("containerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated")
