@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.config import new_client_from_config
 from rota.clock import FakeClock
+from rota.config.model import Node
 from rota.contracts.job import JobSpec, WorkerPlacement
 from rota.k8s import manifests as k
 from rota_executor.backend import Checkpoint, Exit, RunRecord, WorkerProcess
@@ -265,3 +266,18 @@ async def test_a_template_the_api_server_refuses_ends_the_run_with_its_message(
     assert "422" in reporter.ended_runs[run.run_id].detail
     assert "dnsPolicy" in reporter.ended_runs[run.run_id].detail
     assert fake.list("jobs") == []
+
+
+async def test_at_start_the_backend_says_where_rota_yaml_and_the_cluster_differ(
+        fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any]) -> None:
+    for i in range(5):  # the fixture's nodes, given a flavor label
+        node = fake.get("nodes", f"gpu-{i}")
+        assert node is not None
+        node["metadata"]["labels"]["nvidia.com/gpu.product"] = "h100"
+    backend, _, _ = await make_backend(fake, tmp_path, backends)
+    await until(lambda: len(backend.nodes) == 5)
+    backend.config_nodes = [Node(name=f"gpu-{i}", flavor="h100", gpus=8, rack="rack-0") for i in range(4)] + [
+        Node(name="ghost", flavor="h100", gpus=8)]
+    found = backend.compare_inventory()
+    assert found == ["node ghost is in rota.yaml but not a GPU node of the cluster: nothing placed there can start",
+                     "node gpu-4 (8 x h100) is in the cluster but not in rota.yaml: Rota never places work on it"]

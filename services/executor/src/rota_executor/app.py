@@ -20,11 +20,12 @@ from nats.aio.msg import Msg
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
 from rota.endpoints import resolve
+from rota.k8s.api import kube_client
 from rota.service import RotaService, stop_tasks
 
 from rota_executor.backend import Backend
 from rota_executor.credentials import RunMinter
-from rota_executor.kube import KubeBackend, kube_client
+from rota_executor.kube import KubeBackend
 from rota_executor.local import LocalBackend
 from rota_executor.runs import Executor
 from rota_executor.sim import SimBackend
@@ -54,6 +55,7 @@ async def make_backend(service: RotaService, executor: Executor) -> Backend:
             checkpoint_dir=settings.kube_checkpoint_dir,
             poll_s=settings.executor_poll_interval_s,
             minter=RunMinter.from_settings(settings, settings.home.resolve() / "runs" / "creds"),
+            config_nodes=executor.nodes,
         )
     if settings.executor == "local":
         nats_url = settings.nats_url or resolve(settings, need_database=False).nats_url

@@ -24,15 +24,17 @@ import json
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 from rota.clock import Clock
+from rota.config.model import Node
 from rota.contracts.job import JobSpec
 from rota.k8s import manifests as k
+from rota.k8s.api import read_json
+from rota.k8s.inventory import InventoryError, Labels, differences, nodes_of
 
 from rota_executor.backend import Exit, Reporter, RunRecord
 from rota_executor.credentials import RunMinter
@@ -42,32 +44,6 @@ log = logging.getLogger("rota.executor.kubernetes")
 
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_TIMEOUT_S = 60
-
-
-async def read_json(response: Any) -> Any:
-    """Bodies are read raw (`_preload_content=False`): manifests stay the plain dicts the
-    schema checks, rather than round-tripping through the generated models. The client raises
-    for an error status only when it preloads, so this does it."""
-    try:
-        body = await response.read()
-        if not 200 <= response.status < 300:
-            exc = ApiException(status=response.status, reason=response.reason)
-            exc.body = body.decode(errors="replace")
-            raise exc
-        return json.loads(body)
-    finally:
-        response.release()
-
-
-async def kube_client(kubeconfig: Path | None, context: str | None) -> client.ApiClient:
-    """From a kubeconfig file, or, without one, from the service account of the pod the
-    executor runs in (the Helm chart's way)."""
-    if kubeconfig is None:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    api: client.ApiClient = await config.new_client_from_config(
-        config_file=str(kubeconfig), context=context)
-    return api
 
 
 @dataclass
@@ -88,9 +64,12 @@ class KubeBackend:
         self, reporter: Reporter, clock: Clock, api: client.ApiClient, *, namespace: str,
         nats_url: str, gpu_resource: str = "nvidia.com/gpu", start_timeout_s: float = 300.0,
         grace_s: float = 30.0, checkpoint_dir: str = "/checkpoints", poll_s: float = 0.5,
-        minter: RunMinter | None = None,
+        minter: RunMinter | None = None, config_nodes: list[Node] | None = None,
+        labels: Labels | None = None,
     ) -> None:
         self.reporter = reporter
+        self.config_nodes = config_nodes
+        self.labels = labels or Labels(gpu_resource=gpu_resource)
         self.clock = clock
         self.api = api
         # Any: manifests go in as the plain dicts the schema checked, which the generated
@@ -372,6 +351,7 @@ class KubeBackend:
             await self._pods_synced.wait()
             await self._nodes_synced.wait()
             self.synced.set()
+            self.compare_inventory()
             while True:
                 try:
                     await self.check()
@@ -381,6 +361,23 @@ class KubeBackend:
         finally:
             for watcher in watchers:
                 watcher.cancel()
+
+    def compare_inventory(self) -> list[str]:
+        """Say plainly, once at start, where rota.yaml and the live nodes disagree: the scheduler
+        places by rota.yaml, so each difference is work that cannot start, or GPUs left idle."""
+        if self.config_nodes is None:
+            return []
+        try:
+            live = nodes_of(list(self.nodes.values()), self.labels)
+        except InventoryError as exc:
+            log.warning("rota.yaml vs the cluster: %s", exc)
+            return [str(exc)]
+        found = differences(self.config_nodes, live)
+        for line in found:
+            log.warning("rota.yaml vs the cluster: %s", line)
+        if not found:
+            log.info("rota.yaml matches the cluster's %d GPU nodes", len(live))
+        return found
 
     async def _forever(self, loop: Any, what: str) -> None:
         while True:
