@@ -34,6 +34,7 @@ NS = "rota"
 class RecordingReporter:
     ended_runs: dict[str, Exit] = field(default_factory=dict)
     pods_left_at_end: dict[str, int] = field(default_factory=dict)
+    node_reports: list[tuple[str, str | None]] = field(default_factory=list)
     fake: FakeKubeApiServer | None = None
 
     async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
@@ -44,6 +45,9 @@ class RecordingReporter:
 
     async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None:
         pass
+
+    async def node_changed(self, node: str, problem: str | None) -> None:
+        self.node_reports.append((node, problem))
 
     async def ended(self, run_id: str, exit: Exit) -> None:
         assert self.fake is not None
@@ -209,6 +213,8 @@ async def test_stop_deletes_foreground_and_ends_only_after_the_last_pod_is_gone(
 async def test_a_node_lost_mid_run_ends_the_run_lost_once_its_pods_are_gone(
         fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any], loss: str) -> None:
     backend, reporter, _ = await make_backend(fake, tmp_path, backends)
+    # The nodes of rota.yaml are watched whether or not a run is on them.
+    backend.config_nodes = [Node(name=f"gpu-{i}", flavor="h100", gpus=8) for i in range(2)]
     run = record(workers=2)
     await backend.start(run, "tok")
     await until(lambda: backend.runs[run.run_id].started)
@@ -225,6 +231,16 @@ async def test_a_node_lost_mid_run_ends_the_run_lost_once_its_pods_are_gone(
     if loss == "NotReady":  # its kubelet never confirmed: the executor had to force the delete
         forced = [b for verb, plural, b in fake.received if verb == "delete" and plural == "pods"]
         assert forced and all(b["gracePeriodSeconds"] == 0 for b in forced)
+    assert ("gpu-1", loss) in reporter.node_reports  # withdrawn from placement
+    # Back: offered again, and a new run there starts.
+    if loss == "deleted":
+        fake.add_node("gpu-1", 8)
+    else:
+        fake.set_node("gpu-1", ready=True, cordoned=False)
+    await until(lambda: reporter.node_reports[-1] == ("gpu-1", None))
+    again = record(workers=2, run_id="0190a7b2-0000-7000-8000-000000000002")
+    await backend.start(again, "tok")
+    await until(lambda: backend.runs[again.run_id].started)
 
 
 async def test_a_restarted_executor_adopts_by_label_and_never_creates_twice(

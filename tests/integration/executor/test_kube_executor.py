@@ -16,7 +16,7 @@ from rota.k8s import manifests as k
 from tests.fake_kube_apiserver import FakeKubeApiServer, PodPlan
 from tests.integration.executor.conftest import executor_process, started
 from tests.integration.executor.helpers import start_run, stop_run, wait_event
-from tests.integration.harness import ServiceProcess, eventually, stream_last_seq
+from tests.integration.harness import ServiceProcess, events, eventually, stream_last_seq
 
 GANG = (0, 1, 2, 3, 4, 5, 6, 7)
 
@@ -103,6 +103,33 @@ async def test_a_gang_that_cannot_start_is_lost_and_requeued(
         fake.set_node("h100-3", gpus=8)
     assert stopped["data"]["reason"] == "lost"  # the job goes back to its queue
     assert pods(fake, run.run_id) == []
+
+
+async def test_a_node_lost_is_withdrawn_then_restored_and_its_run_requeued(
+        nc: Client, executor: ServiceProcess, fake: FakeKubeApiServer) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec=spec(), gpus=GANG, node="h100-2")
+    await eventually(lambda: running(fake, run.run_id), timeout=20)
+    fake.set_node("h100-2", ready=False)
+    try:
+        stopped = await wait_event(nc, run.run_id, since, "RunStopped", timeout=30)
+        assert stopped["data"]["reason"] == "lost"
+        withdrawn = await node_event(nc, since, "NodeWithdrawn", "h100-2")
+        assert withdrawn["data"]["reason"] == "NotReady" and withdrawn["source"] == "executor"
+    finally:
+        fake.set_node("h100-2", ready=True)
+    await node_event(nc, since, "NodeRestored", "h100-2")
+
+
+async def node_event(nc: Client, since: int, type_: str, node: str) -> dict[str, Any]:
+    async def found() -> dict[str, Any] | None:
+        for event in await events(nc, "rota.evt.node.>", since_seq=since):
+            if event["type"] == type_ and event["data"]["node"] == node:
+                return event
+        return None
+
+    event: dict[str, Any] = await eventually(found, timeout=20, interval=0.3)
+    return event
 
 
 async def test_a_restarted_executor_adopts_its_run(

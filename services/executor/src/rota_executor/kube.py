@@ -87,7 +87,8 @@ class KubeBackend:
         self.runs: dict[str, Tracked] = {}
         self.pods: dict[str, Pod] = {}  # by name, as last listed or watched
         self.nodes: dict[str, dict[str, Any]] = {}  # by name, as last listed or watched
-        self.lost_nodes: set[str] = set()  # granted nodes NotReady, cordoned or gone
+        self.lost_nodes: set[str] = set()  # nodes NotReady, cordoned or gone
+        self.node_problems: dict[str, str | None] = {}  # as last reported, by node
         self._pods_synced, self._nodes_synced = asyncio.Event(), asyncio.Event()
         self.synced = asyncio.Event()  # both listed once: only then can a pass judge a run
         self._tasks: set[asyncio.Task[None]] = set()
@@ -330,16 +331,24 @@ class KubeBackend:
                 log.info("watch: resourceVersion %s expired (410 Gone); re-listing", version)
 
     def _refresh_lost_nodes(self) -> None:
-        """A granted node that is NotReady, cordoned or gone is lost to the runs on it."""
+        """A node of rota.yaml (or of a grant) that is NotReady, cordoned or gone is lost to
+        the runs on it, and withdrawn from placement (`NodeWithdrawn`) until it is back
+        (`NodeRestored`). The first pass reports every node: the scheduler may still believe
+        what an executor said before this one started."""
         if not self._nodes_synced.is_set():
             return  # nodes not listed yet are not lost
-        lost = {name: why for name in self.granted_nodes()
-                if (why := node_problem(self.nodes.get(name))) is not None}
-        for name in lost.keys() - self.lost_nodes:
-            log.warning("node %s lost: %s", name, lost[name])
-        for name in self.lost_nodes - lost.keys():
-            log.info("node %s is back", name)
-        self.lost_nodes = set(lost)
+        names = {n.name for n in self.config_nodes or []} | self.granted_nodes()
+        now = {name: node_problem(self.nodes.get(name)) for name in names}
+        for name, problem in now.items():
+            if name in self.node_problems and self.node_problems[name] == problem:
+                continue
+            if problem is not None:
+                log.warning("node %s withdrawn: %s", name, problem)
+            elif name in self.node_problems:
+                log.info("node %s is back", name)
+            self._spawn(self.reporter.node_changed(name, problem))
+        self.node_problems = now
+        self.lost_nodes = {name for name, problem in now.items() if problem is not None}
 
     def granted_nodes(self) -> set[str]:
         return {w.node for t in self.runs.values() for w in t.run.placement}
@@ -392,7 +401,12 @@ class KubeBackend:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("kubernetes backend: a report failed", exc_info=task.exception())
 
     async def close(self) -> None:
         # Jobs keep running: a restarted executor adopts them by label.

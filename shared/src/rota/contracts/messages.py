@@ -274,6 +274,21 @@ class RunStopped(OpenModel):
     lost_gpu_seconds: StrictFloat = Field(0.0, ge=0)
 
 
+class NodeWithdrawn(OpenModel):
+    """A node the executor's cluster can no longer run work on (NotReady, cordoned, deleted):
+    the scheduler places nothing on it until `NodeRestored`. Its runs end on their own,
+    `RunStopped(lost)`, and requeue from their last checkpoint."""
+
+    node: Name
+    reason: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class NodeRestored(OpenModel):
+    """A withdrawn node is usable again: it is offered for placement once more."""
+
+    node: Name
+
+
 class UsageRecorded(OpenModel):
     """The ledger's decayed usage (GPU-seconds, half-life from config), for fair share."""
 
