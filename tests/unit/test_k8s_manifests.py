@@ -72,6 +72,18 @@ def test_the_template_cannot_override_what_rota_sets() -> None:
     assert template["metadata"]["labels"]["x"] == "y"
 
 
+def test_run_credentials_are_a_file_from_the_secret_only_when_there_are_some() -> None:
+    placement = [WorkerPlacement(worker=0, node="gpu-0", gpus=[0])]
+    run = k.run_objects(run_id=RUN_ID, job_id="j", attempt=1, spec=spec(), placement=placement,
+                        namespace="rota", nats_url="nats://n", nats_creds="-----BEGIN NATS USER JWT-----")
+    k.check(run.job)
+    assert env_of(run.job)["ROTA_NATS_CREDS"] == "/etc/rota/run/nats.creds"
+    volumes = {v["name"]: v for v in run.job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["rota-run"]["secret"]["secretName"] == k.secret_name(RUN_ID)
+    assert run.secret["stringData"]["nats-creds"].startswith("-----BEGIN")
+    assert "ROTA_NATS_CREDS" not in env_of(objects(spec()).job)
+
+
 def test_the_secret_carries_the_token_and_is_owned_by_the_job() -> None:
     run = objects(spec())
     secret = k.owned_by(run.secret, k.object_name(RUN_ID), "uid-9")

@@ -37,6 +37,7 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 MASTER_PORT = 29500
 NOTICE_DIR = "/etc/rota/notice"
+RUN_SECRET_DIR = "/etc/rota/run"  # the run's NATS credentials, a file from its Secret
 CONTAINER = "worker"
 
 
@@ -102,7 +103,7 @@ def _merge(base: dict[str, Any], fragment: Mapping[str, Any]) -> dict[str, Any]:
 def pod_template(
     *, run_id: str, job_id: str, attempt: int, spec: JobSpec, template: KubernetesRun,
     placement: list[WorkerPlacement], nats_url: str, resume_from: str | None,
-    checkpoint_dir: str, gpu_resource: str,
+    checkpoint_dir: str, gpu_resource: str, with_creds: bool = False,
 ) -> dict[str, Any]:
     name = object_name(run_id)
     labels = run_labels(run_id, job_id, spec.team, attempt)
@@ -119,12 +120,13 @@ def pod_template(
         _env("ROTA_NOTICE_FILE", f"{NOTICE_DIR}/notice"),
         _field_env("ROTA_WORKER_INDEX", f"metadata.annotations['{INDEX_ANNOTATION}']"),
         _secret_env("ROTA_RUN_TOKEN", secret_name(run_id), "run-token"),
-        _secret_env("ROTA_NATS_CREDS_TEXT", secret_name(run_id), "nats-creds", optional=True),
         # torchrun's rendezvous: rank 0 is `<job>-0.<service>` (the Indexed Job's hostnames).
         _env("MASTER_ADDR", f"{name}-0.{name}"), _env("MASTER_PORT", str(MASTER_PORT)),
         _env("WORLD_SIZE", str(workers)),
         _field_env("RANK", f"metadata.annotations['{INDEX_ANNOTATION}']"),
     ]
+    if with_creds:
+        env.append(_env("ROTA_NATS_CREDS", f"{RUN_SECRET_DIR}/nats.creds"))
     resources = copy.deepcopy(template.resources)
     limits = dict(resources.get("limits") or {})
     limits[gpu_resource] = str(spec.gpus_per_worker)
@@ -132,7 +134,9 @@ def pod_template(
     container: dict[str, Any] = {
         "name": CONTAINER, "image": template.image, "env": env, "resources": resources,
         "volumeMounts": [*template.volume_mounts,
-                         {"name": "rota-notice", "mountPath": NOTICE_DIR, "readOnly": True}],
+                         {"name": "rota-notice", "mountPath": NOTICE_DIR, "readOnly": True},
+                         *([{"name": "rota-run", "mountPath": RUN_SECRET_DIR, "readOnly": True}]
+                           if with_creds else [])],
         "ports": [{"name": "rendezvous", "containerPort": MASTER_PORT}],
     }
     if template.command:
@@ -151,7 +155,9 @@ def pod_template(
         # The notice annotation, readable by jobs that do not use the SDK.
         "volumes": [*template.volumes, {"name": "rota-notice", "downwardAPI": {"items": [
             {"path": "notice", "fieldRef": {
-                "fieldPath": f"metadata.annotations['{ANNOTATION_NOTICE}']"}}]}}],
+                "fieldPath": f"metadata.annotations['{ANNOTATION_NOTICE}']"}}]}},
+            *([{"name": "rota-run", "secret": {"secretName": secret_name(run_id), "items": [
+                {"key": "nats-creds", "path": "nats.creds", "mode": 0o400}]}}] if with_creds else [])],
     }
     if template.tolerations:
         pod_spec["tolerations"] = list(template.tolerations)
@@ -194,7 +200,7 @@ def run_objects(
                 run_id=run_id, job_id=job_id, attempt=attempt, spec=spec,
                 template=spec.kubernetes, placement=placement, nats_url=nats_url,
                 resume_from=resume_from, checkpoint_dir=checkpoint_dir,
-                gpu_resource=gpu_resource),
+                gpu_resource=gpu_resource, with_creds=nats_creds is not None),
         },
     }
     service = {
