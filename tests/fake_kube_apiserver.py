@@ -25,6 +25,10 @@ import asyncio
 import contextlib
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -86,6 +90,26 @@ class PodPlan:
 
 
 @dataclass
+class LocalContainers:
+    """A FAKE kubelet mode: a Running pod's container runs as a local process (its command,
+    with the pod's env resolved from values, annotations and Secrets), under `root`. Paths a
+    pod mounts (Secret volumes, the checkpoint dir) are mapped to folders of `root`, and env
+    values naming them are rewritten. No image, no isolation: only the job protocol is real."""
+
+    root: Path
+    cwd: Path
+    python: str = sys.executable
+    mapped: dict[str, Path] = field(default_factory=dict)  # pod path -> local path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def local(self, value: str) -> str:
+        for pod_path, here in sorted(self.mapped.items(), key=lambda kv: -len(kv[0])):
+            if value == pod_path or value.startswith(pod_path + "/"):
+                return str(here) + value[len(pod_path):]
+        return value
+
+
+@dataclass
 class FakeKubeApiServer:
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)  # (plural, ns, name)
@@ -101,6 +125,8 @@ class FakeKubeApiServer:
     _term_at: dict[str, float] = field(default_factory=dict)
     _bound_at: dict[str, float] = field(default_factory=dict)
     _closing: bool = False
+    containers: LocalContainers | None = None
+    _term_sent: set[str] = field(default_factory=set)
     _generation: int = 0  # bumped by `compact`, which ends the watches open then
     lists: dict[str, int] = field(default_factory=dict)  # plain list requests, per plural
 
@@ -202,6 +228,7 @@ class FakeKubeApiServer:
         return self.url
 
     async def close(self) -> None:
+        self.stop_containers()
         self._closing = True  # ends open watches, which would otherwise hold up the shutdown
         self._changed.set()
         if self._loop_task is not None:
@@ -417,6 +444,51 @@ class FakeKubeApiServer:
                 return False
         return True
 
+    def _run_container(self, pod: Obj) -> None:
+        assert self.containers is not None
+        box, name = self.containers, pod["metadata"]["name"]
+        spec, ns = pod["spec"], pod["metadata"]["namespace"]
+        container = spec["containers"][0]
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        for mount in container.get("volumeMounts") or []:
+            here = box.root / name / mount["name"]
+            here.mkdir(parents=True, exist_ok=True)
+            secret = (volumes.get(mount["name"]) or {}).get("secret")
+            if secret is not None:
+                data = (self.get("secrets", secret["secretName"], ns) or {}).get("stringData", {})
+                for item in secret.get("items") or []:
+                    if item["key"] in data:
+                        (here / item["path"]).write_text(data[item["key"]])
+            box.mapped[mount["mountPath"]] = here
+        env: dict[str, str] = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1",
+                               "HOME": str(box.root)}
+        for entry in container.get("env") or []:
+            source = entry.get("valueFrom") or {}
+            if "value" in entry:
+                env[entry["name"]] = entry["value"]
+            elif "fieldRef" in source:
+                key = source["fieldRef"]["fieldPath"].split("['")[1].rstrip("']")
+                env[entry["name"]] = pod["metadata"]["annotations"].get(key, "")
+            elif "secretKeyRef" in source:
+                ref = source["secretKeyRef"]
+                data = (self.get("secrets", ref["name"], ns) or {}).get("stringData", {})
+                env[entry["name"]] = data.get(ref["key"], "")
+        checkpoints = env.get("ROTA_CHECKPOINT_DIR", "/checkpoints")
+        (box.root / "checkpoints").mkdir(parents=True, exist_ok=True)
+        box.mapped.setdefault(checkpoints, box.root / "checkpoints")  # one volume for every run
+        env = {key: box.local(value) for key, value in env.items()}
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        argv = [box.python if a == "python" else a for a in argv]
+        with (box.root / f"{name}.log").open("ab") as log:
+            box.procs[name] = subprocess.Popen(argv, env=env, cwd=box.cwd, stdout=log,
+                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                               start_new_session=True)
+
+    def stop_containers(self) -> None:
+        for proc in (self.containers.procs.values() if self.containers else []):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+
     def _kubelet_up(self, pod: Obj) -> bool:
         node = self.get("nodes", pod["spec"].get("nodeName") or "")
         return node is not None and node["status"]["conditions"][0]["status"] == "True"
@@ -433,8 +505,23 @@ class FakeKubeApiServer:
                 if not self._kubelet_up(pod):
                     continue  # nobody to stop the process: Terminating until force-deleted
                 grace = pod["metadata"]["deletionGracePeriodSeconds"]
-                if now - self._term_at[name] >= min(grace, plan.stops_on_term_after_s):
+                proc = self.containers.procs.get(name) if self.containers else None
+                if proc is not None:
+                    if proc.poll() is None and now - self._term_at[name] >= grace:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    elif proc.poll() is None and name not in self._term_sent:
+                        self._term_sent.add(name)
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(proc.pid, signal.SIGTERM)
+                    else:
+                        self._put("pods", copy.deepcopy(pod), "DELETED")
+                elif now - self._term_at[name] >= min(grace, plan.stops_on_term_after_s):
                     self._put("pods", copy.deepcopy(pod), "DELETED")
+                continue
+            proc = self.containers.procs.get(name) if self.containers else None
+            if proc is not None and status.get("phase") == "Running" and proc.poll() is not None:
+                code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+                self._terminate(pod, code, "")
                 continue
             if status.get("phase") != "Pending" or pod["spec"].get("schedulingGates"):
                 continue
@@ -465,6 +552,8 @@ class FakeKubeApiServer:
                     "name": "worker", "ready": True, "restartCount": 0, "image": "", "imageID": "",
                     "state": {"running": {"startedAt": _now()}}}]
                 self._put("pods", pod, "MODIFIED")
+                if self.containers is not None:
+                    self._run_container(pod)
                 if plan.exit_code is not None:
                     self._terminate(self.objects[("pods", pod["metadata"]["namespace"], name)],
                                     plan.exit_code, plan.reason)
