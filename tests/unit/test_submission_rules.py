@@ -42,6 +42,19 @@ SCENARIOS: list[tuple[str, dict[str, Any], str | None, tuple[str, str] | None]] 
      ("EXCEEDS_QUOTA_LIMIT", "workers")),
     ("research may borrow up to its limit",
      {"team": "research", "user": "dave", "flavor": "a100", "workers": 1}, "research", None),
+    ("a kubernetes template the API accepts",
+     {"kubernetes": {"image": "train:1", "resources": {"requests": {"memory": "64Gi"}},
+                     "tolerations": [{"key": "gpu", "operator": "Exists"}]}}, "nlp", None),
+    ("a quantity Kubernetes cannot parse as one",
+     {"kubernetes": {"image": "train:1", "resources": {"limits": {"cpu": ["2"]}}}}, "nlp",
+     ("INVALID_TEMPLATE",
+      "kubernetes.resources (spec.template.spec.containers.0.resources.limits.cpu)")),
+    ("a misspelt pod field",
+     {"kubernetes": {"image": "train:1", "pod_template": {"spec": {"nodeSelectr": {}}}}}, "nlp",
+     ("INVALID_TEMPLATE", "kubernetes.pod_template (spec.template.spec)")),
+    ("a toleration with a bad operator type",
+     {"kubernetes": {"image": "train:1", "tolerations": [{"key": "gpu", "operator": 3}]}}, "nlp",
+     ("INVALID_TEMPLATE", "kubernetes.tolerations (spec.template.spec.tolerations.0.operator)")),
 ]
 
 
@@ -72,6 +85,7 @@ TRANSITIONS: list[tuple[str, str, dict[str, Any], str]] = [
     ("admitted", "RunStarted", {"run_id": "r"}, "running"),
     ("running", "PreemptionNoticed", {}, "preempting"),
     ("preempting", "RunStopped", {"reason": "preempted", "checkpoint_uri": "s3://c"}, "pending"),
+    ("running", "RunStopped", {"reason": "lost", "checkpoint_uri": "s3://c"}, "pending"),
     ("running", "RunStopped", {"reason": "cancelled"}, "cancelled"),
     ("running", "RunFinished", {}, "finished"),
     ("running", "RunFailed", {}, "failed"),

@@ -138,7 +138,7 @@ JOB_RUNTIME = Histogram(
 JOBS_FINISHED = Counter(
     "rota_jobs_finished", "Runs that ended, by outcome: finished, failed, preempted, cancelled,"
     " deadline.", ["outcome"], registry=None)
-RUN_OUTCOMES = ("finished", "failed", "preempted", "cancelled", "deadline")
+RUN_OUTCOMES = ("finished", "failed", "preempted", "cancelled", "deadline", "lost")
 
 # ---------------------------------------------------------------- notifier
 

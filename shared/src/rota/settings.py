@@ -104,9 +104,25 @@ class Settings(BaseSettings):
     )
 
     # The executor (issue 4). Runs on the `sim` backend by default, so `rota up` needs no GPUs.
-    executor: Literal["sim", "local"] = Field(
-        "sim", description="The executor's backend: simulated runs, or local subprocesses."
+    executor: Literal["sim", "local", "kubernetes"] = Field(
+        "sim", description="The executor's backend: simulated runs, local subprocesses, or "
+        "one Indexed Job per run on Kubernetes.",
     )
+    # The `kubernetes` backend (issue 14).
+    kubeconfig: Path | None = Field(
+        None, description="The kubeconfig the kubernetes backend uses; none: in-cluster config.")
+    kube_context: str | None = Field(None, description="A kubeconfig context; none: its current.")
+    kube_namespace: str = Field(
+        "rota", min_length=1, max_length=63, description="Where runs' Jobs are created.")
+    kube_gpu_resource: str = Field(
+        "nvidia.com/gpu", min_length=1, description="The extended resource that counts GPUs.")
+    kube_start_timeout_s: float = Field(
+        300.0, gt=0, le=86_400, description="A gang whose pods are not all Running by then is "
+        "torn down and reported lost, so that the job requeues.")
+    kube_pods_nats_url: str | None = Field(
+        None, description="The NATS URL as pods see it (in-cluster); none: the executor's own.")
+    kube_checkpoint_dir: str = Field(
+        "/checkpoints", description="ROTA_CHECKPOINT_DIR in the pods (a volume the job mounts).")
     sim_speed: float = Field(
         1.0, gt=0, le=1_000_000, description="Simulated seconds per wall second (60: a minute/s)."
     )

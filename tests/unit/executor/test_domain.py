@@ -96,3 +96,13 @@ def test_a_local_run_env_carries_the_protocol_and_only_safe_host_variables() -> 
     assert env["ROTA_ACK_SUBJECT"] == f"rota.run.checkpoint.{run.run_id}"
     assert env["ROTA_RESUME_FROM"] == "file:///ckpt/1"
     assert (env["ROTA_WORKER_INDEX"], env["ROTA_WORKERS"]) == ("0", "1")
+
+
+def test_a_lost_run_is_stopped_lost_with_its_checkpoint_so_the_job_requeues() -> None:
+    run = record(last_checkpoint_uri="s3://ck/1", last_checkpoint_at=T0 + timedelta(seconds=60))
+    result = outcome(run, Exit(None, "node gpu-3 lost", lost=True), stop_reason=None,
+                     stop_forced=False, ended_at=T0 + timedelta(seconds=100), time_scale=1.0)
+    assert result.state == "stopped"
+    assert isinstance(result.event, m.RunStopped)
+    assert (result.event.reason, result.event.checkpoint_uri) == (m.StopReason.lost, "s3://ck/1")
+    assert result.event.lost_gpu_seconds == 2 * 40.0

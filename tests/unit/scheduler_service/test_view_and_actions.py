@@ -139,6 +139,31 @@ def test_production_preempts_experiment_and_takes_the_held_gpus() -> None:
         assert job.preemptions == 1
 
 
+def test_a_lost_run_requeues_from_its_checkpoint_without_spending_a_preemption() -> None:
+    story = Story()
+    job = story.submit(resumable=True)
+    [proposal] = of(story.cycle(), m.AllocationProposed)
+    story.grant_and_start(proposal)
+    story.event("RunStopped", run_id=proposal.run_id, job_id=job, reason="lost", forced=True,
+                checkpoint_uri="s3://ckpt/lost")
+    record = story.view.jobs[job]
+    assert (record.state, record.resume_from, record.preemptions) == ("pending", "s3://ckpt/lost", 0)
+
+
+def test_a_withdrawn_node_gets_no_placement_until_it_is_restored() -> None:
+    story = Story()
+    h100 = [n.name for n in story.view.config.expanded_nodes() if n.flavor == "h100"]
+    for name in h100[1:]:
+        story.event("NodeWithdrawn", node=name, reason="NotReady")
+    story.submit(workers=1)
+    story.submit(workers=1)
+    placed = [s.node for p in of(story.cycle(), m.AllocationProposed) for s in p.placement]
+    assert placed == [h100[0]]  # one fits on the node left; the other waits
+    story.event("NodeRestored", node=h100[1])
+    placed = [s.node for p in of(story.cycle(), m.AllocationProposed) for s in p.placement]
+    assert placed == [h100[1]]
+
+
 def test_cancelling_a_running_job_stops_its_run_once() -> None:
     story = Story()
     job = story.submit()

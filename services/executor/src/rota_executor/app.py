@@ -20,10 +20,12 @@ from nats.aio.msg import Msg
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
 from rota.endpoints import resolve
+from rota.k8s.api import kube_client
 from rota.service import RotaService, stop_tasks
 
 from rota_executor.backend import Backend
 from rota_executor.credentials import RunMinter
+from rota_executor.kube import KubeBackend
 from rota_executor.local import LocalBackend
 from rota_executor.runs import Executor
 from rota_executor.sim import SimBackend
@@ -40,8 +42,21 @@ CONSUMERS = (
 )
 
 
-def make_backend(service: RotaService, executor: Executor) -> Backend:
+async def make_backend(service: RotaService, executor: Executor) -> Backend:
     settings = service.settings
+    if settings.executor == "kubernetes":
+        nats_url = settings.kube_pods_nats_url or settings.nats_url or resolve(
+            settings, need_database=False).nats_url
+        return KubeBackend(
+            executor, service.clock, await kube_client(settings.kubeconfig, settings.kube_context),
+            namespace=settings.kube_namespace, nats_url=nats_url,
+            gpu_resource=settings.kube_gpu_resource,
+            start_timeout_s=settings.kube_start_timeout_s, grace_s=settings.kill_grace_s,
+            checkpoint_dir=settings.kube_checkpoint_dir,
+            poll_s=settings.executor_poll_interval_s,
+            minter=RunMinter.from_settings(settings, settings.home.resolve() / "runs" / "creds"),
+            config_nodes=executor.nodes,
+        )
     if settings.executor == "local":
         nats_url = settings.nats_url or resolve(settings, need_database=False).nats_url
         return LocalBackend(
@@ -85,7 +100,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     async def recover() -> None:
         # After the service's own startup (migrations, engine, NATS), before the subscribers:
         # live runs are adopted before any StopRun for them can arrive.
-        executor.backend = make_backend(service, executor)
+        executor.backend = await make_backend(service, executor)
         await executor.recover()
 
     @service.app.after_startup

@@ -1,8 +1,8 @@
 """What a backend is: the seam between the executor's bookkeeping and the thing that runs jobs.
 
 The executor owns the `runs` table, the outbox and every event. A backend only starts and
-stops runs and reports what happened to them through a `Reporter`. `sim` and `local` live
-here today; a Kubernetes backend (kubernetes-asyncio) implements the same protocol later.
+stops runs and reports what happened to them through a `Reporter`: `sim`, `local` and
+`kubernetes` (kubernetes-asyncio, `kube.py`).
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ class Exit:
 
     code: int | None
     detail: str = ""
+    lost: bool = False
+    """The backend lost the run through no fault of the job (a node gone, a gang that never
+    started): it is reported `RunStopped(lost)`, and the job requeued from its checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class Reporter(Protocol):
     async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None: ...
 
     async def ended(self, run_id: str, exit: Exit) -> None: ...
+
+    async def node_changed(self, node: str, problem: str | None) -> None:
+        """A node was withdrawn (`problem`: why), or is usable again (None)."""
+        ...
 
 
 class Backend(Protocol):

@@ -108,6 +108,12 @@ def outcome(
         )
         detail = f"stopped ({reason.value}{', forced' if forced else ''}); {exit.detail}".strip()
         return Outcome("stopped", event, detail.rstrip("; "))
+    if exit.lost:
+        event = m.RunStopped(
+            run_id=run.run_id, job_id=run.job_id, reason=m.StopReason.lost, forced=True,
+            checkpoint_uri=run.last_checkpoint_uri,
+            lost_gpu_seconds=lost_gpu_seconds(run, ended_at, time_scale))
+        return Outcome("stopped", event, f"lost: {exit.detail}")
     if exit.code == 0:
         return Outcome("finished", m.RunFinished(run_id=run.run_id, job_id=run.job_id, exit_code=0),
                        exit.detail or "exit 0")

@@ -304,6 +304,16 @@ class Executor:
         metrics.run_ended(result, run, now, backend.time_scale)
         log.info("run %s %s: %s", run_id, result.state, result.detail)
 
+    async def node_changed(self, node: str, problem: str | None) -> None:
+        """`NodeWithdrawn` or `NodeRestored`, for the scheduler's placement."""
+        event: m.NodeWithdrawn | m.NodeRestored = (
+            m.NodeRestored(node=node) if problem is None
+            else m.NodeWithdrawn(node=node, reason=problem[:256]))
+        env = envelope(event, source=SOURCE, occurred_at=self.service.clock.now())
+        async with self.service.engine.begin() as conn:
+            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        self._wake()
+
     # ------------------------------------------------------------------ restart
 
     async def recover(self) -> None:

@@ -82,6 +82,8 @@ class ClusterView:
     usage_as_of: float = 0.0
     granted_unstarted: set[str] = field(default_factory=set)
     """Run ids the ledger granted that have not reported `RunStarted` yet."""
+    withdrawn: dict[str, str] = field(default_factory=dict)
+    """Nodes the executor withdrew (`NodeWithdrawn`), with why: none of their GPUs is free."""
     changes: int = 0
     """Counts the events that changed something, so a reader can tell nothing did."""
     pending_index: PendingIndex = field(default_factory=PendingIndex)
@@ -185,10 +187,11 @@ class ClusterView:
         job = self._run_ended(data)
         if job is None:
             return
-        if data.get("reason") == "preempted" and not job.cancelled:
+        if data.get("reason") in ("preempted", "lost") and not job.cancelled:
             # Back to its queue: the original submit time, and its checkpoint to resume from.
+            # A lost run was not preempted: it spends none of the job's preemption budget.
             job.state = "pending"
-            job.preemptions += 1
+            job.preemptions += data.get("reason") == "preempted"
             job.requeued_at = at
             if data.get("checkpoint_uri"):
                 job.resume_from = data["checkpoint_uri"]
@@ -204,6 +207,12 @@ class ClusterView:
     def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
         if data.get("aborted"):
             self.plans.pop(data["plan_id"], None)
+
+    def _on_NodeWithdrawn(self, data: dict[str, Any], at: float) -> None:
+        self.withdrawn[data["node"]] = data.get("reason", "")
+
+    def _on_NodeRestored(self, data: dict[str, Any], at: float) -> None:
+        self.withdrawn.pop(data["node"], None)
 
     def _on_JobPending(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)
@@ -267,7 +276,9 @@ class ClusterView:
                 n.flavor,
                 n.rack,
                 n.gpus,
-                tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())),
+                # A withdrawn node offers nothing: its GPUs are neither free nor held.
+                () if n.name in self.withdrawn
+                else tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())),
             )
             for n in self.config.expanded_nodes()
         )

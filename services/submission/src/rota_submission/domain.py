@@ -10,6 +10,7 @@ from typing import Any
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, RackAffinity
 from rota.contracts.job import TERMINAL_STATES
+from rota.k8s.manifests import TemplateError, check_template
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,13 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
             f"{spec.total_gpus} {spec.flavor} GPUs, but team {spec.team!r} may hold at most"
             f" {quota + borrow} (quota {quota} + borrowing limit {borrow})",
         )
+    if spec.kubernetes is not None:
+        # Checked here, against the Kubernetes schema, so that a template the API server
+        # would refuse is rejected now rather than after the job waited its turn.
+        try:
+            check_template(spec)
+        except TemplateError as exc:
+            return Rejection("INVALID_TEMPLATE", exc.field, exc.message)
     return None
 
 
@@ -211,7 +219,7 @@ def apply_event(
         aborted = data.get("aborted") and job_id != data.get("preemptor_job_id")
         return ("running", {}) if aborted and state == "preempting" else (state, {})
     if event_type == "RunStopped":
-        if data.get("reason") == "preempted":
+        if data.get("reason") in ("preempted", "lost"):  # lost: its node, or its gang start
             changes: dict[str, Any] = {"run_id": None}
             if data.get("checkpoint_uri"):
                 changes["resume_from"] = data["checkpoint_uri"]

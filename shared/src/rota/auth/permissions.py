@@ -47,6 +47,8 @@ EVENT_OWNERS: dict[str, frozenset[str]] = {
     "PreemptionRequested": frozenset({"scheduler"}),
     "PreemptionNoticed": frozenset({"preemption"}),
     "PreemptionCompleted": frozenset({"preemption"}),
+    "NodeWithdrawn": frozenset({"executor"}),
+    "NodeRestored": frozenset({"executor"}),
 }
 """Every event type and the services that may publish it."""
 

@@ -10,6 +10,7 @@ import typer
 from rota.cli import jobs as job_commands
 from rota.cli import operations
 from rota.cli.bench import bench_app
+from rota.cli.cluster import cluster_app
 from rota.cli.creds import auth_app, creds_app
 from rota.cli.deadletter import deadletter
 from rota.cli.notifications import notifications
@@ -33,6 +34,7 @@ app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 app.add_typer(creds_app, name="creds")
 app.add_typer(auth_app, name="auth")
+app.add_typer(cluster_app, name="cluster")
 config_app = typer.Typer(help="Check rota.yaml files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

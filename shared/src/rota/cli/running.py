@@ -40,6 +40,7 @@ READY_TIMEOUT_S = 60.0
 class Executor(StrEnum):
     sim = "sim"
     local = "local"
+    kubernetes = "kubernetes"
 
 
 @dataclass

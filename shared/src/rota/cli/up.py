@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from rota.cli.columns import Column, Output, OutputOpt, print_table
-from rota.cli.output import emit_json, err_console, handled
+from rota.cli.output import InvalidInput, emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
 from rota.config import load_config
 from rota.settings import get_settings
@@ -60,7 +60,12 @@ def up(
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="rota.yaml; the shipped example if omitted.")] = None,
     executor: Annotated[Executor, typer.Option(
-        help="sim: a simulated cluster; local: real processes on this host.")] = Executor.sim,
+        help="sim: a simulated cluster; local: real processes on this host; kubernetes: one "
+        "Indexed Job per run on the cluster of --kubeconfig.")] = Executor.sim,
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="The cluster's kubeconfig (--executor kubernetes).")] = None,
+    kube_context: Annotated[str | None, typer.Option(
+        help="A context of the kubeconfig; its current one if omitted.")] = None,
     output: OutputOpt = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the endpoints and service states as one JSON object.")] = False,
@@ -69,7 +74,18 @@ def up(
     settings = get_settings()
     config = config or settings.config
     load_config(config)  # fail fast, exit 2, before starting anything
-    stack = Stack(settings, config, executor, say=lambda text: err_console.print(f"rota up: {text}"))
+    extra: dict[str, str] = {}
+    if executor is Executor.kubernetes:
+        kubeconfig = kubeconfig or settings.kubeconfig
+        if kubeconfig is None or not kubeconfig.is_file():
+            raise InvalidInput("the kubernetes executor needs a kubeconfig file"
+                               f"{f' ({kubeconfig} is not one)' if kubeconfig else ''}",
+                               field="kubeconfig")
+        extra["ROTA_KUBECONFIG"] = str(kubeconfig.resolve())
+        if kube_context:
+            extra["ROTA_KUBE_CONTEXT"] = kube_context
+    stack = Stack(settings, config, executor, extra_env=extra,
+                  say=lambda text: err_console.print(f"rota up: {text}"))
     with stopping_on_signals():
         try:
             summary = stack.start()

@@ -41,6 +41,8 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionRequested": m.PreemptionRequested,
     "PreemptionNoticed": m.PreemptionNoticed,
     "PreemptionCompleted": m.PreemptionCompleted,
+    "NodeWithdrawn": m.NodeWithdrawn,
+    "NodeRestored": m.NodeRestored,
 }
 CONTROL_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionNotice": m.PreemptionNotice,

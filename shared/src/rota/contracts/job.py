@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
@@ -40,10 +40,28 @@ class LocalRun(StrictModel):
     env: Env = Field(default_factory=dict)
 
 
+KubeObject = Annotated[dict[str, Any], Field(max_length=64)]
+"""A fragment in Kubernetes' own shape (camelCase keys): checked against the Kubernetes OpenAPI
+schema when the job is submitted, not here, so that Rota never lags behind the API."""
+
+
 class KubernetesRun(StrictModel):
+    """A job template for the `kubernetes` executor: one pod per gang worker. GPUs are not
+    given here: `nvidia.com/gpu` comes from `gpus_per_worker`, and the node from the grant."""
+
     image: Annotated[str, Field(min_length=1, max_length=512)]
+    command: Annotated[list[Arg], Field(max_length=256)] = Field(default_factory=list)
     args: Annotated[list[Arg], Field(max_length=256)] = Field(default_factory=list)
     env: Env = Field(default_factory=dict)
+    resources: KubeObject = Field(
+        default_factory=dict, description="A container's ResourceRequirements, beyond GPUs.")
+    volumes: Annotated[list[KubeObject], Field(max_length=64)] = Field(default_factory=list)
+    volume_mounts: Annotated[list[KubeObject], Field(max_length=64)] = Field(default_factory=list)
+    service_account: Name | None = None
+    tolerations: Annotated[list[KubeObject], Field(max_length=64)] = Field(default_factory=list)
+    pod_template: KubeObject = Field(
+        default_factory=dict,
+        description="A PodTemplateSpec fragment ({metadata, spec}) merged under what Rota sets.")
 
 
 class SimRun(StrictModel):

@@ -77,6 +77,9 @@ class StopReason(StrEnum):
     preempted = "preempted"
     cancelled = "cancelled"
     deadline = "deadline"
+    lost = "lost"
+    """The backend lost the run (its node went away, or its gang never started): it goes back
+    to its queue and resumes from its last checkpoint, like a preempted run."""
 
 
 class StopRun(StrictModel):
@@ -269,6 +272,21 @@ class RunStopped(OpenModel):
     forced: StrictBool = False
     checkpoint_uri: Uri | None = None
     lost_gpu_seconds: StrictFloat = Field(0.0, ge=0)
+
+
+class NodeWithdrawn(OpenModel):
+    """A node the executor's cluster can no longer run work on (NotReady, cordoned, deleted):
+    the scheduler places nothing on it until `NodeRestored`. Its runs end on their own,
+    `RunStopped(lost)`, and requeue from their last checkpoint."""
+
+    node: Name
+    reason: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class NodeRestored(OpenModel):
+    """A withdrawn node is usable again: it is offered for placement once more."""
+
+    node: Name
 
 
 class UsageRecorded(OpenModel):

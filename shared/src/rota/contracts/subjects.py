@@ -123,4 +123,6 @@ EVENT_SUBJECTS: dict[str, str] = {
     "PreemptionRequested": "rota.evt.preemption.requested",
     "PreemptionNoticed": "rota.evt.preemption.noticed",
     "PreemptionCompleted": "rota.evt.preemption.completed",
+    "NodeWithdrawn": "rota.evt.node.withdrawn",
+    "NodeRestored": "rota.evt.node.restored",
 }

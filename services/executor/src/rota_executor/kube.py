@@ -1,0 +1,415 @@
+"""The `kubernetes` backend: one Indexed batch/v1 Job per run, through kubernetes-asyncio.
+
+- start: the Job (deterministic name, so a retry meets a 409 rather than creating a twin),
+  then its headless Service and its Secret (the run token, the run's NATS credentials), both
+  owned by the Job. Pods are created gated; each is pinned to its worker's granted node and
+  only then released to the scheduler (see `rota.k8s.manifests`).
+- watch: pods are listed once, then watched from that resourceVersion; a 410 Gone re-lists.
+  A pass over the runs every `poll_s` lifts gates, sees a gang start, fail or finish, and
+  gives up on a gang that has not started within `start_timeout_s`.
+- stop and every other end: the Job deleted with foreground propagation and the grace
+  period; the end is reported only once no pod of the run is left, so the ledger never frees
+  GPUs that a terminating pod still holds.
+- restart: runs are adopted by their `rota.dev/run-id` label; a recorded run whose Job was
+  never created is created now.
+
+Tested against the in-repo fake API server (`tests/fake_kube_apiserver.py`), never against
+a real cluster here: see the README's "Kubernetes" section for what that leaves untested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.watch import Watch
+from rota.clock import Clock
+from rota.config.model import Node
+from rota.contracts.job import JobSpec
+from rota.k8s import manifests as k
+from rota.k8s.api import read_json
+from rota.k8s.inventory import InventoryError, Labels, differences, nodes_of
+
+from rota_executor.backend import Exit, Reporter, RunRecord
+from rota_executor.credentials import RunMinter
+from rota_executor.kube_pods import Pod, gang_state, node_problem, pin_patch
+
+log = logging.getLogger("rota.executor.kubernetes")
+
+MERGE_PATCH = "application/merge-patch+json"
+WATCH_TIMEOUT_S = 60
+
+
+@dataclass
+class Tracked:
+    run: RunRecord
+    launched_at: float  # clock seconds, for the start timeout
+    started: bool = False
+    teardown: Exit | None = None  # set once the run's objects are being deleted
+    deleting: bool = False
+    pinned: set[str] = field(default_factory=set)  # pods whose gate is lifted
+
+
+class KubeBackend:
+    name = "kubernetes"
+    time_scale = 1.0
+
+    def __init__(
+        self, reporter: Reporter, clock: Clock, api: client.ApiClient, *, namespace: str,
+        nats_url: str, gpu_resource: str = "nvidia.com/gpu", start_timeout_s: float = 300.0,
+        grace_s: float = 30.0, checkpoint_dir: str = "/checkpoints", poll_s: float = 0.5,
+        minter: RunMinter | None = None, config_nodes: list[Node] | None = None,
+        labels: Labels | None = None,
+    ) -> None:
+        self.reporter = reporter
+        self.config_nodes = config_nodes
+        self.labels = labels or Labels(gpu_resource=gpu_resource)
+        self.clock = clock
+        self.api = api
+        # Any: manifests go in as the plain dicts the schema checked, which the generated
+        # signatures (models only, no `_content_type`) do not admit though the client does.
+        self.core: Any = client.CoreV1Api(api)
+        self.batch: Any = client.BatchV1Api(api)
+        self.namespace = namespace
+        self.nats_url = nats_url
+        self.gpu_resource = gpu_resource
+        self.start_timeout_s = start_timeout_s
+        self.grace_s = grace_s
+        self.checkpoint_dir = checkpoint_dir
+        self.poll_s = poll_s
+        self.minter = minter
+        self.runs: dict[str, Tracked] = {}
+        self.pods: dict[str, Pod] = {}  # by name, as last listed or watched
+        self.nodes: dict[str, dict[str, Any]] = {}  # by name, as last listed or watched
+        self.lost_nodes: set[str] = set()  # nodes NotReady, cordoned or gone
+        self.node_problems: dict[str, str | None] = {}  # as last reported, by node
+        self._pods_synced, self._nodes_synced = asyncio.Event(), asyncio.Event()
+        self.synced = asyncio.Event()  # both listed once: only then can a pass judge a run
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _now(self) -> float:
+        return self.clock.now().timestamp()
+
+    def unsupported(self, spec: JobSpec) -> str | None:
+        if spec.kubernetes is None:
+            return "the job has no `kubernetes` section (an image) for the kubernetes executor"
+        return None
+
+    # ------------------------------------------------------------------ start
+
+    async def start(self, run: RunRecord, run_token: str) -> None:
+        creds = self.minter.mint(run.run_id).read_text() if self.minter is not None else None
+        objects = k.run_objects(
+            run_id=run.run_id, job_id=run.job_id, attempt=run.attempt, spec=run.spec,
+            placement=run.placement, namespace=self.namespace, nats_url=self.nats_url,
+            resume_from=run.resume_from, checkpoint_dir=self.checkpoint_dir,
+            gpu_resource=self.gpu_resource, run_token=run_token, nats_creds=creds)
+        try:
+            job = await self._create_job(objects.job)
+            name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+            await self._create(self.core.create_namespaced_secret, k.owned_by(objects.secret, name, uid))
+            await self._create(self.core.create_namespaced_service,
+                               k.owned_by(objects.service, name, uid))
+        except ApiException as exc:
+            log.error("run %s: Kubernetes refused its objects: %s %s", run.run_id, exc.status,
+                      exc.body)
+            self.runs[run.run_id] = Tracked(run, self._now(), teardown=Exit(
+                None, f"cannot start: Kubernetes said {exc.status} {exc.reason}: {exc.body!s}"))
+            return
+        self.runs[run.run_id] = Tracked(run, self._now())
+        log.info("kubernetes run %s: Job %s/%s created, %d pods pinned to %s", run.run_id,
+                 self.namespace, name, len(run.placement), sorted({w.node for w in run.placement}))
+        await self.reporter.launched(run.run_id, [])
+
+    async def _create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        name = manifest["metadata"]["name"]
+        try:
+            return dict(await read_json(await self.batch.create_namespaced_job(
+                self.namespace, manifest, _preload_content=False)))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        # Ours already (a retried start, or a restart between create and record): the same
+        # run label means the same run, so there is never a second Job for it.
+        existing = dict(await read_json(await self.batch.read_namespaced_job(
+            name, self.namespace, _preload_content=False)))
+        theirs = existing["metadata"].get("labels", {}).get(k.LABEL_RUN)
+        if theirs != manifest["metadata"]["labels"][k.LABEL_RUN]:
+            raise RuntimeError(f"Job {name} exists and belongs to run {theirs!r}")
+        log.info("Job %s existed already: adopted, not created twice", name)
+        return existing
+
+    async def _create(self, create: Any, manifest: dict[str, Any]) -> None:
+        try:
+            await read_json(await create(self.namespace, manifest, _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    # ------------------------------------------------------------------ adopt, stop, notice
+
+    async def adopt(self, run: RunRecord) -> None:
+        jobs = await read_json(await self.batch.list_namespaced_job(
+            self.namespace, label_selector=f"{k.LABEL_RUN}={run.run_id}", _preload_content=False))
+        if not jobs["items"]:
+            if run.state == "stopping":
+                await self.reporter.ended(run.run_id, Exit(None, "stopped before it started"))
+                return
+            log.info("kubernetes run %s has no Job: creating it now", run.run_id)
+            await self.start(run, await self.reporter.new_token(run.run_id))
+            return
+        # The start timeout counts from now: the executor does not know how long it was away.
+        tracked = Tracked(run, self._now())
+        self.runs[run.run_id] = tracked
+        log.info("kubernetes run %s adopted: Job %s", run.run_id, jobs["items"][0]["metadata"]["name"])
+        if run.state == "stopping":
+            tracked.teardown = Exit(None, "stopped")
+
+    async def stop(self, run: RunRecord) -> None:
+        tracked = self.runs.get(run.run_id)
+        if tracked is None:
+            await self.reporter.ended(run.run_id, Exit(None, "no Job to stop"))
+            return
+        tracked.run = run
+        if tracked.teardown is None:
+            tracked.teardown = Exit(None, "stopped")
+        await self._teardown(tracked)
+
+    def noticed(self, run: RunRecord) -> None:
+        """For jobs without the SDK: the notice as an annotation on every pod of the run, which
+        the pods read from the downward-API file `ROTA_NOTICE_FILE`."""
+        tracked = self.runs.get(run.run_id)
+        if tracked is not None:
+            tracked.run = run
+        value = "" if run.notice_id is None or run.notice_acked_at is not None else json.dumps(
+            {"notice_id": run.notice_id, "action": "checkpoint_and_stop",
+             "at": run.notice_at.isoformat() if run.notice_at else None})
+        for pod in self._pods_of(run.run_id):
+            self._spawn(self._patch_pod(pod["metadata"]["name"],
+                                        {"metadata": {"annotations": {k.ANNOTATION_NOTICE: value}}}))
+
+    async def _patch_pod(self, name: str, patch: dict[str, Any]) -> None:
+        try:
+            await read_json(await self.core.patch_namespaced_pod(
+                name, self.namespace, patch, _content_type=MERGE_PATCH, _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 404:  # a pod gone meanwhile needs nothing
+                log.warning("pod %s: patch refused: %s %s", name, exc.status, exc.body)
+
+    async def _teardown(self, tracked: Tracked) -> None:
+        if tracked.deleting:
+            return
+        tracked.deleting = True
+        name = k.object_name(tracked.run.run_id)
+        try:
+            await read_json(await self.batch.delete_namespaced_job(
+                name, self.namespace, body=client.V1DeleteOptions(
+                    propagation_policy="Foreground", grace_period_seconds=int(self.grace_s)),
+                _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 404:
+                tracked.deleting = False  # tried again on the next pass
+                raise
+        log.info("kubernetes run %s: Job %s deleted (foreground, grace %.0f s)",
+                 tracked.run.run_id, name, self.grace_s)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _pods_of(self, run_id: str) -> list[Pod]:
+        return [p for p in self.pods.values()
+                if (p["metadata"].get("labels") or {}).get(k.LABEL_RUN) == run_id]
+
+    async def check(self) -> None:
+        """One pass over every run: pin gated pods, then see whether the gang started, ended
+        or waited too long; report an end once the run's last pod is gone."""
+        self._refresh_lost_nodes()  # the runs, and so the nodes that matter, change
+        for run_id, tracked in list(self.runs.items()):
+            pods = self._pods_of(run_id)
+            if tracked.teardown is not None:
+                await self._teardown(tracked)
+                for pod in pods:
+                    # No kubelet answers for a lost node: its pods would stay Terminating
+                    # forever. They hold no GPU anyone can use, so they are force-deleted.
+                    if pod["metadata"].get("deletionTimestamp") and \
+                            pod["spec"].get("nodeName") in self.lost_nodes:
+                        await self._force_delete(pod["metadata"]["name"])
+                if not pods and await self._job_gone(run_id):
+                    await self._end(run_id, tracked.teardown)
+                continue
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                patch = pin_patch(pod, tracked.run.placement)
+                if patch is not None and name not in tracked.pinned:
+                    tracked.pinned.add(name)
+                    await self._patch_pod(name, patch)
+            state = gang_state(pods, len(tracked.run.placement), self.lost_nodes)
+            if state.exit is not None:
+                tracked.teardown = state.exit
+            elif state.all_running and not tracked.started:
+                tracked.started = True
+                log.info("kubernetes run %s: all %d pods Running", run_id, len(tracked.run.placement))
+            elif lost := sorted({w.node for w in tracked.run.placement} & self.lost_nodes):
+                tracked.teardown = Exit(None, "node lost: " + ", ".join(
+                    f"{n} ({node_problem(self.nodes.get(n))})" for n in lost), lost=True)
+            elif tracked.started and state.waiting:
+                tracked.teardown = Exit(None, "a started gang lost a member: "
+                                        + "; ".join(state.waiting), lost=True)
+            elif not tracked.started and self._now() - tracked.launched_at >= self.start_timeout_s:
+                tracked.teardown = Exit(None, f"the gang did not start within "
+                                        f"{self.start_timeout_s:.0f} s: " + "; ".join(state.waiting),
+                                        lost=True)
+            if tracked.teardown is not None:
+                log.warning("kubernetes run %s: ending: %s", run_id, tracked.teardown.detail)
+                await self._teardown(tracked)
+
+    async def _force_delete(self, name: str) -> None:
+        try:
+            await read_json(await self.core.delete_namespaced_pod(
+                name, self.namespace, body=client.V1DeleteOptions(grace_period_seconds=0),
+                _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        log.warning("pod %s on a lost node: force-deleted", name)
+
+    async def _job_gone(self, run_id: str) -> bool:
+        try:
+            await read_json(await self.batch.read_namespaced_job(
+                k.object_name(run_id), self.namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    async def _end(self, run_id: str, exit: Exit) -> None:
+        if self.minter is not None:
+            self.minter.forget(run_id)
+        await self.reporter.ended(run_id, exit)
+        self.runs.pop(run_id, None)
+
+    async def watch_pods(self) -> None:
+        await self._list_watch(self.pods, self._pods_synced, self.core.list_namespaced_pod,
+                               self.namespace, label_selector=f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
+
+    async def watch_nodes(self) -> None:
+        await self._list_watch(self.nodes, self._nodes_synced, self.core.list_node)
+
+    async def _list_watch(self, mirror: dict[str, dict[str, Any]], synced: asyncio.Event,
+                          list_fn: Any, *args: Any, **kwargs: Any) -> None:
+        """List, then watch from the list's resourceVersion; re-list after a 410 Gone. `mirror`
+        holds the objects by name, as last listed or watched."""
+        while True:
+            listed = await read_json(await list_fn(*args, _preload_content=False, **kwargs))
+            mirror.clear()
+            mirror.update({o["metadata"]["name"]: o for o in listed["items"]})
+            version = listed["metadata"]["resourceVersion"]
+            synced.set()
+            self._refresh_lost_nodes()
+            try:
+                while True:
+                    async with Watch() as watch:
+                        stream = watch.stream(list_fn, *args, resource_version=version,
+                                              timeout_seconds=WATCH_TIMEOUT_S, **kwargs)
+                        async for event in stream:
+                            obj = event["raw_object"]
+                            version = obj["metadata"]["resourceVersion"]
+                            if event["type"] == "DELETED":
+                                mirror.pop(obj["metadata"]["name"], None)
+                            else:
+                                mirror[obj["metadata"]["name"]] = obj
+                            self._refresh_lost_nodes()
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+                log.info("watch: resourceVersion %s expired (410 Gone); re-listing", version)
+
+    def _refresh_lost_nodes(self) -> None:
+        """A node of rota.yaml (or of a grant) that is NotReady, cordoned or gone is lost to
+        the runs on it, and withdrawn from placement (`NodeWithdrawn`) until it is back
+        (`NodeRestored`). The first pass reports every node: the scheduler may still believe
+        what an executor said before this one started."""
+        if not self._nodes_synced.is_set():
+            return  # nodes not listed yet are not lost
+        names = {n.name for n in self.config_nodes or []} | self.granted_nodes()
+        now = {name: node_problem(self.nodes.get(name)) for name in names}
+        for name, problem in now.items():
+            if name in self.node_problems and self.node_problems[name] == problem:
+                continue
+            if problem is not None:
+                log.warning("node %s withdrawn: %s", name, problem)
+            elif name in self.node_problems:
+                log.info("node %s is back", name)
+            self._spawn(self.reporter.node_changed(name, problem))
+        self.node_problems = now
+        self.lost_nodes = {name for name, problem in now.items() if problem is not None}
+
+    def granted_nodes(self) -> set[str]:
+        return {w.node for t in self.runs.values() for w in t.run.placement}
+
+    async def run(self) -> None:
+        watchers = [asyncio.create_task(self._forever(self.watch_pods, "the pod watch")),
+                    asyncio.create_task(self._forever(self.watch_nodes, "the node watch"))]
+        try:
+            await self._pods_synced.wait()
+            await self._nodes_synced.wait()
+            self.synced.set()
+            self.compare_inventory()
+            while True:
+                try:
+                    await self.check()
+                except Exception:
+                    log.exception("kubernetes backend: a pass over the runs failed")
+                await asyncio.sleep(self.poll_s)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+
+    def compare_inventory(self) -> list[str]:
+        """Say plainly, once at start, where rota.yaml and the live nodes disagree: the scheduler
+        places by rota.yaml, so each difference is work that cannot start, or GPUs left idle."""
+        if self.config_nodes is None:
+            return []
+        try:
+            live = nodes_of(list(self.nodes.values()), self.labels)
+        except InventoryError as exc:
+            log.warning("rota.yaml vs the cluster: %s", exc)
+            return [str(exc)]
+        found = differences(self.config_nodes, live)
+        for line in found:
+            log.warning("rota.yaml vs the cluster: %s", line)
+        if not found:
+            log.info("rota.yaml matches the cluster's %d GPU nodes", len(live))
+        return found
+
+    async def _forever(self, loop: Any, what: str) -> None:
+        while True:
+            try:
+                await loop()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("kubernetes backend: %s failed; starting it again", what)
+                await asyncio.sleep(1.0)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("kubernetes backend: a report failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        # Jobs keep running: a restarted executor adopts them by label.
+        for task in list(self._tasks):
+            task.cancel()
+        await self.api.close()

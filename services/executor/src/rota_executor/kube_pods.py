@@ -1,0 +1,125 @@
+"""How a run stands, read from its pods, with no I/O: the `kubernetes` backend's rules.
+
+- A gang has started only when every one of its pods is Running (or already done).
+- One pod failed: the run failed, with that pod's exit code and reason (OOMKilled, Evicted).
+- Every pod succeeded: the run finished.
+- A pod that cannot start (unschedulable, an image that cannot be pulled, its node lost)
+  is only named here; the backend decides when waiting has lasted too long.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from rota.contracts.job import WorkerPlacement
+from rota.k8s.manifests import HOSTNAME_LABEL, INDEX_ANNOTATION, PLACEMENT_GATE
+
+from rota_executor.backend import Exit
+
+Pod = dict[str, Any]
+
+
+def index_of(pod: Pod) -> int | None:
+    value = (pod["metadata"].get("annotations") or {}).get(INDEX_ANNOTATION)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def gated(pod: Pod) -> bool:
+    return any(g.get("name") == PLACEMENT_GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
+def pin_patch(pod: Pod, placement: list[WorkerPlacement]) -> dict[str, Any] | None:
+    """The merge patch that pins a gated pod to its worker's granted node and lifts Rota's gate,
+    or None when the pod is not ours to pin (no gate, or an index the grant does not have)."""
+    index = index_of(pod)
+    node = next((w.node for w in placement if w.worker == index), None)
+    if not gated(pod) or node is None:
+        return None
+    affinity = copy.deepcopy(pod["spec"].get("affinity") or {})
+    required = affinity.setdefault("nodeAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": [{}]})
+    # Only additions to each term's expressions: the API lets a gated pod narrow, not widen.
+    for term in required["nodeSelectorTerms"]:
+        term.setdefault("matchExpressions", []).append(
+            {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]})
+    gates = [g for g in pod["spec"].get("schedulingGates") or [] if g.get("name") != PLACEMENT_GATE]
+    return {"spec": {"affinity": affinity, "schedulingGates": gates}}
+
+
+def node_problem(node: dict[str, Any] | None) -> str | None:
+    """Why a node can no longer hold its runs' pods, or None while it can."""
+    if node is None:
+        return "deleted"
+    if node.get("spec", {}).get("unschedulable"):
+        return "cordoned"
+    ready = next((c for c in node.get("status", {}).get("conditions") or []
+                  if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return "NotReady"
+    return None
+
+
+def _terminated(pod: Pod) -> dict[str, Any] | None:
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is not None:
+            return dict(terminated)
+    return None
+
+
+def why_not_running(pod: Pod, lost_nodes: set[str]) -> str:
+    """What keeps a pod from Running, in the words Kubernetes uses."""
+    status = pod.get("status") or {}
+    if gated(pod):
+        return "waiting for its placement"
+    node = pod["spec"].get("nodeName")
+    if node in lost_nodes:
+        return f"its node {node} is lost"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"unschedulable ({cond.get('reason', '')}: {cond.get('message', '')})".rstrip(": )") + ")"
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting:
+            return f"{waiting.get('reason', 'waiting')}: {waiting.get('message', '')}".rstrip(": ")
+    return f"{status.get('phase', 'Pending')}"
+
+
+@dataclass(frozen=True)
+class GangState:
+    all_running: bool
+    exit: Exit | None  # the run is over, from its pods' point of view
+    waiting: list[str]  # why the pods not Running are not
+
+
+def gang_state(pods: list[Pod], workers: int, lost_nodes: set[str]) -> GangState:
+    by_index: dict[int, Pod] = {}
+    for pod in pods:
+        index = index_of(pod)
+        if index is not None and not pod["metadata"].get("deletionTimestamp"):
+            by_index[index] = pod
+    phases = {i: (p.get("status") or {}).get("phase", "Pending") for i, p in by_index.items()}
+    failed = sorted(i for i, phase in phases.items() if phase == "Failed")
+    if failed:
+        pod = by_index[failed[0]]
+        terminated = _terminated(pod) or {}
+        reason = terminated.get("reason") or (pod.get("status") or {}).get("reason") or "Error"
+        code = terminated.get("exitCode")
+        detail = f"worker {failed[0]} failed: {reason}"
+        if code is not None:
+            detail += f" (exit code {code})"
+        if len(failed) > 1:
+            detail = f"{len(failed)} of {workers} workers failed; {detail}"
+        return GangState(False, Exit(code, detail), [])
+    done = [i for i, phase in phases.items() if phase == "Succeeded"]
+    if len(done) == workers:
+        return GangState(True, Exit(0, f"all {workers} workers exited 0"), [])
+    running = [i for i, phase in phases.items() if phase in ("Running", "Succeeded")]
+    lost = sorted(i for i, p in by_index.items() if p["spec"].get("nodeName") in lost_nodes)
+    waiting = [f"worker {i}: {why_not_running(by_index[i], lost_nodes)}"
+               for i in sorted(by_index) if i not in running or i in lost]
+    waiting += [f"worker {i}: no pod yet" for i in range(workers) if i not in by_index]
+    all_running = len(running) == workers and not lost
+    return GangState(all_running, None, waiting)

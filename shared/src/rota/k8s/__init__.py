@@ -1,0 +1,1 @@
+"""Rota on Kubernetes: manifests, template checks and the cluster inventory."""

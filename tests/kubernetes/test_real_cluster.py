@@ -1,0 +1,80 @@
+"""Against a REAL cluster, only when ROTA_TEST_KUBECONFIG names its kubeconfig (never run on
+the machines this was written on: none has a cluster). For kind, give a node a fake GPU
+resource first, e.g. patch its status capacity with `example.com/gpu: 8`, and set
+ROTA_TEST_GPU_RESOURCE=example.com/gpu. Needs Kubernetes 1.30+ (scheduling gates) and a
+namespace `ROTA_TEST_NAMESPACE` (default `rota-test`) the kubeconfig's user may use."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rota.clock import SystemClock
+from rota.contracts.job import JobSpec, WorkerPlacement
+from rota.k8s.api import kube_client, read_json
+from rota.k8s.inventory import Labels
+from rota_executor.backend import Checkpoint, Exit, RunRecord, WorkerProcess
+from rota_executor.kube import KubeBackend
+
+from tests.builders import spec_doc
+
+KUBECONFIG = os.environ.get("ROTA_TEST_KUBECONFIG")
+GPU_RESOURCE = os.environ.get("ROTA_TEST_GPU_RESOURCE", "nvidia.com/gpu")
+NAMESPACE = os.environ.get("ROTA_TEST_NAMESPACE", "rota-test")
+
+pytestmark = pytest.mark.skipif(not KUBECONFIG, reason="ROTA_TEST_KUBECONFIG is not set: no real cluster")
+
+
+class Reporter:
+    def __init__(self) -> None:
+        self.ended: dict[str, Exit] = {}
+        self.any_ended = asyncio.Event()
+
+    async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
+        pass
+
+    async def new_token(self, run_id: str) -> str:
+        return "token"
+
+    async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None:
+        pass
+
+    async def node_changed(self, node: str, problem: str | None) -> None:
+        pass
+
+    async def ended(self, run_id: str, exit: Exit) -> None:
+        self.ended[run_id] = exit
+        self.any_ended.set()
+
+
+async def test_a_one_pod_run_is_pinned_runs_and_is_cleaned_up() -> None:
+    assert KUBECONFIG is not None
+    api = await kube_client(Path(KUBECONFIG), None)
+    from kubernetes_asyncio import client
+
+    nodes = (await read_json(await client.CoreV1Api(api).list_node(_preload_content=False)))["items"]
+    gpu_nodes = [n["metadata"]["name"] for n in nodes
+                 if int((n["status"].get("allocatable") or {}).get(GPU_RESOURCE, "0")) > 0]
+    assert gpu_nodes, f"no node allocates {GPU_RESOURCE}"
+    reporter = Reporter()
+    backend = KubeBackend(reporter, SystemClock(), api, namespace=NAMESPACE, nats_url="nats://unused:4222",
+                          gpu_resource=GPU_RESOURCE, start_timeout_s=180, grace_s=5, poll_s=0.5,
+                          labels=Labels(gpu_resource=GPU_RESOURCE))
+    loop = asyncio.create_task(backend.run())
+    try:
+        spec = JobSpec.model_validate(spec_doc(workers=1, gpus_per_worker=1, kubernetes={
+            "image": "busybox:1.36", "command": ["sh", "-c", 'echo "rank $RANK of $WORLD_SIZE"']}))
+        run = RunRecord(run_id="0190a7b2-0000-7000-8000-00000000beef", job_id="0190a7b2-0000-7000-8000-00000000cafe",
+                        attempt=1, backend="kubernetes", spec=spec,
+                        placement=[WorkerPlacement(worker=0, node=gpu_nodes[0], gpus=[0])],
+                        state="running", started_at=datetime.now(UTC))
+        await backend.start(run, "token")
+        await asyncio.wait_for(reporter.any_ended.wait(), 300)
+        assert reporter.ended[run.run_id].code == 0, reporter.ended[run.run_id]
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await backend.close()
