@@ -35,6 +35,7 @@ def test_every_manifest_passes_the_kubernetes_schema(values: dict[str, Any]) -> 
 def test_six_services_as_deployments_the_scheduler_twice_scraped_by_prometheus() -> None:
     deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
                    for d in by_kind(render_chart(CHART), "Deployment")}
+    deployments.pop("console")
     assert deployments.keys() == SERVICES
     assert deployments["scheduler"]["spec"]["replicas"] == 2
     for name, deployment in deployments.items():
@@ -97,3 +98,18 @@ def test_the_renderer_refuses_what_it_does_not_support(tmp_path: Path) -> None:
         render_chart(tmp_path)
     (tmp_path / "templates" / "x.yaml").write_text("{{- range $k, $v := .Values.a }}\n{{ $k }}: {{ $v | quote }}\n{{- end }}\n")
     assert render_chart(tmp_path) == [{"b": "1"}]
+
+
+def test_the_console_is_a_deployment_and_a_service_with_its_own_identity() -> None:
+    docs = render_chart(CHART, {"auth": {"secretName": "rota-auth"}, "console": {"trustedHeader": "X-Rota-Team"}})
+    (console,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "rota-console"]
+    (container,) = console["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["command"] == ["python", "-m", "rota_console"]
+    assert env["ROTA_NATS_CREDS"] == "/auth/creds/console.creds"
+    assert env["ROTA_CONSOLE_TRUSTED_HEADER"] == "X-Rota-Team" and env["ROTA_CONSOLE_BIND"] == "0.0.0.0"
+    assert "ROTA_DATABASE_URL" not in env  # it reads only through the NATS API
+    (service,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "rota-console"]
+    assert service["spec"]["ports"][0]["port"] == 8089
+    assert not [d for d in render_chart(CHART, {"console": {"enabled": False}})
+                if d["metadata"]["name"] == "rota-console"]
