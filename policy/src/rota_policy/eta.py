@@ -41,7 +41,9 @@ class Eta:
         for run, declared in zip(live, expected_ends(live, now, default), strict=True):
             end = run.started_at + (declared - run.started_at) * scale
             if end < now:
-                end = now
+                # Past its scaled estimate: it is one of the longer runs for what it declared,
+                # so what is left of its declared runtime is what it is likely to use, scaled.
+                end = now + (declared - now) * scale if declared > now else now
             found = releases.get(run.flavor)
             if found is None:
                 releases[run.flavor] = [(end, run.gpus)]
