@@ -79,9 +79,9 @@ def rota(env: dict[str, str], *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def job_file(tmp: Path, name: str, team: str, queue: str, steps: int) -> Path:
+def job_file(tmp: Path, name: str, team: str, queue: str, steps: int, declared_s: int = 120) -> Path:
     doc = {"name": name, "team": team, "user": team, "queue": queue, "flavor": "gpu",
-           "workers": 1, "gpus_per_worker": 8, "resumable": True, "declared_runtime_s": 120,
+           "workers": 1, "gpus_per_worker": 8, "resumable": True, "declared_runtime_s": declared_s,
            "submission_id": f"kube-{name}",
            "kubernetes": {"image": "rota:dev", "command": ["python", "examples/train_plain.py"],
                           "env": {"TRAIN_STEPS": str(steps), "TRAIN_STEP_S": "0.05",
@@ -105,7 +105,9 @@ def wait_for(env: dict[str, str], job_id: str, states: set[str], timeout: float)
 def test_production_preempts_a_pod_that_checkpoints_and_resumes_in_a_new_job(
     stack: subprocess.Popen[bytes], env: dict[str, str], fake: FakeKubeApiServer, tmp_path: Path
 ) -> None:
-    sweep = rota(env, "submit", "-f", str(job_file(tmp_path, "sweep", "research", "experiment", 400)))
+    # The sweep declares two hours: its GPUs would come too late for production's wait target,
+    # so production preempts rather than waits (DECISIONS 43).
+    sweep = rota(env, "submit", "-f", str(job_file(tmp_path, "sweep", "research", "experiment", 400, 7200)))
     wait_for(env, sweep["job_id"], {"running"}, 60)
     time.sleep(3)  # past its minimum runtime, with a few checkpoints behind it
     release = rota(env, "submit", "-f", str(job_file(tmp_path, "release", "nlp", "production", 40)))
