@@ -26,3 +26,18 @@ def test_a_waiting_jobs_eta_is_when_the_run_ahead_is_expected_to_end(scale: floa
     decisions = schedule(snapshot, NOW, team_config({"nlp": 0, "cv": 8}, preemption=False))
     (waiting,) = decisions.pending
     assert waiting.eta == pytest.approx(expected)
+
+
+def test_a_job_within_quota_is_told_when_its_lent_gpus_can_be_taken_back() -> None:
+    # vision lent its 8 GPUs to nlp, whose run started 100 s ago: the minimum runtime (300 s)
+    # protects it for 200 s more, so there is no plan yet, but the start is foreseeable.
+    world = cluster(1, Run("nlp", "training", started=NOW - 100, end=NOW + 7200))
+    decisions = schedule(world.snapshot(gpu_jobs("vision", "production", submitted=NOW)), NOW,
+                         team_config({"vision": 8, "nlp": 0}))
+    (waiting,) = decisions.pending
+    assert decisions.plans == ()
+    save = team_config().checkpoint_save_s
+    assert waiting.eta == pytest.approx(NOW + 200 + save)
+    reason = waiting.reasons[0]
+    assert "within its quota" in reason.message and "8 GPUs to nlp" in reason.message
+    assert dict(reason.details)["reclaimable_at"] == pytest.approx(NOW + 200 + save)
