@@ -115,8 +115,10 @@ class QuotaBook:
             return QuotaCheck(
                 False,
                 borrowed,
-                f"team {team} would use {after} {flavor} GPUs; its quota is {lim.quota} and it may"
-                f" borrow at most {lim.borrowing_limit} more",
+                f"insufficient borrowing limit for {flavor}: {after - lim.quota - lim.borrowing_limit} more"
+                f" needed (team {team} uses {self.in_use(team, flavor) - released} with a quota of"
+                f" {lim.quota} and may borrow {lim.borrowing_limit}); it starts once its own runs free"
+                " that many",
                 lim.quota + lim.borrowing_limit,
             )
         if self._protected:
@@ -126,12 +128,15 @@ class QuotaBook:
                 if fl == flavor and name != team
             )
             room = self._capacity.get(flavor, 0) - kept_back
-            if self.total(flavor) - released + gpus > room:
+            short = self.total(flavor) - released + gpus - room
+            if short > 0:
                 return QuotaCheck(
                     False,
                     borrowed,
-                    f"team {team} would borrow {after - lim.quota} {flavor} GPUs, but other teams'"
-                    f" lending limits keep {kept_back} idle GPUs back",
+                    f"insufficient unused quota to borrow for {flavor}: {short}"
+                    f" more needed (team {team} would borrow {after - lim.quota} above its quota of"
+                    f" {lim.quota}; other teams' lending limits keep {kept_back} of their idle GPUs"
+                    " back); it starts once GPUs in use are freed, or within its quota",
                     room,
                 )
         return QuotaCheck(True, borrowed)

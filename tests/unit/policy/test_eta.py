@@ -41,3 +41,17 @@ def test_a_job_within_quota_is_told_when_its_lent_gpus_can_be_taken_back() -> No
     reason = waiting.reasons[0]
     assert "within its quota" in reason.message and "8 GPUs to nlp" in reason.message
     assert dict(reason.details)["reclaimable_at"] == pytest.approx(NOW + 200 + save)
+
+
+@pytest.mark.parametrize(("borrowing", "lending", "says"), [
+    ({"nlp": 0}, None, "insufficient borrowing limit for gpu: 8 more needed"),
+    (None, {"cv": 0}, "insufficient unused quota to borrow for gpu: 8 more needed"),
+])
+def test_a_quota_refusal_says_how_many_more_gpus_are_needed(
+    borrowing: dict[str, int] | None, lending: dict[str, int] | None, says: str
+) -> None:
+    # nlp uses its 8 and asks for 8 more; cv's 8 are idle on the second node.
+    world = cluster(2, Run("nlp", "training", node=0))
+    config = team_config({"nlp": 8, "cv": 8}, borrowing=borrowing, lending=lending)
+    (waiting,) = schedule(world.snapshot(gpu_jobs("nlp", "training", submitted=NOW)), NOW, config).pending
+    assert waiting.reasons[0].message.startswith(says), waiting.reasons[0].message
