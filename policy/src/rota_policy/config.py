@@ -96,9 +96,9 @@ class PolicyConfig:
     max_preemption_attempts: int = 8
     """Blocked jobs per cycle that may search for victims; bounds the cost of a cycle."""
     max_lost_gpu_s_per_plan: float | None = 0.0
-    """Unsaved GPU-seconds a plan for a non-production job may destroy (None: no cap). With
-    save-on-notice a resumable victim loses nothing, so by default only production may stop a
-    job that cannot checkpoint."""
+    """Unsaved GPU-seconds a plan may destroy, whatever the preemptor's tier (None: no cap).
+    With save-on-notice a resumable victim loses nothing, so by default no plan stops a job
+    that cannot checkpoint: it runs to its end."""
 
     _shares: dict[str, float] = field(init=False, repr=False, compare=False)
 

@@ -15,9 +15,8 @@ borrowed is reclaimable. Experiment work is never guaranteed (DESIGN §1: it "us
 so any higher tier may stop it, in quota or not.
 
 Rota's victims get a notice and save before they stop, so a resumable victim loses nothing:
-its expected loss is 0 and only a victim that cannot checkpoint loses its run. A plan may not
-destroy more than `max_lost_gpu_s_per_plan` (default 0), except for a production job that has
-waited its tier's wait target (`loss_cap`).
+its expected loss is 0 and only a victim that cannot checkpoint loses its run. No plan may
+destroy more than `max_lost_gpu_s_per_plan` (default 0), whatever the preemptor's tier.
 Selection is per node: each node's cheapest prefix of victims that frees a worker's GPUs,
 then the cheapest nodes (in the best rack, for rack-bound gangs).
 """
@@ -43,7 +42,6 @@ __all__ = [
     "PreemptionContext",
     "expected_loss",
     "greedy_plan",
-    "loss_cap",
     "rota_plan",
     "victim_pool",
 ]
@@ -52,17 +50,6 @@ LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
 WHY: Mapping[int, str] = MappingProxyType(
     {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
 )
-
-
-def loss_cap(job: PendingJob, config: PolicyConfig, now: float) -> float | None:
-    """Unsaved GPU-seconds a plan for `job` may destroy; None: any. Production may destroy
-    work that cannot checkpoint, but only once it has waited its tier's wait target
-    (`long_wait_s`, since its submit): until then GPUs that free themselves usually come in
-    time, and such a plan would destroy hours of work to save minutes of waiting."""
-    cap = config.max_lost_gpu_s_per_plan
-    if job.tier is Tier.production and now - job.submitted_at >= config.tier(job.tier).long_wait_s:
-        return None
-    return cap
 
 
 def rota_loss(run: RunningRun, now: float) -> float:
@@ -246,7 +233,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     team_quota = quota.limits(job.team, flavor).quota
     may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
     job_rank, job_team = job.tier.rank, job.team
-    cap = loss_cap(job, ctx.config, ctx.now)
+    cap = ctx.config.max_lost_gpu_s_per_plan
     # A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
     # refuse unless such runs within the cap make room. Ask that of all of them (whichever
     # team, taken or not: more than the loop below picks), from one map per cycle, before the
@@ -434,7 +421,7 @@ def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionCo
             per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.gpus
     if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
         return False
-    cap = loss_cap(job, cfg, ctx.now)
+    cap = cfg.max_lost_gpu_s_per_plan
     return cap is None or sum(c.loss for c in victims) <= cap
 
 

@@ -108,8 +108,8 @@ class Preemption(_Strict):
     max_lost_gpu_s_per_plan: float | None = Field(
         0.0,
         ge=0,
-        description="Unsaved GPU-seconds a plan may destroy (None: any). A production job may"
-        " destroy any once it has waited its queue's long_wait_threshold_s.",
+        description="Unsaved GPU-seconds a plan may destroy, whatever the preemptor's tier"
+        " (None: any).",
     )
 
 
