@@ -4,24 +4,19 @@ and its next run resumes from that file."""
 
 from __future__ import annotations
 
-import json
 import os
-import select
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+
+from tests.e2e.rota_cli import rota, rota_up, training_job, wait_for
 
 pytestmark = pytest.mark.e2e
 
-ROTA = str(Path(sys.executable).parent / "rota")
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("local.rota.yaml")
 
 
@@ -35,45 +30,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def stack(env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(
-        [ROTA, "up", "--executor", "local", "--config", str(CONFIG), "--json"], env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, cwd=REPO)
-    assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], 120)
-    assert ready and json.loads(process.stdout.readline())["executor"] == "local"
-    yield process
-    process.send_signal(signal.SIGTERM)
-    process.wait(15)
-
-
-def rota(env: dict[str, str], *args: str) -> Any:
-    result = subprocess.run([ROTA, *args, "--json"], env=env, capture_output=True, text=True,
-                            timeout=60, cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    with rota_up(env, "local", "--config", str(CONFIG)) as process:
+        yield process
 
 
 def job_file(tmp: Path, name: str, team: str, queue: str, steps: int, declared_s: int = 120) -> Path:
-    doc = {"name": name, "team": team, "user": team, "queue": queue, "flavor": "gpu",
-           "workers": 1, "gpus_per_worker": 8, "resumable": True, "declared_runtime_s": declared_s,
-           "submission_id": f"local-{name}",
-           "local": {"command": [sys.executable, "examples/train_plain.py"],
-                     "env": {"TRAIN_STEPS": str(steps), "TRAIN_STEP_S": "0.05",
-                             "TRAIN_CHECKPOINT_EVERY": "20"}}}
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def wait_for(env: dict[str, str], job_id: str, states: set[str], timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        job = rota(env, "job", job_id)
-        if job["state"] in states:
-            return job
-        time.sleep(0.5)
-    raise AssertionError(f"{job_id} still {job.get('state')} after {timeout} s")
+    backend = {"local": {"command": [sys.executable, "examples/train_plain.py"]}}
+    return training_job(tmp, name, team, queue, steps, backend=backend, declared_s=declared_s)
 
 
 def test_production_preempts_a_real_process_that_checkpoints_and_resumes(
