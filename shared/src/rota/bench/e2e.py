@@ -3,7 +3,9 @@ stack, beside the raw JetStream publish+consume rate of the same server as the c
 
 Jobs are submitted on `rota.cmd.submit.bench` (JetStream, the producers' path) at an offered
 rate; the clock for each job runs from its publish to the `AllocationGranted` that names it.
-With `pending`, a deep queue is submitted and measured first (`rota.bench.deep`).
+With `pending`, a deep queue is submitted and measured first (`rota.bench.deep`). With `burst`,
+all jobs are published at once, as a sweep is, and the figures are when the last one was
+recorded (its `JobSubmitted`) and granted.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Result:
     wall_s: float
     cpu_s_per_job: dict[str, float]
     deep: DeepQueue | None = None
+    burst: bool = False
+    all_recorded_s: float | None = None
+    all_granted_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         deep = self.deep.as_json() if self.deep is not None else {"pending": 0}
@@ -59,7 +64,13 @@ class Result:
             "messages_per_job": round(self.messages_per_job, 2),
             "wall_s": round(self.wall_s, 1),
             "cpu_s_per_job": {name: round(s, 5) for name, s in self.cpu_s_per_job.items()},
+            **({"burst": self.jobs, "all_recorded_s": _round(self.all_recorded_s),
+                "all_granted_s": _round(self.all_granted_s)} if self.burst else {}),
         }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -102,7 +113,7 @@ async def _stream_messages(nc: Client) -> int:
 
 
 async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None,
-              creds: str | None = None, *, pending: int = 0,
+              creds: str | None = None, *, pending: int = 0, burst: bool = False,
               pids: Mapping[str, int] | None = None) -> Result:
     """`creds`: the admin's, when the stack's NATS has auth on (it submits for a team of its
     own and reads the events). `pids`: the services' processes, for their CPU per job."""
@@ -115,11 +126,15 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     sent: dict[str, float] = {}
     granted: dict[str, float] = {}
     job_of_submission: dict[str, str] = {}
+    recorded: list[float] = []
     done = asyncio.Event()
 
     async def on_submitted(msg: Msg) -> None:
         doc = json.loads(msg.data)
-        job_of_submission[doc["data"]["spec"]["submission_id"]] = doc["job_id"]
+        sid = doc["data"]["spec"]["submission_id"]
+        if sid in sent:
+            job_of_submission[sid] = doc["job_id"]
+            recorded.append(time.perf_counter())
 
     async def on_granted(msg: Msg) -> None:
         doc = json.loads(msg.data)
@@ -135,7 +150,8 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     cpu_before = cpu_of(pids)
     run_id = uuid.uuid4().hex[:8]
     start = time.perf_counter()
-    interval = 1.0 / rate if rate else 0.0
+    interval = 1.0 / rate if rate and not burst else 0.0
+    in_flight: list[Any] = []
     for i in range(jobs):
         sid = f"bench-{run_id}-{i}"
         spec = m.SubmitJob(name=f"bench-{i}", team="bench", user="bench", queue="training",
@@ -146,10 +162,18 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         if interval and (delay := due - time.perf_counter()) > 0:
             await asyncio.sleep(delay)
         sent[sid] = time.perf_counter()
-        await js.publish(submit("bench"), env.to_bytes(), stream=STREAM_CMD,
-                         headers={"Nats-Msg-Id": env.id})
+        publish = js.publish(submit("bench"), env.to_bytes(), stream=STREAM_CMD,
+                             headers={"Nats-Msg-Id": env.id})
+        if burst:  # all at once: only the client's own window of unacknowledged publishes
+            in_flight.append(publish)
+            if len(in_flight) >= 1000:
+                await asyncio.gather(*in_flight)
+                in_flight.clear()
+        else:
+            await publish
         if progress and i % 500 == 0:
             progress(f"submitted {i}/{jobs}")
+    await asyncio.gather(*in_flight)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), timeout=max(60.0, jobs / 20))
     await asyncio.sleep(1.0)  # let the last events land before counting messages
@@ -172,4 +196,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         cpu_s_per_job={name: (cpu_after[name] - cpu_before[name]) / max(1, jobs)
                        for name in pids},
         deep=deep,
+        burst=burst,
+        all_recorded_s=max(recorded) - start if len(recorded) >= jobs else None,
+        all_granted_s=last - start if len(latencies) >= jobs else None,
     )

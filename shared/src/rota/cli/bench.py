@@ -27,6 +27,9 @@ def e2e(
     pending: Annotated[int, typer.Option(
         min=0, help="First submit this many jobs that wait (a deep queue ahead of the measured"
         " ones), and measure the scheduler's idle CPU, RSS and the list API with them.")] = 0,
+    burst: Annotated[int | None, typer.Option(
+        min=1, help="Publish this many jobs at once, as a sweep does (instead of --jobs and"
+        " --rate), and report when the last was recorded and granted.")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
 ) -> None:
     """Submit -> AllocationGranted throughput and p50/p99 latency on the live stack (sim
@@ -48,10 +51,10 @@ def e2e(
             stack.start()
             assert stack.endpoints is not None
             pids = {p.name: p.process.pid for p in stack.processes if p.process is not None}
-            result = asyncio.run(run(stack.endpoints.nats_url, jobs, rate,
+            result = asyncio.run(run(stack.endpoints.nats_url, burst or jobs, rate,
                                      progress=lambda t: err_console.print(f"rota bench: {t}"),
                                      creds=stack.endpoints.nats_creds, pending=pending,
-                                     pids=pids))
+                                     burst=burst is not None, pids=pids))
         finally:
             ignore_signals()
             stack.stop()
