@@ -37,7 +37,7 @@ def walk(cy: Cycle) -> bool:
             if w.passed:
                 settle(w, (group, *order.current_key))
             if job.job_id in cy.planned:
-                _plan_in_flight(w, job)
+                _plan_in_flight(w, job, group, order)
                 continue
             # 3. admit: the admission ladder, at this job's turn.
             held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
@@ -80,7 +80,7 @@ def _order(w: WalkState, queues: list[PendingQueue]) -> QueueWalk:
                      always=w.cy.planned.keys())
 
 
-def _plan_in_flight(w: WalkState, job: PendingJob) -> None:
+def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -> None:
     """A preemptor starts on its plan's GPUs once all are held. Until then it starts on
     capacity that freed itself, if the ladder admits it there without the plan's quota, and
     the plan gives way; or else it waits for its victims."""
@@ -97,6 +97,8 @@ def _plan_in_flight(w: WalkState, job: PendingJob) -> None:
             placement = cy.state.allocate(outcome)
             cy.give_up_plan(job.job_id)
             cy.admit(job, placement, via_plan=False)
+            if w.unsure:  # it took free GPUs, as any admission does
+                w.log_change(group, order)
             return
         cy.release_plan_quota(job.job_id, back=True)
     cy.block(job, Code.WAITING_FOR_PREEMPTION)
