@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +67,47 @@ def wait_for(env: dict[str, str], job_id: str, states: set[str], timeout: float)
             return job
         time.sleep(0.5)
     raise AssertionError(f"{job_id} still {job.get('state')} after {timeout} s")
+
+
+@dataclass(frozen=True)
+class PreemptionStory:
+    """What `play_preemption` saw: the victim's timeline, its acknowledged checkpoint and its
+    stop, and the preemptor's id."""
+
+    sweep_id: str
+    release_id: str
+    timeline: list[dict[str, Any]]
+    checkpoint: str
+    stopped: dict[str, Any]
+
+
+def play_preemption(env: dict[str, str], job_file: Callable[..., Path], tmp: Path,
+                    settle_s: float) -> PreemptionStory:
+    """research's experiment sweep borrows the node; nlp's production release reclaims it.
+    Checks that both finish, the sweep in two runs: noticed, acknowledged, stopped without
+    force, resumed from the acknowledged checkpoint."""
+    # The sweep declares two hours: its GPUs would come too late for production's wait target,
+    # so production preempts rather than waits (DECISIONS 43).
+    sweep = rota(env, "submit", "-f", str(job_file(tmp, "sweep", "research", "experiment", 400, 7200)))
+    wait_for(env, sweep["job_id"], {"running"}, 60)
+    time.sleep(settle_s)  # past its minimum runtime, with a few checkpoints behind it
+    release = rota(env, "submit", "-f", str(job_file(tmp, "release", "nlp", "production", 40)))
+
+    done = wait_for(env, release["job_id"], {"finished", "failed"}, 120)
+    assert done["state"] == "finished"
+    victim = wait_for(env, sweep["job_id"], {"finished", "failed"}, 180)
+    assert victim["state"] == "finished" and victim["attempts"] == 2
+
+    timeline = rota(env, "trace", sweep["job_id"])["timeline"]
+    kinds = [entry["type"] for entry in timeline]
+    for expected in ("PreemptionRequested", "PreemptionNoticed", "RunCheckpointed", "RunStopped",
+                     "PreemptionCompleted", "RunFinished"):
+        assert expected in kinds, (expected, kinds)
+    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")]
+    checkpoint = ack["data"]["checkpoint_uri"]
+    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
+    assert stopped["data"]["reason"] == "preempted" and not stopped["data"]["forced"]
+    restarts = [e for e in timeline if e["type"] == "RunStarted"]
+    assert [r["data"]["attempt"] for r in restarts] == [1, 2]
+    assert restarts[1]["data"]["resumed_from"] == checkpoint
+    return PreemptionStory(sweep["job_id"], release["job_id"], timeline, checkpoint, stopped)

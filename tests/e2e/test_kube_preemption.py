@@ -10,13 +10,12 @@ import asyncio
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.rota_cli import REPO, rota, rota_up, training_job, wait_for
+from tests.e2e.rota_cli import REPO, play_preemption, rota, rota_up, training_job
 from tests.fake_kube_apiserver import FakeKubeApiServer, LocalContainers
 
 pytestmark = pytest.mark.e2e
@@ -65,32 +64,10 @@ def job_file(tmp: Path, name: str, team: str, queue: str, steps: int, declared_s
 def test_production_preempts_a_pod_that_checkpoints_and_resumes_in_a_new_job(
     stack: subprocess.Popen[bytes], env: dict[str, str], fake: FakeKubeApiServer, tmp_path: Path
 ) -> None:
-    # The sweep declares two hours: its GPUs would come too late for production's wait target,
-    # so production preempts rather than waits (DECISIONS 43).
-    sweep = rota(env, "submit", "-f", str(job_file(tmp_path, "sweep", "research", "experiment", 400, 7200)))
-    wait_for(env, sweep["job_id"], {"running"}, 60)
-    time.sleep(3)  # past its minimum runtime, with a few checkpoints behind it
-    release = rota(env, "submit", "-f", str(job_file(tmp_path, "release", "nlp", "production", 40)))
+    story = play_preemption(env, job_file, tmp_path, settle_s=3)
+    stopped = story.stopped
 
-    done = wait_for(env, release["job_id"], {"finished", "failed"}, 120)
-    assert done["state"] == "finished"
-    victim = wait_for(env, sweep["job_id"], {"finished", "failed"}, 180)
-    assert victim["state"] == "finished" and victim["attempts"] == 2
-
-    timeline = rota(env, "trace", sweep["job_id"])["timeline"]
-    kinds = [entry["type"] for entry in timeline]
-    for expected in ("PreemptionRequested", "PreemptionNoticed", "RunCheckpointed", "RunStopped",
-                     "PreemptionCompleted", "RunFinished"):
-        assert expected in kinds, (expected, kinds)
-    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")]
-    checkpoint = ack["data"]["checkpoint_uri"]
-    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
-    assert stopped["data"]["reason"] == "preempted" and not stopped["data"]["forced"]
-    restarts = [e for e in timeline if e["type"] == "RunStarted"]
-    assert [r["data"]["attempt"] for r in restarts] == [1, 2]
-    assert restarts[1]["data"]["resumed_from"] == checkpoint
-
-    release_trace = rota(env, "trace", release["job_id"])["timeline"]
+    release_trace = rota(env, "trace", story.release_id)["timeline"]
     release_start = next(e["at"] for e in release_trace if e["type"] == "RunStarted")
     assert stopped["at"] <= release_start  # the preemptor ran only on GPUs already freed
     # Each run was one Job, deleted in the foreground; the victim's two runs were two Jobs.
@@ -98,7 +75,7 @@ def test_production_preempts_a_pod_that_checkpoints_and_resumes_in_a_new_job(
     assert deletes and all(b["propagationPolicy"] == "Foreground" for b in deletes)
     created = [b["metadata"]["labels"]["rota.dev/job-id"] for verb, plural, b in fake.received
                if verb == "create" and plural == "jobs"]
-    assert created.count(sweep["job_id"]) == 2 and created.count(release["job_id"]) == 1
+    assert created.count(story.sweep_id) == 2 and created.count(story.release_id) == 1
     assert rota(env, "allocations")["allocations"] == []  # every GPU back in the ledger
     assert fake.containers is not None
     logs = [p.read_text() for p in fake.containers.root.glob("*.log")]

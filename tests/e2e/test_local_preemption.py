@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.rota_cli import rota, rota_up, training_job, wait_for
+from tests.e2e.rota_cli import play_preemption, rota, rota_up, training_job
 
 pytestmark = pytest.mark.e2e
 
@@ -42,43 +41,22 @@ def job_file(tmp: Path, name: str, team: str, queue: str, steps: int, declared_s
 def test_production_preempts_a_real_process_that_checkpoints_and_resumes(
     stack: subprocess.Popen[bytes], env: dict[str, str], tmp_path: Path
 ) -> None:
-    # The sweep declares two hours: its GPUs would come too late for production's wait target,
-    # so production preempts rather than waits (DECISIONS 43).
-    sweep = rota(env, "submit", "-f", str(job_file(tmp_path, "sweep", "research", "experiment", 400, 7200)))
-    wait_for(env, sweep["job_id"], {"running"}, 60)
-    time.sleep(2)  # past its minimum runtime, with a few checkpoints behind it
-    release = rota(env, "submit", "-f", str(job_file(tmp_path, "release", "nlp", "production", 40)))
-
-    done = wait_for(env, release["job_id"], {"finished", "failed"}, 120)
-    assert done["state"] == "finished"
-    victim = wait_for(env, sweep["job_id"], {"finished", "failed"}, 180)
-    assert victim["state"] == "finished" and victim["attempts"] == 2
-
-    timeline = rota(env, "trace", sweep["job_id"])["timeline"]
-    kinds = [entry["type"] for entry in timeline]
-    for expected in ("PreemptionRequested", "PreemptionNoticed", "RunCheckpointed", "RunStopped",
-                     "PreemptionCompleted", "RunFinished"):
-        assert expected in kinds, (expected, kinds)
-    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")]
-    checkpoint = ack["data"]["checkpoint_uri"]
+    story = play_preemption(env, job_file, tmp_path, settle_s=2)
+    timeline, checkpoint, stopped = story.timeline, story.checkpoint, story.stopped
     assert checkpoint.startswith("file://")
-    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
-    assert stopped["data"]["reason"] == "preempted" and not stopped["data"]["forced"]
     assert stopped["data"]["checkpoint_uri"] == checkpoint
     restarts = [e for e in timeline if e["type"] == "RunStarted"]
-    assert [r["data"]["attempt"] for r in restarts] == [1, 2]
-    assert restarts[1]["data"]["resumed_from"] == checkpoint
     [completed] = [e for e in timeline if e["type"] == "PreemptionCompleted"]
     assert completed["data"]["victims"][0]["outcome"] == "acked"
 
-    release_trace = rota(env, "trace", release["job_id"])["timeline"]
+    release_trace = rota(env, "trace", story.release_id)["timeline"]
     release_start = next(e["at"] for e in release_trace if e["type"] == "RunStarted")
     assert stopped["at"] <= release_start  # the preemptor ran only on GPUs already freed
 
     log = Path(env["ROTA_HOME"]) / "runs" / f"{restarts[1]['data']['run_id']}.log"
     assert "resum" in log.read_text().lower()
 
-    [plan] = rota(env, "preemptions", "--job", sweep["job_id"])
-    assert plan["preemptor_job_id"] == release["job_id"] and plan["state"] == "completed"
-    assert [(v["job_id"], v["outcome"]) for v in plan["victims"]] == [(sweep["job_id"], "acked")]
+    [plan] = rota(env, "preemptions", "--job", story.sweep_id)
+    assert plan["preemptor_job_id"] == story.release_id and plan["state"] == "completed"
+    assert [(v["job_id"], v["outcome"]) for v in plan["victims"]] == [(story.sweep_id, "acked")]
     assert rota(env, "allocations")["allocations"] == []  # every GPU back in the ledger
