@@ -11,27 +11,41 @@ long-term among teams with unmet demand, half the summed gap between each one's 
           300 s over the whole simulation, 0 while fewer than two teams wait
 goodput   busy GPU-seconds neither lost nor overhead, over the same capacity x span
 eta_waited  over jobs whose first start came 60 s or more after submit: the median and p90
-          of |ETA at submit - start| / wait, and the share within 25%
+          of |ETA at submit - start| / wait, the share within 25%, and the share of them that
+          had an ETA at all (coverage; the others are left out of the figures)
+eta_before_start  the same, for the ETA of the last cycle 10 minutes or more before the start
+          (the one at submission if none came between); None unless the replay was run with
+          ETA probes (a second pass, `replay_run(..., eta_probes=True)`)
+squeue_eta_*  the same two, for what `squeue --start` would have printed (`sim.squeue`)
 eta       median over jobs of |ETA at submit - actual start| / max(actual wait, 60 s)
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from rota.contracts.common import TIER_ORDER
 
-from rota_policy.sim.simulator import Simulator
+from rota_policy.sim.simulator import SimJob, Simulator
 
 __all__ = ["METRIC_KEYS", "metrics"]
+
+Estimates = dict[str, float | None]
 
 METRIC_KEYS = (
     "policy", "jobs", "completed", "wall_s", "avg_jct_s", "avg_wait_s", "avg_wait_s_by_tier",
     "p50_wait_s_by_tier", "p95_wait_s_by_tier", "max_wait_s", "utilization", "goodput", "preemptions",
     "lost_gpu_hours", "preemption_overhead_gpu_hours", "fairness_error",
-    "long_term_fairness_error", "eta_median_rel_error", "eta_waited_p50_rel_error",
-    "eta_waited_p90_rel_error", "eta_waited_within_25pct",
+    "long_term_fairness_error", "eta_median_rel_error", "eta_waited_jobs",
+    "eta_waited_p50_rel_error", "eta_waited_p90_rel_error", "eta_waited_within_25pct",
+    "eta_waited_coverage", "eta_before_start_p50_rel_error", "eta_before_start_p90_rel_error",
+    "eta_before_start_within_25pct", "squeue_eta_waited_p50_rel_error",
+    "squeue_eta_waited_p90_rel_error", "squeue_eta_waited_within_25pct",
+    "squeue_eta_waited_coverage", "squeue_eta_before_start_p50_rel_error",
+    "squeue_eta_before_start_p90_rel_error", "squeue_eta_before_start_within_25pct",
+    "squeue_eta_before_start_coverage",
 )  # fmt: skip
 
 
@@ -55,15 +69,11 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
     by_tier: dict[str, list[float]] = {t.value: [] for t in TIER_ORDER}
     for j in jobs:
         by_tier[j.t.tier.value].append(j.wait)
+    at_submit = sim.etas.at_submit
     errors = [
-        abs(j.eta - j.first_start) / max(j.first_start - j.t.submit, 60.0)
+        abs(eta - j.first_start) / max(j.first_start - j.t.submit, 60.0)
         for j in jobs
-        if j.eta is not None and j.first_start is not None
-    ]
-    waited = [
-        abs(j.eta - j.first_start) / (j.first_start - j.t.submit)
-        for j in jobs
-        if j.eta is not None and j.first_start is not None and j.first_start - j.t.submit >= 60.0
+        if (eta := at_submit.get(j.t.job_id)) is not None and j.first_start is not None
     ]
     start, end = sim.window
     span = max(end - start, 1e-9)
@@ -86,7 +96,53 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "fairness_error": sim.fairness.value,
         "long_term_fairness_error": sim.long_term_fairness.value,
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
-        "eta_waited_p50_rel_error": _percentile(waited, 0.50),
-        "eta_waited_p90_rel_error": _percentile(waited, 0.90),
-        "eta_waited_within_25pct": sum(e <= 0.25 for e in waited) / len(waited) if waited else 0.0,
+        **_eta_quality(sim),
     }
+
+
+def _waited_errors(jobs: list[SimJob], estimates: Callable[[str], float | None]) -> tuple[list[float], int]:
+    """|estimate - start| / wait over the jobs that waited 60 s or more and had an estimate,
+    and how many waited."""
+    errors, waited = [], 0
+    for j in jobs:
+        if j.first_start is None or j.first_start - j.t.submit < 60.0:
+            continue
+        waited += 1
+        eta = estimates(j.t.job_id)
+        if eta is not None:
+            errors.append(abs(eta - j.first_start) / (j.first_start - j.t.submit))
+    return errors, waited
+
+
+def _summary(prefix: str, errors: list[float], waited: int, *, coverage: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        f"{prefix}_p50_rel_error": _percentile(errors, 0.50),
+        f"{prefix}_p90_rel_error": _percentile(errors, 0.90),
+        f"{prefix}_within_25pct": sum(e <= 0.25 for e in errors) / len(errors) if errors else 0.0,
+    }
+    if coverage:
+        out[f"{prefix}_coverage"] = len(errors) / waited if waited else 0.0
+    return out
+
+
+def _eta_quality(sim: Simulator) -> dict[str, Any]:
+    log = sim.etas
+
+    def before(estimates: Estimates, fallback: Estimates) -> Callable[[str], float | None]:
+        return lambda job_id: estimates[job_id] if job_id in estimates else fallback.get(job_id)
+
+    errors, waited = _waited_errors(sim.jobs, log.at_submit.get)
+    out: dict[str, Any] = {"eta_waited_jobs": waited}
+    out |= _summary("eta_waited", errors, waited, coverage=True)
+    probed = log.probed
+    b_errors, _ = _waited_errors(sim.jobs, before(log.before_start, log.at_submit))
+    out |= _none_unless(probed, _summary("eta_before_start", b_errors, waited, coverage=False))
+    s_errors, _ = _waited_errors(sim.jobs, log.squeue_at_submit.get)
+    out |= _none_unless(log.squeue, _summary("squeue_eta_waited", s_errors, waited, coverage=True))
+    sb_errors, _ = _waited_errors(sim.jobs, before(log.squeue_before_start, log.squeue_at_submit))
+    summary = _summary("squeue_eta_before_start", sb_errors, waited, coverage=True)
+    return out | _none_unless(log.squeue and probed, summary)
+
+
+def _none_unless(measured: bool, figures: dict[str, Any]) -> dict[str, Any]:
+    return figures if measured else dict.fromkeys(figures)

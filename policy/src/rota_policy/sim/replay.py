@@ -13,12 +13,14 @@ from rota.config.model import RotaConfig
 
 from rota_policy import POLICIES, PolicyConfig, policy_config_from
 from rota_policy.model import NodeState
+from rota_policy.sim.etas import EtaLog, probe_times
 from rota_policy.sim.metrics import metrics
 from rota_policy.sim.simulator import Simulator
 from rota_policy.sim.workload import FLAVOR, TraceJob, load_philly
 
 __all__ = [
     "POLICY_NAMES",
+    "PROBE_LABEL",
     "SCENARIOS",
     "Progress",
     "ReplayRun",
@@ -74,21 +76,46 @@ def replay_run(
     progress: Progress | None = None,
     cycle_s: float = 0.0,
     policy_config: PolicyConfig | None = None,
+    eta_probes: bool = False,
 ) -> ReplayRun:
+    """One policy over the trace. With `eta_probes`, the replay runs twice: the first pass finds
+    each job's start, the second, identical, also asks the policy (and the squeue-style
+    estimate) about each job 10 minutes before that start (`sim.etas`)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
     pcfg = policy_config or policy_config_from(config)
     quotas = {name: team.quota.get(FLAVOR, 0) for name, team in config.teams.items()}
-    cb = (lambda frac: progress(policy, frac)) if progress is not None else None
-    sim = Simulator(trace, nodes_from(config), pcfg, policy, quotas=quotas, cycle_s=cycle_s, progress=cb)
+
+    def simulate(label: str, etas: EtaLog) -> Simulator:
+        cb = (lambda frac: progress(label, frac)) if progress is not None else None
+        sim = Simulator(trace, nodes_from(config), pcfg, policy, quotas=quotas, cycle_s=cycle_s, progress=cb,
+                        etas=etas)
+        sim.run()
+        return sim
+
     started = time.perf_counter()
-    sim.run()
+    sim = simulate(policy, EtaLog(squeue=True))
     wall = time.perf_counter() - started
+    if eta_probes:
+        first = sim
+        starts = {j.t.job_id: (j.t.submit, j.first_start) for j in first.jobs if j.first_start is not None}
+        sim = simulate(f"{policy} {PROBE_LABEL}", EtaLog(probe_times(starts, first.cycle_times), squeue=True))
+        _same_starts(first, sim)
     result = metrics(sim, wall)
     waits: dict[str, list[float]] = {}
     for job in sim.jobs:
         waits.setdefault(job.t.tier.value, []).append(job.wait)
     return ReplayRun(result, waits, sim.timeline, sim.capacity)
+
+
+PROBE_LABEL = "(ETA probes)"
+
+
+def _same_starts(first: Simulator, second: Simulator) -> None:
+    """The probe pass must decide exactly as the first: ETAs decide nothing."""
+    for a, b in zip(first.jobs, second.jobs, strict=True):
+        if (a.first_start, a.finish, a.preemptions) != (b.first_start, b.finish, b.preemptions):
+            raise RuntimeError(f"the ETA probe pass decided differently for {a.t.job_id}")
 
 
 def replay(

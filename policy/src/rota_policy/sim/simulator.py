@@ -33,6 +33,7 @@ from rota_policy.model import (
     Slot,
     Snapshot,
 )
+from rota_policy.sim.etas import EtaLog, SqueueState
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, CHECKPOINT_SAVE_S, RESTART_S, TraceJob
 
 __all__ = ["EVICTIONS", "Eviction", "SimJob", "Simulator"]
@@ -95,8 +96,6 @@ class SimJob:
     __slots__ = (
         "attempt",
         "epoch",
-        "eta",
-        "eta_known",
         "finish",
         "first_reason",
         "first_start",
@@ -122,8 +121,6 @@ class SimJob:
         self.pending_since = t.submit
         self.wait = 0.0
         self.first_start: float | None = None
-        self.eta: float | None = None
-        self.eta_known = False
         self.first_reason = ""
         self.finish: float | None = None
         self.preemptions = 0
@@ -149,6 +146,7 @@ class Simulator:
         quotas: dict[str, int] | None = None,
         cycle_s: float = 0.0,
         progress: Callable[[float], None] | None = None,
+        etas: EtaLog | None = None,
     ) -> None:
         self.jobs = [SimJob(t) for t in trace]
         self.by_id = {j.t.job_id: j for j in self.jobs}
@@ -177,12 +175,17 @@ class Simulator:
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.pending_count = 0
-        # Accounting.
+        self._init_accounting(trace, quotas or {})
+        self.etas = etas or EtaLog()
+        self.cycle_times: list[float] = []
+        self.explained_new: frozenset[str] = frozenset()
+
+    def _init_accounting(self, trace: list[TraceJob], quotas: dict[str, int]) -> None:
         teams = sorted({t.team for t in trace})
         self.running_gpus = dict.fromkeys(teams, 0)
         self.pending_gpus = dict.fromkeys(teams, 0)
         self.usage = {team: (0.0, 0.0) for team in teams}  # (decayed GPU-s, as of time)
-        self.weights = {team: float((quotas or {}).get(team, 0) or 1) for team in teams}
+        self.weights = {team: float(quotas.get(team, 0) or 1) for team in teams}
         self.busy = 0
         self.busy_gpu_s = 0.0
         self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
@@ -361,8 +364,6 @@ class Simulator:
         job.wait += t - job.pending_since
         if job.first_start is None:
             job.first_start = t
-            if not job.eta_known:
-                job.eta, job.eta_known = t, True
         job.attempt += 1
         job.run_start, job.run_base, job.run_overhead = t, job.progress, overhead
         job.stop_at = None
@@ -466,8 +467,9 @@ class Simulator:
             team: accrue(value, self.running_gpus[team], t - since, hl)
             for team, (value, since) in self.usage.items()
         }
-        explain = frozenset(self.new_ids)
+        self.explained_new = frozenset(self.new_ids)
         self.new_ids.clear()
+        explain = self.explained_new.union(self.etas.due(t))
         return Snapshot(
             nodes=tuple(self.node_states),
             running=tuple(self.runs.values()),
@@ -482,6 +484,7 @@ class Simulator:
 
     def _cycle(self, t: float) -> None:
         self.cycles += 1
+        self.cycle_times.append(t)
         decisions = self.policy(self._snapshot(t), t, self.config)
         self._apply(decisions, t)
 
@@ -502,6 +505,18 @@ class Simulator:
             )
         for ex in decisions.pending:
             job = self.by_id[ex.job_id]
-            if not job.eta_known:
-                job.eta, job.eta_known = ex.eta, True
+            if not job.first_reason:
                 job.first_reason = ex.reasons[0].code.value
+        self._record_etas(decisions, t)
+
+    def _record_etas(self, decisions: Decisions, t: float) -> None:
+        for job_id in self.explained_new:
+            if self.by_id[job_id].pending is None:
+                self.etas.at_submit[job_id] = t  # it started in the cycle that first saw it
+        pending = {job_id: job.pending for job_id in (*self.explained_new, *self.etas.probing)
+                   if (job := self.by_id[job_id]).pending is not None}
+        self.etas.record(decisions, t, self.explained_new, pending, self._squeue_state,
+                         self.config.default_runtime_s)
+
+    def _squeue_state(self) -> SqueueState:
+        return {"gpu": sum(len(f) for f in self.node_free)}, self.runs.values(), self.queues

@@ -66,9 +66,17 @@ def replay_command(
     trace_format: Annotated[TraceFormat, typer.Option("--format", help="Trace format.")] = TraceFormat.philly,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="Write a PNG figure here.")] = None,
+    eta_probes: Annotated[
+        bool,
+        typer.Option(
+            "--eta-probes",
+            help="Also measure the ETA 10 minutes before each start (Rota's and squeue's): each policy"
+            " is replayed twice, the second pass asking about each job at that moment.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a GPU-cluster trace through Rota's policy (or a baseline) on a virtual clock."""
-    from rota_policy.sim.replay import POLICY_NAMES, load, replay_run
+    from rota_policy.sim.replay import POLICY_NAMES, PROBE_LABEL, load, replay_run
 
     policies = POLICY_NAMES if compare else (policy.value,)
     with _err.status(f"loading {trace} and scenario {scenario}"):
@@ -85,13 +93,14 @@ def replay_command(
         TimeElapsedColumn(),
         console=_err,
     ) as bar:
-        tasks: dict[str, TaskID] = {p: bar.add_task(p, total=1.0) for p in policies}
+        labels = [label for p in policies for label in (p, f"{p} {PROBE_LABEL}")[: 1 + eta_probes]]
+        tasks: dict[str, TaskID] = {label: bar.add_task(label, total=1.0) for label in labels}
 
         def progress(name: str, fraction: float) -> None:
             bar.update(tasks[name], completed=fraction)
 
         for name in policies:
-            runs.append(replay_run(jobs, config, name, progress=progress))
+            runs.append(replay_run(jobs, config, name, progress=progress, eta_probes=eta_probes))
     results = [run.result for run in runs]
     _out.print(_table(results, f"{trace.name} on {scenario}: {len(jobs):,} jobs"))
     if json_out is not None:
