@@ -33,6 +33,11 @@ class Row:
     victims: tuple[str, ...] | None = None
     """The run ids of every plan's victims, in order; () means no plan."""
     no_eta: tuple[str, ...] = ()
+    etas: Mapping[str, float] = field(default_factory=dict)
+    """Per waiting job, its ETA."""
+    says: Mapping[str, str] = field(default_factory=dict)
+    """Per waiting job, words its primary reason's message must hold: what blocks it and
+    what would unblock it, in the user's terms."""
     policy: str = "rota"
     check: Callable[[Decisions], None] | None = None
 
@@ -338,6 +343,26 @@ ROWS: list[Row] = [
     Row("slurm multifactor: classic fair share orders teams within a tier",
         cluster(1, usage={"heavy": 1e7, "light": 0.0}), gpu_jobs("heavy") + gpu_jobs("light", submitted=100),
         team_config({}), admits=("light-trai-1x8",), policy="slurm"),
+    # What a new user met on `rota up` with the example config: each wait is explained in terms
+    # the user can act on, and every start the policy can foresee has an ETA.
+    Row("GPUs lent to runs under their minimum runtime: when they can be taken back is the ETA",
+        cluster(1, Run("nlp", "training", started=NOW - 100, end=NOW + 7200)), gpu_jobs("vision", "production",
+        submitted=NOW), team_config({"vision": 8, "nlp": 0}), victims=(),
+        reasons={"vision-prod-1x8": (Code.INSUFFICIENT_CAPACITY,)},
+        etas={"vision-prod-1x8": NOW + 200 + team_config().checkpoint_save_s},
+        says={"vision-prod-1x8": "within its quota and has lent 8 GPUs to nlp: they can be taken back at"}),
+    Row("first in line behind two runs with declared runtimes: the ETA is the first one's end",
+        cluster(2, Run("cv", "training", node=0, end=NOW + 1000), Run("cv", "training", node=1, end=NOW + 2000)),
+        gpu_jobs("nlp", "training", submitted=NOW), team_config({"nlp": 0, "cv": 16}), victims=(),
+        reasons={"nlp-trai-1x8": (Code.INSUFFICIENT_CAPACITY,)}, etas={"nlp-trai-1x8": NOW + 1000}),
+    Row("over its borrowing limit: says how many more GPUs the limit would have to allow",
+        cluster(2, Run("nlp", "training", node=0)), gpu_jobs("nlp", "training", submitted=NOW),
+        team_config({"nlp": 8, "cv": 8}, borrowing={"nlp": 0}), reasons={"nlp-trai-1x8": (Code.QUOTA_EXCEEDED,)},
+        says={"nlp-trai-1x8": "insufficient borrowing limit for gpu: 8 more needed"}),
+    Row("another team keeps its idle quota from lending: says how many more GPUs it needs",
+        cluster(2, Run("nlp", "training", node=0)), gpu_jobs("nlp", "training", submitted=NOW),
+        team_config({"nlp": 8, "cv": 8}, lending={"cv": 0}), reasons={"nlp-trai-1x8": (Code.QUOTA_EXCEEDED,)},
+        says={"nlp-trai-1x8": "insufficient unused quota to borrow for gpu: 8 more needed"}),
     Row("slurm backfill: a long job may not delay a reserved head", *_backfill(5000.0),
         admits=(), reasons={"small": (Code.RESERVED_FOR_HIGHER_PRIORITY,)}, policy="slurm"),
 ]  # fmt: skip
@@ -356,6 +381,11 @@ def test_scenario(row: Row) -> None:
         assert codes[: len(leading)] == leading, (job_id, codes)
     for job_id in row.no_eta:
         assert explanation(d, job_id).eta is None, job_id
+    for job_id, eta in row.etas.items():
+        assert explanation(d, job_id).eta == pytest.approx(eta), job_id
+    for job_id, words in row.says.items():
+        message = explanation(d, job_id).reasons[0].message
+        assert words in message, (job_id, message)
     if row.check is not None:
         row.check(d)
     # Every pending job that was not admitted is explained, with a reason first.
