@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 from rota_policy import schedule
+from rota_policy.runtimes import RuntimeScale
 
 from tests.unit.policy.builders import Run, cluster, gpu_jobs, team_config
 
@@ -27,3 +28,15 @@ def test_a_waiting_jobs_eta_is_when_the_run_ahead_is_expected_to_end(scale: floa
     decisions = schedule(snapshot, NOW, team_config({"nlp": 0, "cv": 8}, preemption=False))
     (waiting,) = decisions.pending
     assert waiting.eta == pytest.approx(expected)
+
+
+def test_the_runtime_scale_is_the_median_of_recent_jobs_refreshed_every_few_finishes() -> None:
+    scale = RuntimeScale()
+    for n in range(RuntimeScale.REFRESH - 1):
+        scale.finished(actual_s=100.0 * (n % 3 + 1), declared_s=1000.0)  # 0.1, 0.2, 0.3, ...
+    assert scale.value == 1.0  # nothing learned until the first refresh
+    scale.finished(actual_s=300.0, declared_s=1000.0)
+    assert scale.value == pytest.approx(0.2)
+    for _ in range(RuntimeScale.RECENT):
+        scale.finished(actual_s=900.0, declared_s=1000.0)
+    assert scale.value == pytest.approx(0.9)  # only the latest jobs count

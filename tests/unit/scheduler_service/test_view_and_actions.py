@@ -9,6 +9,7 @@ from rota.config import load_config
 from rota.contracts import messages as m
 from rota.ids import new_id
 from rota_policy import policy_config_from, schedule
+from rota_policy.runtimes import RuntimeScale
 from rota_scheduler.actions import next_to_explain, plan_actions, record_sent
 from rota_scheduler.view import ClusterView
 
@@ -237,3 +238,26 @@ def test_many_changed_waits_are_published_over_several_cycles_each_once() -> Non
         asked = next_to_explain(story.view, held_back, limit)
     assert sorted(published) == sorted(waiting)
     assert held_back == set() and asked == frozenset()
+
+
+def test_etas_learn_what_finished_jobs_ran_against_what_they_declared() -> None:
+    """The replay's ETAs scale declared runtimes by what jobs really ran; the live view learns
+    the same scale from the stream, a job's runs added up across a preemption."""
+    story = Story()
+
+    def run_for(job: str, seconds: float, end: str, **data: Any) -> None:
+        [proposal] = of(story.cycle(), m.AllocationProposed)
+        assert proposal.job_id == job
+        story.grant_and_start(proposal)
+        story.now += seconds
+        story.event(end, run_id=proposal.run_id, job_id=job, **data)
+        story.event("AllocationReleased", run_id=proposal.run_id, job_id=job)
+
+    assert story.view.snapshot(story.now).runtime_scale == 1.0
+    for n in range(RuntimeScale.REFRESH):
+        job = story.submit(team="nlp", user="alice", declared_runtime_s=4000)
+        # Preempted after 600 s, then 400 s more: 1,000 s in all, a quarter of what it declared.
+        run_for(job, 600, "RunStopped", reason="preempted", forced=False)
+        run_for(job, 400, "RunFinished")
+        expected = 0.25 if n == RuntimeScale.REFRESH - 1 else 1.0
+        assert story.view.snapshot(story.now).runtime_scale == expected

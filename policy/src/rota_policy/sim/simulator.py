@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -33,6 +32,7 @@ from rota_policy.model import (
     Slot,
     Snapshot,
 )
+from rota_policy.runtimes import RuntimeScale
 from rota_policy.sim.etas import EtaLog, SqueueState
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, CHECKPOINT_SAVE_S, RESTART_S, TraceJob
 
@@ -198,8 +198,7 @@ class Simulator:
         self.lost_gpu_s = 0.0
         self.overhead_gpu_s = 0.0
         self.cycles = 0
-        self.ratios: list[float] = []
-        self.runtime_scale = 1.0
+        self.runtime_scale = RuntimeScale()
 
     # ------------------------------------------------------------ events
 
@@ -405,9 +404,7 @@ class Simulator:
         self._release(job, t)
         job.finish = t
         job.progress = job.t.duration
-        self.ratios.append(job.t.duration / job.t.declared_runtime_s)
-        if len(self.ratios) % 64 == 0:
-            self.runtime_scale = statistics.median(self.ratios[-2048:])
+        self.runtime_scale.finished(job.t.duration, job.t.declared_runtime_s)
 
     def _progress_at(self, job: SimJob, t: float) -> float:
         return min(job.t.duration, job.run_base + max(0.0, t - job.run_start - job.run_overhead))
@@ -477,7 +474,7 @@ class Simulator:
             usage=usage,
             plans=tuple(self.plans.values()),
             explain=explain,
-            runtime_scale=self.runtime_scale,
+            runtime_scale=self.runtime_scale.value,
             in_use={(team, "gpu"): gpus for team, gpus in self.running_gpus.items() if gpus},
             layout=self.layout,
         )

@@ -20,6 +20,7 @@ from rota_policy import (
     Slot,
     Snapshot,
 )
+from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
 
@@ -57,6 +58,8 @@ class JobRecord:
     pending_fingerprint: tuple[Any, ...] | None = None
     requeued_at: float | None = None
     """When a preemption put it back in its queue; its wait restarts there (metrics)."""
+    ran_s: float = 0.0
+    """Time its ended runs ran, for what it really takes against what it declared."""
 
     @property
     def queued_since(self) -> float:
@@ -89,6 +92,8 @@ class ClusterView:
     pending_index: PendingIndex = field(default_factory=PendingIndex)
     """The policy's queues, kept up to date by `apply` (every change to a job's state is
     made by an event about that job)."""
+    runtime_scale: RuntimeScale = field(default_factory=RuntimeScale)
+    """What finished jobs ran against what they declared, which the ETAs scale by."""
 
     # ------------------------------------------------------------ folding events
 
@@ -167,24 +172,28 @@ class ClusterView:
         if job is not None and job.run_id == data["run_id"]:
             job.last_checkpoint_at, job.last_checkpoint_uri = at, data.get("checkpoint_uri")
 
-    def _run_ended(self, data: dict[str, Any]) -> JobRecord | None:
+    def _run_ended(self, data: dict[str, Any], at: float) -> JobRecord | None:
         self.granted_unstarted.discard(data["run_id"])
         job = self._job(data)
         if job is None or job.run_id != data["run_id"]:
             return None
+        if job.started_at is not None:
+            job.ran_s += at - job.started_at
         job.run_id, job.started_at, job.stop_requested = None, None, False
         return job
 
     def _on_RunFinished(self, data: dict[str, Any], at: float) -> None:
-        if (job := self._run_ended(data)) is not None:
+        if (job := self._run_ended(data, at)) is not None:
             job.state = "done"
+            if job.spec.declared_runtime_s:
+                self.runtime_scale.finished(job.ran_s, job.spec.declared_runtime_s)
 
     def _on_RunFailed(self, data: dict[str, Any], at: float) -> None:
-        if (job := self._run_ended(data)) is not None:
+        if (job := self._run_ended(data, at)) is not None:
             job.state = "done"
 
     def _on_RunStopped(self, data: dict[str, Any], at: float) -> None:
-        job = self._run_ended(data)
+        job = self._run_ended(data, at)
         if job is None:
             return
         if data.get("reason") in ("preempted", "lost") and not job.cancelled:
@@ -300,6 +309,7 @@ class ClusterView:
             usage={t: v * decay for t, v in self.usage.items()},
             plans=plans,
             explain=explain,
+            runtime_scale=self.runtime_scale.value,
         )
 
     def _running(self, allocation: Allocation, now: float) -> RunningRun:
