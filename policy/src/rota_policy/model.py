@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Final
 
 from rota.contracts.common import Tier
@@ -193,6 +194,7 @@ class PendingQueue:
 
     _sums: QueueSums | None = field(default=None, init=False, repr=False, compare=False)
     _ids: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _least: tuple[list[int], list[float]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def ids(self) -> frozenset[str]:
         """The queue's job ids, computed once per queue object (as `sums`)."""
@@ -212,6 +214,23 @@ class PendingQueue:
             sums = QueueSums(gpus, work, unknown)
             object.__setattr__(self, "_sums", sums)
         return sums
+
+    def least_from(self, pos: int) -> tuple[int, float]:
+        """The smallest request and the shortest runtime estimate (0 for a job without one, as
+        `min_runtime_s`) among the jobs from `pos` on, each over all of them (they may be two
+        jobs'). Suffix minima, computed once per queue object at C speed: they tell in one
+        step that no job past a queue's window can start (`ordering.next_fitting`)."""
+        least = self._least
+        if least is None:
+            jobs = self.jobs
+            gpus = list(accumulate(reversed([j.gpus for j in jobs]), min))
+            gpus.reverse()
+            runtimes = [j.runtime_estimate_s or 0.0 for j in jobs]
+            shortest = list(accumulate(reversed(runtimes), min))
+            shortest.reverse()
+            least = (gpus, shortest)
+            object.__setattr__(self, "_least", least)
+        return least[0][pos], least[1][pos]
 
     def followed_by(
         self, jobs: tuple[PendingJob, ...], min_gpus: int = 0, min_runtime_s: float = -1.0

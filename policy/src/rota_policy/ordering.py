@@ -135,6 +135,7 @@ class QueueWalk:
         "_dynamic",
         "_heap",
         "_held_back",
+        "_holds_back_all",
         "_hopeless",
         "_key",
         "_narrow",
@@ -156,12 +157,14 @@ class QueueWalk:
         version: Callable[[], int] | None = None,
         room: Callable[[PendingQueue], int] | None = None,
         held_back: Callable[[PendingJob], bool] | None = None,
+        holds_back_all: Callable[[str, int, float], bool] | None = None,
         always: Set[str] = frozenset(),
     ) -> None:
         """`version()`, if given, changes whenever a dynamic key may have changed: a head whose
         key was computed at the current version is not recomputed when it surfaces. `room(q)`
         is how many GPUs a job of `q` could start on now (needed by `narrow_current`), and
-        `held_back(job)` whether a reservation keeps it from starting now; the jobs in `always`
+        `held_back(job)` whether a reservation keeps it from starting now (`holds_back_all`: see
+        `next_fitting`); the jobs in `always`
         get their turn in a narrowed queue whatever their size."""
         self._queues = queues
         self._key = key
@@ -170,6 +173,7 @@ class QueueWalk:
         self._version = version
         self._room = room
         self._held_back = held_back
+        self._holds_back_all = holds_back_all
         self._always = always
         self._narrow = False
         self._narrowed: set[int] = set()
@@ -234,7 +238,7 @@ class QueueWalk:
                 # Free GPUs only shrink within a cycle, and reservations only grow: a job too
                 # big for them now, or held back, stays so. Its successors' keys are no lower,
                 # so the merged order still holds.
-                nxt_pos = next_fitting(queue, pos + 1, most, always, held_back)
+                nxt_pos = next_fitting(queue, pos + 1, most, always, held_back, self._holds_back_all)
                 if nxt_pos is None:
                     heapq.heappop(heap)
                 else:
@@ -272,19 +276,39 @@ def next_fitting(
     most: int,
     always: Set[str] = frozenset(),
     held_back: Callable[[PendingJob], bool] | None = None,
+    holds_back_all: Callable[[str, int, float], bool] | None = None,
 ) -> int | None:
     """The position of the first job of `queue` from `start` on that needs at most `most`
-    GPUs and that no reservation holds back, or that is in `always`. A plain scan: the walk
-    only moves forward in a queue, so over a cycle it reads each job once at most, no more
-    than building any index would."""
-    if queue.min_gpus > most and (not always or queue.ids().isdisjoint(always)):
-        return None
+    GPUs and that no reservation holds back, or that is in `always`. A plain scan, unless the
+    queue's suffix minima tell at once that there is none: every job from `start` on needs
+    more than `most`, or `holds_back_all(flavor, gpus, runtime_s)` says a reservation holds
+    back every job of at least `gpus` GPUs and `runtime_s` (as it does one of exactly that
+    size and runtime: the reservation rung only blocks more of a larger or longer job).
+    Under overload nearly every scan of a narrowed queue finds nothing."""
     jobs = queue.jobs
+    if start >= len(jobs):
+        return None
+    if not always or queue.ids().isdisjoint(always):
+        # The whole queue's minima first: the caller keeps them, the suffix's cost a pass.
+        if _none_from(queue, most, holds_back_all, queue.min_gpus, queue.min_runtime_s):
+            return None
+        if _none_from(queue, most, holds_back_all, *queue.least_from(start)):
+            return None
     for pos in range(start, len(jobs)):
         job = jobs[pos]
         if job.job_id in always or (job.gpus <= most and (held_back is None or not held_back(job))):
             return pos
     return None
+
+
+def _none_from(
+    queue: PendingQueue,
+    most: int,
+    holds_back_all: Callable[[str, int, float], bool] | None,
+    least: int,
+    shortest: float,
+) -> bool:
+    return least > most or (holds_back_all is not None and holds_back_all(queue.flavor, least, shortest))
 
 
 def tier_queues(queues: Sequence[PendingQueue]) -> dict[Tier, list[PendingQueue]]:

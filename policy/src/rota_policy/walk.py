@@ -77,6 +77,7 @@ def _groups(cy: Cycle) -> list[list[PendingQueue]]:
 def _order(w: WalkState, queues: list[PendingQueue]) -> QueueWalk:
     return QueueWalk(queues, w.key, dynamic=w.dynamic, hopeless=partial(hopeless, w),
                      version=w.quota_version, room=w.room, held_back=w.held_back,
+                     holds_back_all=w.holds_back_all,
                      always=w.cy.planned.keys())
 
 

@@ -103,6 +103,12 @@ class WalkState:
         book = self.cy.books.get(job.flavor)
         return book is not None and book.blocking(job.gpus, self.cy.now + self.cy.runtime(job)) is not None
 
+    def holds_back_all(self, flavor: str, gpus: int, runtime_s: float) -> bool:
+        """Whether a reservation keeps from starting now every job of `flavor` that needs at
+        least `gpus` and is expected to run at least `runtime_s` (0 or less: any runtime)."""
+        book = self.cy.books.get(flavor)
+        return book is not None and book.blocking(gpus, self.cy.now + max(runtime_s, 0.0)) is not None
+
     def room(self, q: PendingQueue) -> int:
         """The most GPUs a job of `q` could start on now: free, and allowed by quota. Both only
         shrink within a cycle, and quota refuses every size above one it refuses, so the largest
