@@ -5,10 +5,12 @@ JCT       finish - submit
 lost      GPUs x the run time whose progress was discarded, / 3600
 overhead  GPUs x (notice or SIGTERM to stop, plus restart overhead), / 3600
 util      busy GPU-seconds between the first and the last submission / (capacity x that span)
-fairness  Armada's fairness error, sampled every 300 s while demand >= capacity
+fairness  Armada's fairness error, sampled every 300 s while demand >= capacity (the count of
+          such samples is `fairness_samples`)
 long-term among teams with unmet demand, half the summed gap between each one's share of their
           decayed usage (the policy's half-life) and its share of their quota weights; every
-          300 s over the whole simulation, 0 while fewer than two teams wait
+          300 s over the whole simulation, 0 while fewer than two teams wait (the count of
+          samples where two or more did is `teams_waiting_samples`)
 goodput   busy GPU-seconds neither lost nor overhead, over the same capacity x span
 eta_waited  over jobs whose first start came 60 s or more after submit: the median and p90
           of |ETA at submit - start| / wait, the share within 25%, and the share of them that
@@ -38,7 +40,8 @@ METRIC_KEYS = (
     "policy", "jobs", "completed", "wall_s", "avg_jct_s", "avg_wait_s", "avg_wait_s_by_tier",
     "p50_wait_s_by_tier", "p95_wait_s_by_tier", "max_wait_s", "utilization", "goodput", "preemptions",
     "lost_gpu_hours", "preemption_overhead_gpu_hours", "fairness_error",
-    "long_term_fairness_error", "eta_median_rel_error", "eta_waited_jobs",
+    "fairness_samples", "long_term_fairness_error", "teams_waiting_samples", "eta_median_rel_error",
+    "eta_waited_jobs",
     "eta_waited_p50_rel_error", "eta_waited_p90_rel_error", "eta_waited_within_25pct",
     "eta_waited_coverage", "eta_before_start_p50_rel_error", "eta_before_start_p90_rel_error",
     "eta_before_start_within_25pct", "squeue_eta_waited_p50_rel_error",
@@ -94,7 +97,9 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "lost_gpu_hours": sim.lost_gpu_s / 3600.0,
         "preemption_overhead_gpu_hours": sim.overhead_gpu_s / 3600.0,
         "fairness_error": sim.fairness.value,
+        "fairness_samples": sim.fairness.count,
         "long_term_fairness_error": sim.long_term_fairness.value,
+        "teams_waiting_samples": sim.teams_waiting_samples,
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
         **_eta_quality(sim),
     }

@@ -190,6 +190,8 @@ class Simulator:
         self.busy_gpu_s = 0.0
         self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
         self.fairness, self.long_term_fairness = Mean(), Mean()
+        self.teams_waiting_samples = 0
+        """Samples of the long-term error at which two or more teams had unmet demand."""
         self.next_sample = 0.0
         self.timeline: list[tuple[float, int]] = []
         self.next_timeline = 0.0
@@ -265,7 +267,9 @@ class Simulator:
                 fair = water_fill(self.capacity, demand, self.weights)
                 error = sum(abs(self.running_gpus[team] - fair[team]) for team in fair) / (2 * self.capacity)
                 self.fairness.add(error, count)
-            self.long_term_fairness.add(self._long_term_error(t) or 0.0, count)
+            gap = self._long_term_error(t)
+            self.long_term_fairness.add(gap or 0.0, count)
+            self.teams_waiting_samples += count if gap is not None else 0
         while t >= self.next_timeline:
             self.timeline.append((self.next_timeline, self.busy))
             self.next_timeline += TIMELINE_S
