@@ -90,3 +90,51 @@ def test_no_function_of_the_policy_is_longer_than_sixty_lines() -> None:
                 if node.end_lineno - node.lineno + 1 > 60:
                     long.append(f"{path.name}:{node.name}")
     assert long == []
+
+
+def _immutable(value: object) -> bool:
+    import dataclasses
+    import typing
+    from types import FunctionType, MappingProxyType
+
+    if value is None or isinstance(value, int | float | str | bytes | type | typing.TypeVar | FunctionType):
+        return True
+    if typing.get_origin(value) is not None:  # a type alias such as tuple[int, str]
+        return True
+    if getattr(type(value), "__slots__", None) == () and not hasattr(value, "__dict__"):
+        return True  # an object with no state at all
+    if isinstance(value, tuple | frozenset):
+        return all(_immutable(v) for v in value)
+    if isinstance(value, MappingProxyType):
+        return all(_immutable(k) and _immutable(v) for k, v in value.items())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(type(value), "__dataclass_params__", None)
+        return bool(params and params.frozen) and all(
+            _immutable(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return False
+
+
+def test_the_policy_keeps_no_module_level_mutable_state() -> None:
+    """What a module binds at its top level is a constant: state lives in the objects a cycle or
+    a simulator owns, so two replays in one process cannot see each other (`__all__` aside)."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    import rota_policy
+
+    root = Path(rota_policy.__file__).parent
+    mutable: list[str] = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        tree = ast.parse(path.read_text())
+        mutable += [f"{path.name}: global" for node in ast.walk(tree) if isinstance(node, ast.Global)]
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) and node.value is not None else []
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id != "__all__":
+                    if not _immutable(getattr(module, target.id)):
+                        mutable.append(f"{path.name}:{node.lineno} {target.id}")
+    assert mutable == []

@@ -86,6 +86,8 @@ class PlannerCache:
 
 
 class _EveryJob:
+    __slots__ = ()
+
     def __contains__(self, job_id: object) -> bool:
         return True
 
