@@ -134,7 +134,7 @@ def test_the_policy_keeps_no_module_level_mutable_state() -> None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
                 node, ast.AnnAssign) and node.value is not None else []
             for target in targets:
-                if isinstance(target, ast.Name) and target.id != "__all__":
-                    if not _immutable(getattr(module, target.id)):
-                        mutable.append(f"{path.name}:{node.lineno} {target.id}")
+                named = isinstance(target, ast.Name) and target.id != "__all__"
+                if named and not _immutable(getattr(module, target.id)):
+                    mutable.append(f"{path.name}:{node.lineno} {target.id}")
     assert mutable == []
