@@ -133,8 +133,7 @@ def test_the_policy_keeps_no_module_level_mutable_state() -> None:
         for node in tree.body:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
                 node, ast.AnnAssign) and node.value is not None else []
-            for target in targets:
-                named = isinstance(target, ast.Name) and target.id != "__all__"
-                if named and not _immutable(getattr(module, target.id)):
-                    mutable.append(f"{path.name}:{node.lineno} {target.id}")
+            names = [t.id for t in targets if isinstance(t, ast.Name) and t.id != "__all__"]
+            mutable += [f"{path.name}:{node.lineno} {name}" for name in names
+                        if not _immutable(getattr(module, name))]
     assert mutable == []
