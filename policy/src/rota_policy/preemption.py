@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -37,13 +38,22 @@ from rota_policy.placement import ClusterState, Fit, fit_on_counts
 from rota_policy.quota import QuotaBook
 
 __all__ = [
+    "Bucket",
     "Candidate",
     "PoolRun",
     "PreemptionContext",
+    "best_plan",
     "expected_loss",
     "greedy_plan",
+    "lower_tier_loses_too_much",
+    "may_reclaim_for",
+    "offer_cost",
+    "ordered_bucket",
+    "pool_buckets",
     "rota_plan",
+    "victim_category",
     "victim_pool",
+    "worst",
 ]
 
 LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
@@ -96,6 +106,9 @@ class Ranked(NamedTuple):
     """The GPUs it holds on each node it spans, by node index."""
 
 
+Bucket = tuple[bool, int]
+"""How a victim key starts: (not resumable, minus the tier's rank)."""
+
 Choice = tuple[int, Ranked]
 """A candidate of one search: (its category for this preemptor, the pool run). Keys end with
 the run id, so sorting choices never compares further than (category, key)."""
@@ -120,6 +133,10 @@ class PreemptionContext:
     cycle filters the same runs."""
     ranked: dict[str, Ranked] = field(default_factory=dict)
     """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
+    buckets: dict[str, list[tuple[Bucket, list[PoolRun]]]] = field(default_factory=dict)
+    """Per flavor, the pool split by the start of the victim key (`pool_buckets`)."""
+    ordered: dict[tuple[str, Bucket], list[Ranked]] = field(default_factory=dict)
+    """Per flavor and bucket, its runs in victim order (`ordered_bucket`)."""
     below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
     """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
     lose no more than the cap (`_below_within_cap`)."""
@@ -189,6 +206,26 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
     return pool
 
 
+def pool_buckets(ctx: PreemptionContext, flavor: str) -> list[tuple[Bucket, list[PoolRun]]]:
+    """The pool of `flavor` split by the start of the victim key, in key order (memoized per
+    cycle): a search meets its victims in order by sorting only the buckets it gets to."""
+    found = ctx.buckets.get(flavor)
+    if found is None:
+        split: dict[Bucket, list[PoolRun]] = {}
+        for run, rank in victim_pool(ctx, flavor):
+            split.setdefault((not run.resumable, -rank), []).append((run, rank))
+        found = ctx.buckets[flavor] = sorted(split.items(), key=itemgetter(0))
+    return found
+
+
+def ordered_bucket(ctx: PreemptionContext, flavor: str, bucket: Bucket, runs: list[PoolRun]) -> list[Ranked]:
+    """A bucket's runs ranked and in victim order (memoized per cycle)."""
+    found = ctx.ordered.get((flavor, bucket))
+    if found is None:
+        found = ctx.ordered[(flavor, bucket)] = sorted(_ranked(ctx, run, rank) for run, rank in runs)
+    return found
+
+
 def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
     """What every search needs of a pool run, computed once per cycle and only for the runs
     some search looks at."""
@@ -226,23 +263,55 @@ def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float
     return held
 
 
+def victim_category(
+    job: PendingJob, run: RunningRun, run_rank: int, may_reclaim: bool, borrowing: dict[str, int],
+    quota: QuotaBook,
+) -> int | None:
+    """The category `run` has as a victim of `job`, or None if no rule lets `job` stop it.
+    `borrowing` memoizes per team what it borrows of the flavor, for one search."""
+    lower = run_rank > job.tier.rank
+    if run.team == job.team:
+        return LOWER_TIER if lower else None
+    # Another team's in-quota work is guaranteed, except experiment work, which only ever
+    # uses idle GPUs: otherwise only what the team borrowed is fair game.
+    lent = borrowing.get(run.team)
+    if lent is None:
+        lent = borrowing[run.team] = quota.borrowing(run.team, job.flavor)
+    borrowed = lent >= run.gpus
+    if lower and (borrowed or run.tier is Tier.experiment):
+        return LOWER_TIER
+    if not borrowed or not may_reclaim:
+        return None
+    return LAST_RESORT if run.tier is Tier.production else RECLAIM
+
+
+def may_reclaim_for(job: PendingJob, ctx: PreemptionContext) -> bool:
+    """Whether `job` stays within its team's quota: only then may it take back what others
+    borrowed."""
+    quota = ctx.quota
+    return quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
+
+
+def lower_tier_loses_too_much(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> bool:
+    """A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
+    refuse unless such runs within the cap make room. Asked of all of them (whichever team,
+    taken or not: more than a search picks), from one map per cycle, before any search: under
+    load nearly every search ends here."""
+    cap = ctx.config.max_lost_gpu_s_per_plan
+    return (
+        cap is not None
+        and not may_reclaim
+        and _too_few_slots(job, ctx, _below_within_cap(ctx, job.flavor, job.tier.rank, cap))
+    )
+
+
 def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     """The runs this job may stop, in Rota's victim order (category first); empty when even
     all of them together with the free GPUs are too few."""
     quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
-    team_quota = quota.limits(job.team, flavor).quota
-    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
-    job_rank, job_team = job.tier.rank, job.team
+    may_reclaim = may_reclaim_for(job, ctx)
     cap = ctx.config.max_lost_gpu_s_per_plan
-    # A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
-    # refuse unless such runs within the cap make room. Ask that of all of them (whichever
-    # team, taken or not: more than the loop below picks), from one map per cycle, before the
-    # loop: under load nearly every search ends here.
-    if (
-        cap is not None
-        and not may_reclaim
-        and _too_few_slots(job, ctx, _below_within_cap(ctx, flavor, job_rank, cap))
-    ):
+    if lower_tier_loses_too_much(job, ctx, may_reclaim):
         return []
     borrowing: dict[str, int] = {}
     picked: list[tuple[RunningRun, int, int]] = []
@@ -250,24 +319,9 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     for run, run_rank in victim_pool(ctx, flavor):
         if run.run_id in taken:
             continue
-        lower = run_rank > job_rank
-        if run.team == job_team:
-            if not lower:
-                continue
-            category = LOWER_TIER
-        else:
-            # Another team's in-quota work is guaranteed, except experiment work, which only
-            # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
-            lent = borrowing.get(run.team)
-            if lent is None:
-                lent = borrowing[run.team] = quota.borrowing(run.team, flavor)
-            borrowed = lent >= run.gpus
-            if lower and (borrowed or run.tier is Tier.experiment):
-                category = LOWER_TIER
-            elif not borrowed or not may_reclaim:
-                continue
-            else:
-                category = LAST_RESORT if run.tier is Tier.production else RECLAIM
+        category = victim_category(job, run, run_rank, may_reclaim, borrowing, quota)
+        if category is None:
+            continue
         picked.append((run, run_rank, category))
         picked_gpus += run.gpus
     # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
@@ -317,15 +371,15 @@ def _too_few_slots(job: PendingJob, ctx: PreemptionContext, held: dict[int, int]
     return True
 
 
-def _worst(choice: Choice) -> tuple[int, bool, int]:
+def worst(choice: Choice) -> tuple[int, bool, int]:
     """How bad a victim is, worst first: its category, whether it cannot checkpoint, its tier."""
     category, ranked = choice
     return (category, ranked.key[0], ranked.key[1])
 
 
-def _cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
+def offer_cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
     """Costs compare the worst victim first, then the loss, then how many runs stop."""
-    return (max(_worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
+    return (max(worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
 
 
 def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice]) -> list[Offer]:
@@ -352,17 +406,24 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
                 gained[node] = have + gpus
                 continue
             del gained[node]
-            offers.append((_cost(prefix), node, 1, tuple(prefix)))
+            offers.append((offer_cost(prefix), node, 1, tuple(prefix)))
     offers.sort(key=lambda o: (o[0], o[1]))
     return offers
 
 
 def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
-    state = ctx.state
+    """Rota's search, the reference: every candidate is costed (`cheapest.cheapest_plan` stops
+    once the cheapest plan is known)."""
     choices = _rota_candidates(job, ctx)
     if not choices:
         return None
-    offers = _node_offers(job, ctx, choices)
+    return best_plan(job, ctx, _node_offers(job, ctx, choices))
+
+
+def best_plan(job: PendingJob, ctx: PreemptionContext, offers: list[Offer]) -> PreemptionPlan | None:
+    """The cheapest admissible plan from the nodes' `offers` in cost order (all of them, or at
+    least the first ones that seat every worker, for a job of no rack affinity)."""
+    state = ctx.state
     groups: list[list[Offer]]
     if job.rack is RackAffinity.none:
         groups = [offers]
@@ -388,7 +449,7 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
         if len(fit) < job.workers or not chosen:
             continue
         ordered = sorted(chosen.values(), key=lambda c: (c[0], c[1].key))
-        cost = _cost(ordered)
+        cost = offer_cost(ordered)
         if best is None or cost < best[0]:
             best = (cost, fit, ordered)
     if best is None:
