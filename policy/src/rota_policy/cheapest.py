@@ -44,46 +44,38 @@ def cheapest_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | N
     may_reclaim = may_reclaim_for(job, ctx)
     if lower_tier_loses_too_much(job, ctx, may_reclaim):
         return None
-    return best_plan(job, ctx, _first_offers(job, ctx, _choices(job, ctx, may_reclaim)))
+    offers = _first_offers(job, ctx, _lower_tier(job, ctx, may_reclaim))
+    # Lower-tier victims come first; when they cannot seat the gang the reference decides,
+    # with its refusals before costing (most such searches find nothing).
+    return rota_plan(job, ctx) if offers is None else best_plan(job, ctx, offers)
 
 
-def _choices(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> Iterator[Choice | None]:
-    """The runs `job` may stop, in Rota's victim order, as they are met: lower-tier runs from
-    the buckets of lower tiers in order, then None (every victim after it is of a worse
-    category, so the caller may stop there without sorting the other buckets), then the others."""
+def _lower_tier(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> Iterator[Choice]:
+    """The lower-tier runs `job` may stop, in Rota's victim order, as they are met: from the
+    buckets of lower tiers in order, each ranked only as far as read."""
     taken, quota, flavor, rank = ctx.taken, ctx.quota, job.flavor, job.tier.rank
     borrowing: dict[str, int] = {}
-    later: list[Choice] = []
-    buckets = pool_buckets(ctx, flavor)
-    for lower in (True, False):
-        if not lower:
-            yield None
-        for bucket, runs in buckets:
-            if (-bucket[1] > rank) is not lower:
+    for bucket, runs in pool_buckets(ctx, flavor):
+        if -bucket[1] <= rank:
+            continue
+        for ranked in ordered_bucket(ctx, flavor, bucket, runs):
+            run = ranked.run
+            if run.run_id in taken:
                 continue
-            for ranked in ordered_bucket(ctx, flavor, bucket, runs):
-                run = ranked.run
-                if run.run_id in taken:
-                    continue
-                category = victim_category(job, run, ranked.rank, may_reclaim, borrowing, quota)
-                if category == LOWER_TIER:
-                    yield (category, ranked)
-                elif category is not None:
-                    later.append((category, ranked))
-    later.sort(key=lambda c: (c[0], c[1].key))
-    yield from later
+            if victim_category(job, run, ranked.rank, may_reclaim, borrowing, quota) == LOWER_TIER:
+                yield (LOWER_TIER, ranked)
 
 
-def _first_offers(
-    job: PendingJob, ctx: PreemptionContext, choices: Iterator[Choice | None]
-) -> list[Offer]:
+def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Choice]) -> list[Offer] | None:
     """The nodes' offers in cost order (as `preemption._node_offers` makes them), up to the
-    first ones that seat every worker and can come after no other offer."""
+    first ones that seat every worker and can come after no other offer; None if all of
+    `choices` do not seat it."""
     state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
     offers: list[Offer] = []
     """Offers that come before any offer still to be made."""
-    made: list[Offer] = []
-    """Offers whose worst victim is the one of the choice in hand: a later one may tie."""
+    made: list[tuple[float, Offer]] = []
+    """Offers whose worst victim is the one of the choice in hand (a later one may tie), with
+    what their victims lose."""
     seated = 0
     gained: dict[int, int] = {}
     prefixes: dict[int, list[Choice]] = {}
@@ -96,16 +88,23 @@ def _first_offers(
             gained[node] = free
     current: tuple[int, bool, int] | None = None
     for choice in choices:
-        bad = None if choice is None else worst(choice)
-        if bad is None or bad != current:
-            offers.extend(made)
+        bad, loss = worst(choice), choice[1].loss
+        if bad != current:
+            offers.extend(o for _, o in made)
             seated += len(made)  # a victim's offer seats one worker
             made.clear()
-            if seated >= workers:
-                break
             current = bad
-        if choice is None:
-            continue
+        elif made:
+            # Within one worst victim, victims come by what they lose (the key orders runs that
+            # cannot checkpoint by their loss; the others lose nothing): an offer that loses
+            # less than this victim alone comes before every offer still to be made.
+            cheaper = [o for lost, o in made if lost < loss]
+            if cheaper:
+                offers.extend(cheaper)
+                seated += len(cheaper)
+                made[:] = [m for m in made if m[0] >= loss]
+        if seated >= workers:
+            break
         for node, gpus in choice[1].on_nodes:
             have = gained.get(node)
             if have is None:
@@ -116,8 +115,12 @@ def _first_offers(
                 gained[node] = have + gpus
                 continue
             del gained[node]
-            made.append((offer_cost(prefix), node, 1, tuple(prefix)))
-    offers.extend(made)
+            cost = offer_cost(prefix)
+            made.append((cost[1], (cost, node, 1, tuple(prefix))))
+    else:
+        offers.extend(o for _, o in made)
+        seated += len(made)
+        if seated < workers:
+            return None
     offers.sort(key=lambda o: (o[0], o[1]))
     return offers
-

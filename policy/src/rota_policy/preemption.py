@@ -23,7 +23,8 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import heapq
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from types import MappingProxyType
@@ -91,10 +92,13 @@ PoolRun = tuple[RunningRun, int]
 its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
 
 
+VictimKey = tuple[bool, int, float, float, str]
+
+
 class Ranked(NamedTuple):
     """A pool run ready for Rota's search (a tuple: built per run in most cycles, and sorted)."""
 
-    key: tuple[bool, int, float, float, str]
+    key: VictimKey
     """Its victim order within a category: not resumable, lower tier, least work since its
     checkpoint, youngest, id."""
     run: RunningRun
@@ -135,7 +139,7 @@ class PreemptionContext:
     """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
     buckets: dict[str, list[tuple[Bucket, list[PoolRun]]]] = field(default_factory=dict)
     """Per flavor, the pool split by the start of the victim key (`pool_buckets`)."""
-    ordered: dict[tuple[str, Bucket], list[Ranked]] = field(default_factory=dict)
+    ordered: dict[tuple[str, Bucket], BucketOrder] = field(default_factory=dict)
     """Per flavor and bucket, its runs in victim order (`ordered_bucket`)."""
     below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
     """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
@@ -218,12 +222,39 @@ def pool_buckets(ctx: PreemptionContext, flavor: str) -> list[tuple[Bucket, list
     return found
 
 
-def ordered_bucket(ctx: PreemptionContext, flavor: str, bucket: Bucket, runs: list[PoolRun]) -> list[Ranked]:
-    """A bucket's runs ranked and in victim order (memoized per cycle)."""
-    found = ctx.ordered.get((flavor, bucket))
-    if found is None:
-        found = ctx.ordered[(flavor, bucket)] = sorted(_ranked(ctx, run, rank) for run, rank in runs)
-    return found
+@dataclass(slots=True)
+class BucketOrder:
+    """A bucket's runs in victim order, ranked only as far as some search of the cycle has
+    read them: most searches stop after a few."""
+
+    done: list[Ranked]
+    rest: list[tuple[VictimKey, int, RunningRun]]
+    """The others, as a heap by key."""
+
+
+def ordered_bucket(
+    ctx: PreemptionContext, flavor: str, bucket: Bucket, runs: list[PoolRun]
+) -> Iterator[Ranked]:
+    """A bucket's runs ranked and in victim order (memoized per cycle, as far as read)."""
+    order = ctx.ordered.get((flavor, bucket))
+    if order is None:
+        rest = [(_key(run, rank, ctx.now), rank, run) for run, rank in runs]
+        heapq.heapify(rest)
+        order = ctx.ordered[(flavor, bucket)] = BucketOrder([], rest)
+    done, rest = order.done, order.rest
+    i = 0
+    while True:
+        if i == len(done):
+            if not rest:
+                return
+            _, rank, run = heapq.heappop(rest)
+            done.append(_ranked(ctx, run, rank))
+        yield done[i]
+        i += 1
+
+
+def _key(run: RunningRun, rank: int, now: float) -> VictimKey:
+    return (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
 
 
 def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
@@ -232,9 +263,9 @@ def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
     found = ctx.ranked.get(run.run_id)
     if found is None:
         now = ctx.now
-        key = (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
         on_nodes = tuple(_gpus_by_node(run, ctx.state.layout.index).items())
-        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, rota_loss(run, now), on_nodes)
+        key, loss = _key(run, rank, now), rota_loss(run, now)
+        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, loss, on_nodes)
     return found
 
 
