@@ -22,17 +22,15 @@ from rota_policy.preemption import (
     LOWER_TIER,
     Choice,
     Offer,
-    PreemptionContext,
     best_plan,
     lower_tier_loses_too_much,
     may_reclaim_for,
     offer_cost,
-    ordered_bucket,
-    pool_buckets,
     rota_plan,
     victim_category,
     worst,
 )
+from rota_policy.victimpool import PreemptionContext, ordered_bucket, pool_buckets
 
 __all__ = ["cheapest_plan"]
 
