@@ -11,10 +11,11 @@ from dataclasses import replace
 
 from rota.contracts.common import TIER_ORDER
 
+from rota_policy.cheapest import cheapest_plan
 from rota_policy.config import PolicyConfig
 from rota_policy.engine import Cycle, Rules, run_cycle
 from rota_policy.model import Decisions, PendingJob, PreemptionPlan, Snapshot
-from rota_policy.preemption import PreemptionContext, rota_plan, victim_pool
+from rota_policy.preemption import PreemptionContext, victim_pool
 
 __all__ = ["ROTA_RULES", "schedule"]
 
@@ -44,7 +45,7 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
     if not reclaim and not (job.tier.rank < _LOWEST and _victim_pool_rank(cy, job.flavor) > job.tier.rank):
         return None
-    plan = rota_plan(job, ctx)
+    plan = cheapest_plan(job, ctx)
     if plan is None:
         misses[miss_key] = job.workers
     return plan

@@ -24,48 +24,46 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NamedTuple
 
-from rota.contracts.common import TIER_ORDER, Tier
+from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 
-from rota_policy.config import PolicyConfig
 from rota_policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, VictimChoice
 from rota_policy.placement import ClusterState, Fit, fit_on_counts
 from rota_policy.quota import QuotaBook
+from rota_policy.victimpool import (
+    PoolRun,
+    PreemptionContext,
+    Ranked,
+    expected_loss,
+    gpus_by_node,
+    ranked_run,
+    rota_loss,
+    victim_pool,
+)
 
 __all__ = [
     "Candidate",
     "PoolRun",
     "PreemptionContext",
+    "best_plan",
     "expected_loss",
     "greedy_plan",
+    "lower_tier_loses_too_much",
+    "may_reclaim_for",
+    "offer_cost",
     "rota_plan",
+    "victim_category",
     "victim_pool",
+    "worst",
 ]
 
 LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
 WHY: Mapping[int, str] = MappingProxyType(
     {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
 )
-
-
-def rota_loss(run: RunningRun, now: float) -> float:
-    """GPU-seconds lost under Rota's notice-and-save: nothing if resumable, else the whole run."""
-    if run.resumable:
-        return 0.0
-    ran = now - run.started_at  # a conditional, not max(): asked of every pool run per cycle
-    return run.gpus * (ran if ran > 0.0 else 0.0)
-
-
-def expected_loss(run: RunningRun, now: float) -> float:
-    """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all."""
-    last = run.last_checkpoint(now) if run.resumable else None
-    since = run.started_at if last is None else last
-    unsaved = now - since
-    return run.gpus * (unsaved if unsaved > 0.0 else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,53 +74,12 @@ class Candidate:
     key: tuple[object, ...]
 
 
-PoolRun = tuple[RunningRun, int]
-"""A run that may be a victim this cycle (not too young, within its preemption budget), and
-its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
-
-
-class Ranked(NamedTuple):
-    """A pool run ready for Rota's search (a tuple: built per run in most cycles, and sorted)."""
-
-    key: tuple[bool, int, float, float, str]
-    """Its victim order within a category: not resumable, lower tier, least work since its
-    checkpoint, youngest, id."""
-    run: RunningRun
-    rank: int
-    """Its tier's rank."""
-    loss: float
-    """Rota's loss: GPU-seconds destroyed if it stops now."""
-    on_nodes: tuple[tuple[int, int], ...]
-    """The GPUs it holds on each node it spans, by node index."""
-
-
 Choice = tuple[int, Ranked]
 """A candidate of one search: (its category for this preemptor, the pool run). Keys end with
 the run id, so sorting choices never compares further than (category, key)."""
 
 Offer = tuple[tuple[object, ...], int, int, tuple[Choice, ...]]
 """What a node offers a gang: (cost, node index, worker slots, the victims to stop for them)."""
-
-
-@dataclass(slots=True)
-class PreemptionContext:
-    """What every plan of one cycle shares: state, accounting, and who is already a victim."""
-
-    now: float
-    config: PolicyConfig
-    state: ClusterState
-    quota: QuotaBook
-    runs_by_flavor: dict[str, list[RunningRun]]
-    taken: set[str]
-    """Run ids already victims of a plan in flight or of this cycle."""
-    pools: dict[str, list[PoolRun]] = field(default_factory=dict)
-    """Per flavor, the runs no rule protects: built once per cycle because every plan of the
-    cycle filters the same runs."""
-    ranked: dict[str, Ranked] = field(default_factory=dict)
-    """Per run id, its order key and costs, which are constant within a cycle (`_ranked`)."""
-    below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
-    """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
-    lose no more than the cap (`_below_within_cap`)."""
 
 
 def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -173,45 +130,6 @@ def _plan(
 # ---------------------------------------------------------------- Rota
 
 
-def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
-    """The runs of `flavor` that no rule protects, whoever the preemptor (memoized per cycle)."""
-    pool = ctx.pools.get(flavor)
-    if pool is None:
-        cfg = ctx.config
-        rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
-        now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
-        pool = [
-            (run, rank[run.tier])
-            for run in ctx.runs_by_flavor.get(flavor, ())
-            if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
-        ]
-        ctx.pools[flavor] = pool
-    return pool
-
-
-def _ranked(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
-    """What every search needs of a pool run, computed once per cycle and only for the runs
-    some search looks at."""
-    found = ctx.ranked.get(run.run_id)
-    if found is None:
-        now = ctx.now
-        key = (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
-        on_nodes = tuple(_gpus_by_node(run, ctx.state.layout.index).items())
-        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, rota_loss(run, now), on_nodes)
-    return found
-
-
-def _gpus_by_node(
-    run: RunningRun, index: dict[str, int], into: dict[int, int] | None = None
-) -> dict[int, int]:
-    """The GPUs `run` holds on each node (several of its workers may share one), added to `into`."""
-    out = {} if into is None else into
-    for slot in run.placement:
-        node = index[slot.node]
-        out[node] = out.get(node, 0) + len(slot.gpus)
-    return out
-
-
 def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float) -> dict[int, int]:
     """GPUs per node of the pool runs of a tier below `rank` that lose at most `cap` if stopped
     (memoized per cycle): without reclaim, every victim a capped plan could keep is among them."""
@@ -222,27 +140,59 @@ def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float
         now, index = ctx.now, ctx.state.layout.index
         for run, run_rank in victim_pool(ctx, flavor):
             if run_rank > rank and rota_loss(run, now) <= cap:
-                _gpus_by_node(run, index, held)
+                gpus_by_node(run, index, held)
     return held
+
+
+def victim_category(
+    job: PendingJob, run: RunningRun, run_rank: int, may_reclaim: bool, borrowing: dict[str, int],
+    quota: QuotaBook,
+) -> int | None:
+    """The category `run` has as a victim of `job`, or None if no rule lets `job` stop it.
+    `borrowing` memoizes per team what it borrows of the flavor, for one search."""
+    lower = run_rank > job.tier.rank
+    if run.team == job.team:
+        return LOWER_TIER if lower else None
+    # Another team's in-quota work is guaranteed, except experiment work, which only ever
+    # uses idle GPUs: otherwise only what the team borrowed is fair game.
+    lent = borrowing.get(run.team)
+    if lent is None:
+        lent = borrowing[run.team] = quota.borrowing(run.team, job.flavor)
+    borrowed = lent >= run.gpus
+    if lower and (borrowed or run.tier is Tier.experiment):
+        return LOWER_TIER
+    if not borrowed or not may_reclaim:
+        return None
+    return LAST_RESORT if run.tier is Tier.production else RECLAIM
+
+
+def may_reclaim_for(job: PendingJob, ctx: PreemptionContext) -> bool:
+    """Whether `job` stays within its team's quota: only then may it take back what others
+    borrowed."""
+    quota = ctx.quota
+    return quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
+
+
+def lower_tier_loses_too_much(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> bool:
+    """A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
+    refuse unless such runs within the cap make room. Asked of all of them (whichever team,
+    taken or not: more than a search picks), from one map per cycle, before any search: under
+    load nearly every search ends here."""
+    cap = ctx.config.max_lost_gpu_s_per_plan
+    return (
+        cap is not None
+        and not may_reclaim
+        and _too_few_slots(job, ctx, _below_within_cap(ctx, job.flavor, job.tier.rank, cap))
+    )
 
 
 def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     """The runs this job may stop, in Rota's victim order (category first); empty when even
     all of them together with the free GPUs are too few."""
     quota, taken, flavor = ctx.quota, ctx.taken, job.flavor
-    team_quota = quota.limits(job.team, flavor).quota
-    may_reclaim = quota.in_use(job.team, flavor) + job.gpus <= team_quota
-    job_rank, job_team = job.tier.rank, job.team
+    may_reclaim = may_reclaim_for(job, ctx)
     cap = ctx.config.max_lost_gpu_s_per_plan
-    # A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
-    # refuse unless such runs within the cap make room. Ask that of all of them (whichever
-    # team, taken or not: more than the loop below picks), from one map per cycle, before the
-    # loop: under load nearly every search ends here.
-    if (
-        cap is not None
-        and not may_reclaim
-        and _too_few_slots(job, ctx, _below_within_cap(ctx, flavor, job_rank, cap))
-    ):
+    if lower_tier_loses_too_much(job, ctx, may_reclaim):
         return []
     borrowing: dict[str, int] = {}
     picked: list[tuple[RunningRun, int, int]] = []
@@ -250,24 +200,9 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     for run, run_rank in victim_pool(ctx, flavor):
         if run.run_id in taken:
             continue
-        lower = run_rank > job_rank
-        if run.team == job_team:
-            if not lower:
-                continue
-            category = LOWER_TIER
-        else:
-            # Another team's in-quota work is guaranteed, except experiment work, which only
-            # ever uses idle GPUs: otherwise only what the team borrowed is fair game.
-            lent = borrowing.get(run.team)
-            if lent is None:
-                lent = borrowing[run.team] = quota.borrowing(run.team, flavor)
-            borrowed = lent >= run.gpus
-            if lower and (borrowed or run.tier is Tier.experiment):
-                category = LOWER_TIER
-            elif not borrowed or not may_reclaim:
-                continue
-            else:
-                category = LAST_RESORT if run.tier is Tier.production else RECLAIM
+        category = victim_category(job, run, run_rank, may_reclaim, borrowing, quota)
+        if category is None:
+            continue
         picked.append((run, run_rank, category))
         picked_gpus += run.gpus
     # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
@@ -276,7 +211,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
         return []
     if cap is not None and _must_lose_too_much(job, ctx, picked, cap):
         return []
-    choices = [(category, _ranked(ctx, run, rank)) for run, rank, category in picked]
+    choices = [(category, ranked_run(ctx, run, rank)) for run, rank, category in picked]
     choices.sort()
     return choices
 
@@ -293,7 +228,7 @@ def _must_lose_too_much(
     allowed: dict[int, int] = {}
     for run, _, _ in picked:
         if rota_loss(run, now) <= cap:
-            _gpus_by_node(run, index, allowed)
+            gpus_by_node(run, index, allowed)
     return _too_few_slots(job, ctx, allowed)
 
 
@@ -317,15 +252,15 @@ def _too_few_slots(job: PendingJob, ctx: PreemptionContext, held: dict[int, int]
     return True
 
 
-def _worst(choice: Choice) -> tuple[int, bool, int]:
+def worst(choice: Choice) -> tuple[int, bool, int]:
     """How bad a victim is, worst first: its category, whether it cannot checkpoint, its tier."""
     category, ranked = choice
     return (category, ranked.key[0], ranked.key[1])
 
 
-def _cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
+def offer_cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
     """Costs compare the worst victim first, then the loss, then how many runs stop."""
-    return (max(_worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
+    return (max(worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
 
 
 def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice]) -> list[Offer]:
@@ -352,17 +287,24 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
                 gained[node] = have + gpus
                 continue
             del gained[node]
-            offers.append((_cost(prefix), node, 1, tuple(prefix)))
+            offers.append((offer_cost(prefix), node, 1, tuple(prefix)))
     offers.sort(key=lambda o: (o[0], o[1]))
     return offers
 
 
 def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
-    state = ctx.state
+    """Rota's search, the reference: every candidate is costed (`cheapest.cheapest_plan` stops
+    once the cheapest plan is known)."""
     choices = _rota_candidates(job, ctx)
     if not choices:
         return None
-    offers = _node_offers(job, ctx, choices)
+    return best_plan(job, ctx, _node_offers(job, ctx, choices))
+
+
+def best_plan(job: PendingJob, ctx: PreemptionContext, offers: list[Offer]) -> PreemptionPlan | None:
+    """The cheapest admissible plan from the nodes' `offers` in cost order (all of them, or at
+    least the first ones that seat every worker, for a job of no rack affinity)."""
+    state = ctx.state
     groups: list[list[Offer]]
     if job.rack is RackAffinity.none:
         groups = [offers]
@@ -388,7 +330,7 @@ def rota_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
         if len(fit) < job.workers or not chosen:
             continue
         ordered = sorted(chosen.values(), key=lambda c: (c[0], c[1].key))
-        cost = _cost(ordered)
+        cost = offer_cost(ordered)
         if best is None or cost < best[0]:
             best = (cost, fit, ordered)
     if best is None:

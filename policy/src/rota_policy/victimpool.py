@@ -1,0 +1,192 @@
+"""The runs a cycle's searches for victims may stop, and what a search needs of each.
+
+Every search of one cycle filters the same running runs and ranks the same ones, so the pool,
+its order and each run's ranking are memoized in the cycle's `PreemptionContext`. The pool is
+split by how the victim key starts (resumable, tier), and each bucket is ranked only as far as
+some search has read it (`cheapest`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import NamedTuple
+
+from rota.contracts.common import TIER_ORDER
+
+from rota_policy.config import PolicyConfig
+from rota_policy.model import RunningRun
+from rota_policy.placement import ClusterState
+from rota_policy.quota import QuotaBook
+
+__all__ = [
+    "Bucket",
+    "BucketOrder",
+    "PoolRun",
+    "PreemptionContext",
+    "Ranked",
+    "VictimKey",
+    "expected_loss",
+    "gpus_by_node",
+    "ordered_bucket",
+    "pool_buckets",
+    "ranked_run",
+    "rota_loss",
+    "victim_pool",
+]
+
+
+def rota_loss(run: RunningRun, now: float) -> float:
+    """GPU-seconds lost under Rota's notice-and-save: nothing if resumable, else the whole run."""
+    if run.resumable:
+        return 0.0
+    ran = now - run.started_at  # a conditional, not max(): asked of every pool run per cycle
+    return run.gpus * (ran if ran > 0.0 else 0.0)
+
+
+def expected_loss(run: RunningRun, now: float) -> float:
+    """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all."""
+    last = run.last_checkpoint(now) if run.resumable else None
+    since = run.started_at if last is None else last
+    unsaved = now - since
+    return run.gpus * (unsaved if unsaved > 0.0 else 0.0)
+
+
+PoolRun = tuple[RunningRun, int]
+"""A run that may be a victim this cycle (not too young, within its preemption budget), and
+its tier's rank: a plain tuple, as a pool is built over every run in most cycles."""
+
+
+VictimKey = tuple[bool, int, float, float, str]
+
+
+class Ranked(NamedTuple):
+    """A pool run ready for Rota's search (a tuple: built per run in most cycles, and sorted)."""
+
+    key: VictimKey
+    """Its victim order within a category: not resumable, lower tier, least work since its
+    checkpoint, youngest, id."""
+    run: RunningRun
+    rank: int
+    """Its tier's rank."""
+    loss: float
+    """Rota's loss: GPU-seconds destroyed if it stops now."""
+    on_nodes: tuple[tuple[int, int], ...]
+    """The GPUs it holds on each node it spans, by node index."""
+
+
+Bucket = tuple[bool, int]
+"""How a victim key starts: (not resumable, minus the tier's rank)."""
+
+
+@dataclass(slots=True)
+class PreemptionContext:
+    """What every plan of one cycle shares: state, accounting, and who is already a victim."""
+
+    now: float
+    config: PolicyConfig
+    state: ClusterState
+    quota: QuotaBook
+    runs_by_flavor: dict[str, list[RunningRun]]
+    taken: set[str]
+    """Run ids already victims of a plan in flight or of this cycle."""
+    pools: dict[str, list[PoolRun]] = field(default_factory=dict)
+    """Per flavor, the runs no rule protects: built once per cycle because every plan of the
+    cycle filters the same runs."""
+    ranked: dict[str, Ranked] = field(default_factory=dict)
+    """Per run id, its order key and costs, which are constant within a cycle (`ranked_run`)."""
+    buckets: dict[str, list[tuple[Bucket, list[PoolRun]]]] = field(default_factory=dict)
+    """Per flavor, the pool split by the start of the victim key (`pool_buckets`)."""
+    ordered: dict[tuple[str, Bucket], BucketOrder] = field(default_factory=dict)
+    """Per flavor and bucket, its runs in victim order (`ordered_bucket`)."""
+    below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
+    """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
+    lose no more than the cap (`preemption._below_within_cap`)."""
+
+
+def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
+    """The runs of `flavor` that no rule protects, whoever the preemptor (memoized per cycle)."""
+    pool = ctx.pools.get(flavor)
+    if pool is None:
+        cfg = ctx.config
+        rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
+        now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
+        pool = [
+            (run, rank[run.tier])
+            for run in ctx.runs_by_flavor.get(flavor, ())
+            if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
+        ]
+        ctx.pools[flavor] = pool
+    return pool
+
+
+def pool_buckets(ctx: PreemptionContext, flavor: str) -> list[tuple[Bucket, list[PoolRun]]]:
+    """The pool of `flavor` split by the start of the victim key, in key order (memoized per
+    cycle): a search meets its victims in order by sorting only the buckets it gets to."""
+    found = ctx.buckets.get(flavor)
+    if found is None:
+        split: dict[Bucket, list[PoolRun]] = {}
+        for run, rank in victim_pool(ctx, flavor):
+            split.setdefault((not run.resumable, -rank), []).append((run, rank))
+        found = ctx.buckets[flavor] = sorted(split.items(), key=itemgetter(0))
+    return found
+
+
+@dataclass(slots=True)
+class BucketOrder:
+    """A bucket's runs in victim order, ranked only as far as some search of the cycle has
+    read them: most searches stop after a few."""
+
+    done: list[Ranked]
+    rest: list[tuple[VictimKey, int, RunningRun]]
+    """The others, as a heap by key."""
+
+
+def ordered_bucket(
+    ctx: PreemptionContext, flavor: str, bucket: Bucket, runs: list[PoolRun]
+) -> Iterator[Ranked]:
+    """A bucket's runs ranked and in victim order (memoized per cycle, as far as read)."""
+    order = ctx.ordered.get((flavor, bucket))
+    if order is None:
+        rest = [(_key(run, rank, ctx.now), rank, run) for run, rank in runs]
+        heapq.heapify(rest)
+        order = ctx.ordered[(flavor, bucket)] = BucketOrder([], rest)
+    done, rest = order.done, order.rest
+    i = 0
+    while True:
+        if i == len(done):
+            if not rest:
+                return
+            _, rank, run = heapq.heappop(rest)
+            done.append(ranked_run(ctx, run, rank))
+        yield done[i]
+        i += 1
+
+
+def _key(run: RunningRun, rank: int, now: float) -> VictimKey:
+    return (not run.resumable, -rank, expected_loss(run, now), -run.started_at, run.run_id)
+
+
+def ranked_run(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
+    """What every search needs of a pool run, computed once per cycle and only for the runs
+    some search looks at."""
+    found = ctx.ranked.get(run.run_id)
+    if found is None:
+        now = ctx.now
+        on_nodes = tuple(gpus_by_node(run, ctx.state.layout.index).items())
+        key, loss = _key(run, rank, now), rota_loss(run, now)
+        found = ctx.ranked[run.run_id] = Ranked(key, run, rank, loss, on_nodes)
+    return found
+
+
+def gpus_by_node(
+    run: RunningRun, index: dict[str, int], into: dict[int, int] | None = None
+) -> dict[int, int]:
+    """The GPUs `run` holds on each node (several of its workers may share one), added to `into`."""
+    out = {} if into is None else into
+    for slot in run.placement:
+        node = index[slot.node]
+        out[node] = out.get(node, 0) + len(slot.gpus)
+    return out

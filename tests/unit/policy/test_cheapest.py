@@ -1,0 +1,80 @@
+"""The victim search with an early exit finds the reference's plan.
+
+`cheapest.cheapest_plan` stops costing victims once the first offers in cost order seat the
+gang; `preemption.rota_plan` costs every run the job may stop. On random clusters (runs of
+every tier, team, size and age, spanning nodes, resumable or not, some already victims) and
+random preemptors, both must give the same plan, or both none.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rota_policy import PendingJob, PolicyConfig
+from rota_policy.cheapest import cheapest_plan
+from rota_policy.core import ROTA_RULES
+from rota_policy.engine import Cycle
+from rota_policy.preemption import rota_plan
+
+from tests.unit.policy.builders import World, gpu_jobs, team_config
+
+NOW = 50_000.0
+TEAMS = ("a", "b", "c")
+TIERS = ("production", "training", "experiment")
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
+    nodes = draw(st.integers(2, 8))
+    world = World(nodes=nodes, racks=draw(st.sampled_from((1, 2))))
+    for node in range(nodes):
+        # Full nodes, but for a GPU or two: a job short of GPUs must stop someone.
+        while len(world.free[node]) > draw(st.sampled_from((0, 0, 0, 1, 2))):
+            left = len(world.free[node])
+            gpus = draw(st.sampled_from([g for g in (1, 1, 2, 4, 8) if g <= left]))
+            span = [node]
+            if node + 1 < nodes and len(world.free[node + 1]) >= gpus and draw(st.integers(0, 4)) == 0:
+                span.append(node + 1)
+            world.run(
+                draw(st.sampled_from(TEAMS)), draw(st.sampled_from(TIERS[1:] + TIERS)), node=span,
+                gpus=gpus, started=NOW - draw(st.sampled_from((100.0, 900.0, 900.0, 20_000.0))),
+                resumable=draw(st.booleans()), preemptions=draw(st.sampled_from((0, 0, 0, 20))),
+                checkpoint=NOW - draw(st.sampled_from((0.0, 50.0, 700.0))),
+            )  # fmt: skip
+    jobs = [
+        gpu_jobs(
+            draw(st.sampled_from(TEAMS)), draw(st.sampled_from(TIERS[:2] if i % 2 else TIERS)),
+            gpus=draw(st.sampled_from((1, 2, 4, 8))), workers=draw(st.sampled_from((1, 1, 2, 3))),
+            rack=draw(st.sampled_from(("none", "none", "preferred", "required"))), name=f"j{i}",
+        )[0]
+        for i in range(draw(st.integers(1, 6)))
+    ]  # fmt: skip
+    config: PolicyConfig = team_config(
+        {t: draw(st.sampled_from((0, 8, 16, 32))) for t in TEAMS},
+        borrowing=draw(st.sampled_from(({}, dict.fromkeys(TEAMS, 64)))),
+        max_lost_gpu_s_per_plan=draw(st.sampled_from((0.0, None, 5_000.0))),
+    )
+    cy = Cycle(world.snapshot(jobs), NOW, config, ROTA_RULES)
+    for run in world.runs:
+        if draw(st.integers(0, 5)) == 0:
+            cy.taken.add(run.run_id)  # a victim of a plan already made
+    return cy, jobs
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_the_early_exit_finds_the_reference_plan(world: tuple[Cycle, list[PendingJob]]) -> None:
+    cy, jobs = world
+    ctx = cy.preemption
+    for job in jobs:
+        assert cheapest_plan(job, ctx) == rota_plan(job, ctx)
+
+
+def test_some_searches_find_a_plan() -> None:
+    """The random clusters above are not all hopeless: a lower-tier run on the only node."""
+    world = World(nodes=1)
+    world.run("b", "experiment", gpus=8, started=NOW - 900.0)
+    cy = Cycle(world.snapshot([]), NOW, team_config(dict.fromkeys(TEAMS, 8)), ROTA_RULES)
+    job = gpu_jobs("a", "training", gpus=4)[0]
+    plan = cheapest_plan(job, cy.preemption)
+    assert plan is not None and plan == rota_plan(job, cy.preemption)
