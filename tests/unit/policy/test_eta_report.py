@@ -83,4 +83,5 @@ def test_a_replay_with_eta_probes_decides_as_one_without(tmp_path: Path) -> None
     assert probed["squeue_eta_before_start_coverage"] is not None
     measured = {k for k, v in plain.items() if v is not None and k != "wall_s"}
     assert {k: plain[k] for k in measured} == {k: probed[k] for k in measured}
-    assert plain["eta_waited_jobs"] > 0 and 0.0 < plain["squeue_eta_waited_coverage"] <= 1.0
+    assert plain["squeue_eta_waited_p50_rel_error"] is None
+    assert plain["eta_waited_jobs"] > 0 and 0.0 < probed["squeue_eta_waited_coverage"] <= 1.0

@@ -18,7 +18,8 @@ eta_waited  over jobs whose first start came 60 s or more after submit: the medi
 eta_before_start  the same, for the ETA of the last cycle 10 minutes or more before the start
           (the one at submission if none came between); None unless the replay was run with
           ETA probes (a second pass, `replay_run(..., eta_probes=True)`)
-squeue_eta_*  the same two, for what `squeue --start` would have printed (`sim.squeue`)
+squeue_eta_*  the same two, for what `squeue --start` would have printed (`sim.squeue`);
+          None, too, without ETA probes
 eta       median over jobs of |ETA at submit - actual start| / max(actual wait, 60 s)
 """
 

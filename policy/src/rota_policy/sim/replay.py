@@ -79,8 +79,8 @@ def replay_run(
     eta_probes: bool = False,
 ) -> ReplayRun:
     """One policy over the trace. With `eta_probes`, the replay runs twice: the first pass finds
-    each job's start, the second, identical, also asks the policy (and the squeue-style
-    estimate) about each job 10 minutes before that start (`sim.etas`)."""
+    each job's start, the second, identical, also asks the policy about each job 10 minutes
+    before that start, and computes the squeue-style estimate at both moments (`sim.etas`)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
     pcfg = policy_config or policy_config_from(config)
@@ -94,9 +94,11 @@ def replay_run(
         return sim
 
     started = time.perf_counter()
-    sim = simulate(policy, EtaLog(squeue=True))
+    sim = simulate(policy, EtaLog())
     wall = time.perf_counter() - started
     if eta_probes:
+        # The squeue-style estimate costs as much as the policy under overload: only the
+        # second pass, which reports, computes it.
         first = sim
         starts = {j.t.job_id: (j.t.submit, j.first_start) for j in first.jobs if j.first_start is not None}
         sim = simulate(f"{policy} {PROBE_LABEL}", EtaLog(probe_times(starts, first.cycle_times), squeue=True))

@@ -70,8 +70,9 @@ def replay_command(
         bool,
         typer.Option(
             "--eta-probes",
-            help="Also measure the ETA 10 minutes before each start (Rota's and squeue's): each policy"
-            " is replayed twice, the second pass asking about each job at that moment.",
+            help="Also measure the ETA 10 minutes before each start, and what squeue --start would"
+            " print at submission and then: each policy is replayed twice, the second pass asking"
+            " about each job at that moment.",
         ),
     ] = False,
 ) -> None:
