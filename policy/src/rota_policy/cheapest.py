@@ -23,6 +23,7 @@ from rota_policy.preemption import (
     Choice,
     Offer,
     best_plan,
+    credit,
     lower_tier_loses_too_much,
     may_reclaim_for,
     offer_cost,
@@ -103,18 +104,9 @@ def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Cho
                 made[:] = [m for m in made if m[0] >= loss]
         if seated >= workers:
             break
-        for node, gpus in choice[1].on_nodes:
-            have = gained.get(node)
-            if have is None:
-                continue  # enough free already, or its offer is made
-            prefix = prefixes.setdefault(node, [])
-            prefix.append(choice)
-            if have + gpus < per_worker:
-                gained[node] = have + gpus
-                continue
-            del gained[node]
+        for node, prefix in credit(choice, gained, prefixes, per_worker):
             cost = offer_cost(prefix)
-            made.append((cost[1], (cost, node, 1, tuple(prefix))))
+            made.append((cost[1], (cost, node, 1, prefix)))
     else:
         offers.extend(o for _, o in made)
         seated += len(made)

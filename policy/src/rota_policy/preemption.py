@@ -258,6 +258,26 @@ def worst(choice: Choice) -> tuple[int, bool, int]:
     return (category, ranked.key[0], ranked.key[1])
 
 
+def credit(
+    choice: Choice, gained: dict[int, int], prefixes: dict[int, list[Choice]], per_worker: int
+) -> list[tuple[int, tuple[Choice, ...]]]:
+    """Adds a victim's GPUs to what each of its nodes has gained; returns the nodes whose gain
+    now seats a worker, each with the victims that free it, in order."""
+    seated = []
+    for node, gpus in choice[1].on_nodes:
+        have = gained.get(node)
+        if have is None:
+            continue  # enough free already, or its offer is made
+        prefix = prefixes.setdefault(node, [])
+        prefix.append(choice)
+        if have + gpus < per_worker:
+            gained[node] = have + gpus
+            continue
+        del gained[node]
+        seated.append((node, tuple(prefix)))
+    return seated
+
+
 def offer_cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
     """Costs compare the worst victim first, then the loss, then how many runs stop."""
     return (max(worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
@@ -277,17 +297,8 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
         else:
             gained[node] = free
     for choice in choices:
-        for node, gpus in choice[1].on_nodes:
-            have = gained.get(node)
-            if have is None:
-                continue  # enough free already, or its offer is made
-            prefix = prefixes.setdefault(node, [])
-            prefix.append(choice)
-            if have + gpus < per_worker:
-                gained[node] = have + gpus
-                continue
-            del gained[node]
-            offers.append((offer_cost(prefix), node, 1, tuple(prefix)))
+        for node, prefix in credit(choice, gained, prefixes, per_worker):
+            offers.append((offer_cost(prefix), node, 1, prefix))
     offers.sort(key=lambda o: (o[0], o[1]))
     return offers
 
