@@ -24,6 +24,7 @@ from rota_policy.preemption import (
     Offer,
     best_plan,
     credit,
+    free_offers,
     lower_tier_loses_too_much,
     may_reclaim_for,
     offer_cost,
@@ -69,22 +70,13 @@ def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Cho
     """The nodes' offers in cost order (as `preemption._node_offers` makes them), up to the
     first ones that seat every worker and can come after no other offer; None if all of
     `choices` do not seat it."""
-    state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
-    offers: list[Offer] = []
-    """Offers that come before any offer still to be made."""
+    per_worker, workers = job.gpus_per_worker, job.workers
+    offers, gained = free_offers(job, ctx)  # offers: those that come before any still to be made
     made: list[tuple[float, Offer]] = []
     """Offers whose worst victim is the one of the choice in hand (a later one may tie), with
     what their victims lose."""
-    seated = 0
-    gained: dict[int, int] = {}
+    seated = sum(offer[2] for offer in offers)
     prefixes: dict[int, list[Choice]] = {}
-    for node in state.layout.flavor_nodes.get(job.flavor, []):
-        free = len(state.free[node])
-        if free >= per_worker:
-            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
-            seated += free // per_worker
-        else:
-            gained[node] = free
     current: tuple[int, bool, int] | None = None
     for choice in choices:
         bad, loss = worst(choice), choice[1].loss

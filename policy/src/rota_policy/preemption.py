@@ -258,6 +258,21 @@ def worst(choice: Choice) -> tuple[int, bool, int]:
     return (category, ranked.key[0], ranked.key[1])
 
 
+def free_offers(job: PendingJob, ctx: PreemptionContext) -> tuple[list[Offer], dict[int, int]]:
+    """The worker slots the job's flavor has free, at no cost, and what each other node has
+    free towards a worker."""
+    state, per_worker = ctx.state, job.gpus_per_worker
+    offers: list[Offer] = []
+    gained: dict[int, int] = {}
+    for node in state.layout.flavor_nodes.get(job.flavor, []):
+        free = len(state.free[node])
+        if free >= per_worker:
+            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
+        else:
+            gained[node] = free
+    return offers, gained
+
+
 def credit(
     choice: Choice, gained: dict[int, int], prefixes: dict[int, list[Choice]], per_worker: int
 ) -> list[tuple[int, tuple[Choice, ...]]]:
@@ -286,16 +301,9 @@ def offer_cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float,
 def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice]) -> list[Offer]:
     """Each node's offer: its free worker slots at no cost, or one slot after its cheapest
     prefix of victims. Costs compare worst category first, then loss, then victim count."""
-    state, per_worker = ctx.state, job.gpus_per_worker
-    offers: list[Offer] = []
-    gained: dict[int, int] = {}
+    per_worker = job.gpus_per_worker
+    offers, gained = free_offers(job, ctx)
     prefixes: dict[int, list[Choice]] = {}
-    for node in state.layout.flavor_nodes.get(job.flavor, []):
-        free = len(state.free[node])
-        if free >= per_worker:
-            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
-        else:
-            gained[node] = free
     for choice in choices:
         for node, prefix in credit(choice, gained, prefixes, per_worker):
             offers.append((offer_cost(prefix), node, 1, prefix))
