@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-import tests.unit.policy.test_policy_scenarios as table
 from rota.contracts.common import Tier
 from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import POLICIES, Decisions, PolicyConfig
 
+import tests.unit.policy.test_policy_scenarios as table
 from tests.unit.policy.builders import Run, cluster, gpu_jobs, team_config
 from tests.unit.policy.test_policy_scenarios import NOW, Row, explanation
 
