@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from rota.contracts.common import Name, Tier
 
@@ -74,18 +74,6 @@ class Queue(_Strict):
         description="How long after submission a job of this queue waits for GPUs to free"
         " themselves before it stops anyone.",
     )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Queue:
-        if self.preemptible_by is not None:
-            if len(set(self.preemptible_by)) != len(self.preemptible_by):
-                raise ValueError("preemptible_by: lists a tier twice")
-            if not self.preemptible and self.preemptible_by:
-                raise ValueError(
-                    "preemptible_by: must be empty or absent when preemptible is false"
-                    " (no tier may stop this queue's jobs)"
-                )
-        return self
 
 
 class Contact(_Strict):
