@@ -17,6 +17,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy.cycle import Cycle
 from rota_policy.model import PendingJob, Reason
 from rota_policy.preemption import may_reclaim_for, victim_category, victim_pool
+from rota_policy.victimpool import rota_loss
 
 __all__ = ["Borrowers", "clock", "delay_reason", "protected_borrowers", "reclaim_reason"]
 
@@ -42,10 +43,14 @@ def delay_reason(cy: Cycle, job: PendingJob, start: float | None) -> tuple[float
     may_reclaim = may_reclaim_for(job, ctx)
     shielded = cfg.protection(job.tier).shielded_from
     borrowing: dict[str, int] = {}
+    cap, now = cfg.max_lost_gpu_s_per_plan, cy.now
+    # The runs a search could stop alone without exceeding the loss cap: what a plan at the
+    # delay's end could be made of, if they are still running then.
     stoppable = sum(
         run.gpus
         for run, rank in victim_pool(ctx, f)
         if run.run_id not in ctx.taken
+        and (cap is None or rota_loss(run, now) <= cap)
         and victim_category(job, run, rank, may_reclaim, borrowing, cy.quota, shielded) is not None
     )
     free = cy.state.free_total.get(f, 0)
