@@ -10,6 +10,8 @@ import pytest
 import yaml
 from rota.config import ConfigError, load_config, parse_config
 from rota.config.loader import example_text
+from rota.contracts.common import Tier
+from rota_policy import policy_config_from
 
 
 def example() -> dict[str, Any]:
@@ -60,6 +62,16 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
         ("policy.fairshare_half_life_s", 0, "policy.fairshare_half_life_s: must be > 0"),
         ("preemption.max_preemptions_per_job", -2, "preemption.max_preemptions_per_job: must be >= 0"),
         ("teams.vision.quota.h100", 64, "teams.*.quota.h100: quotas add up to 88 GPUs, more than the 32 the cluster has"),
+        ("queues.training.preemptible_by", ["production", "production"],
+         "queues.training.preemptible_by: lists a tier twice"),
+        ("queues.training.preemptible_by", ["urgent"],
+         "queues.training.preemptible_by.0: must be one of 'production', 'training' or 'experiment'"),
+        ("queues.production.preemptible_by", ["production"],
+         "queues.production.preemptible_by: must be empty or absent when preemptible is false"),
+        ("queues.experiment.min_runtime_s", -1, "queues.experiment.min_runtime_s: must be >= 0"),
+        ("queues.training.max_preemptions_per_job", -1, "queues.training.max_preemptions_per_job: must be >= 0"),
+        ("queues.training.preemption_delay_s", -5, "queues.training.preemption_delay_s: must be >= 0"),
+        ("preemption.delay_s", 10**9, "preemption.delay_s: must be <= 604800"),
         ("teams.nlp.users.alice.email", "not-an-email", "teams.nlp.users.alice.email: must match ^[^@\\s]+@[^@\\s]+$"),
     ],
 )
@@ -85,3 +97,18 @@ def test_unreadable_and_invalid_yaml_files(tmp_path: Path) -> None:
     scalar.write_text("42\n")
     with pytest.raises(ConfigError, match="must hold a YAML mapping"):
         load_config(scalar)
+
+
+def test_queue_protection_falls_back_to_the_global_values() -> None:
+    doc = example()
+    doc["preemption"] |= {"min_runtime_s": 300, "max_preemptions_per_job": 10, "delay_s": 120}
+    doc["queues"]["training"] |= {"preemptible_by": ["production"], "min_runtime_s": 900,
+                                  "preemption_delay_s": 0}
+    doc["queues"]["experiment"] |= {"max_preemptions_per_job": 2}
+    config = policy_config_from(parse_config(doc))
+    training, experiment = config.protection(Tier.training), config.protection(Tier.experiment)
+    assert (training.min_runtime_s, training.max_preemptions, training.delay_s) == (900, 10, 0)
+    assert (experiment.min_runtime_s, experiment.max_preemptions, experiment.delay_s) == (300, 2, 120)
+    assert not config.may_preempt(Tier.training, Tier.training)
+    assert config.may_preempt(Tier.production, Tier.training)
+    assert config.may_preempt(Tier.training, Tier.experiment)

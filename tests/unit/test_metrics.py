@@ -14,7 +14,7 @@ from rota.cli.stack import SERVICES, metrics_ports, metrics_url
 from rota.contracts import messages as m
 from rota.settings import Settings
 from rota_executor.metrics import outcome_label
-from rota_policy import schedule
+from rota_policy import Decisions, schedule
 from rota_preemption.metrics import record_victims
 from rota_scheduler import metrics as scheduler_metrics
 
@@ -38,8 +38,9 @@ def test_the_catalog_has_every_metric_of_the_issue_under_its_name() -> None:
         "rota_schedule_cycle_seconds", "rota_scheduler_decisions_total",
         "rota_notifications_total", "rota_outbox_lag_seconds",
     }
+    protection = {"rota_preemption_deferred_jobs"}
     trust_boundary = {"rota_forged_messages_total"}
-    assert set(metrics.NAMES) == issue | trust_boundary
+    assert set(metrics.NAMES) == issue | trust_boundary | protection
     owned = [metrics.family_name(f) for fs in metrics.OWNERS.values() for f in fs]
     assert len(owned) == len(set(owned)), "each family has one owner"
 
@@ -82,6 +83,17 @@ def test_the_scheduler_gauges_follow_its_view() -> None:
     reason = decisions.pending[0].primary.value
     assert metrics.QUEUE_PENDING.value("training", "nlp", reason) == 1
     assert metrics.TEAM_USAGE.value("vision") == 0
+
+
+def test_jobs_held_by_their_queues_preemption_delay_are_counted_by_queue() -> None:
+    story = Story()
+    job_id = story.submit(team="nlp", flavor="h100")
+    deferred = Decisions(deferred=((job_id, story.now + 600.0),))
+    scheduler_metrics.observe_cycle(story.view, deferred, story.now)
+    assert metrics.PREEMPTION_DEFERRED.value("training") == 1
+    assert metrics.PREEMPTION_DEFERRED.value("production") == 0
+    scheduler_metrics.observe_cycle(story.view, Decisions(), story.now)
+    assert metrics.PREEMPTION_DEFERRED.value("training") == 0
 
 
 def test_a_requeued_job_waits_from_its_preemption_not_its_submit() -> None:

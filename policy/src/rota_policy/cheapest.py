@@ -55,6 +55,7 @@ def _lower_tier(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> I
     buckets of lower tiers in order, each ranked only as far as read."""
     taken, quota, flavor, rank = ctx.taken, ctx.quota, job.flavor, job.tier.rank
     borrowing: dict[str, int] = {}
+    shielded = ctx.config.protection(job.tier).shielded_from
     for bucket, runs in pool_buckets(ctx, flavor):
         if -bucket[1] <= rank:
             continue
@@ -62,7 +63,7 @@ def _lower_tier(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> I
             run = ranked.run
             if run.run_id in taken:
                 continue
-            if victim_category(job, run, ranked.rank, may_reclaim, borrowing, quota) == LOWER_TIER:
+            if victim_category(job, run, ranked.rank, may_reclaim, borrowing, quota, shielded) == LOWER_TIER:
                 yield (LOWER_TIER, ranked)
 
 

@@ -15,6 +15,7 @@ from rota.contracts.common import TIER_ORDER, Tier
 __all__ = [
     "NO_LIMITS",
     "PolicyConfig",
+    "Protection",
     "ScoreWeights",
     "TeamLimits",
     "TeamPolicy",
@@ -63,6 +64,26 @@ class TierPolicy:
     preemptible: bool = True
     grace_s: float = 300.0
     long_wait_s: float = 3600.0
+    preemptible_by: frozenset[Tier] | None = None
+    """The tiers whose jobs may stop this tier's runs, by any rule; None: every tier a rule
+    allows (`preemption.victim_category`)."""
+    min_runtime_s: float | None = None
+    """None: `PolicyConfig.min_runtime_s`."""
+    max_preemptions_per_job: int | None = None
+    """None: `PolicyConfig.max_preemptions_per_job`."""
+    preemption_delay_s: float | None = None
+    """None: `PolicyConfig.preemption_delay_s`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """One tier's protection with the global defaults filled in: what every cycle asks."""
+
+    min_runtime_s: float
+    max_preemptions: int
+    delay_s: float
+    shielded_from: frozenset[Tier]
+    """As a preemptor: the tiers whose runs it may never stop (`TierPolicy.preemptible_by`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +120,59 @@ class PolicyConfig:
     """Unsaved GPU-seconds a plan may destroy, whatever the preemptor's tier (None: no cap).
     With save-on-notice a resumable victim loses nothing, so by default no plan stops a job
     that cannot checkpoint: it runs to its end."""
+    preemption_delay_s: float = 0.0
+    """How long after submission a job waits for GPUs to free themselves before it may stop
+    anyone; a tier's `preemption_delay_s` overrides it."""
 
     _shares: dict[str, float] = field(init=False, repr=False, compare=False)
+    _protection: dict[Tier, Protection] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Every cycle weighs usage against shares: add up each configured team's quotas once.
         object.__setattr__(self, "_shares", {name: team.shares for name, team in self.teams.items()})
+        # Every cycle filters every running run by its tier's protection: resolve it once.
+        object.__setattr__(self, "_protection", {t: self._resolve(t) for t in TIER_ORDER})
+
+    def _resolve(self, tier: Tier) -> Protection:
+        own = self.tier(tier)
+        shielded = frozenset(
+            victim
+            for victim in TIER_ORDER
+            if (by := self.tier(victim).preemptible_by) is not None and tier not in by
+        )
+        return Protection(
+            min_runtime_s=self.min_runtime_s if own.min_runtime_s is None else own.min_runtime_s,
+            max_preemptions=(
+                self.max_preemptions_per_job if own.max_preemptions_per_job is None
+                else own.max_preemptions_per_job
+            ),
+            delay_s=self.preemption_delay_s if own.preemption_delay_s is None else own.preemption_delay_s,
+            shielded_from=shielded,
+        )
+
+    def protection(self, tier: Tier) -> Protection:
+        """`tier`'s minimum runtime, preemption budget and delay, and which tiers it may not stop."""
+        return self._protection[tier]
+
+    def may_preempt(self, preemptor: Tier, victim: Tier) -> bool:
+        """Whether the victim's queue lets a job of the preemptor's tier stop it at all (the other
+        rules, `preemption.victim_category`, still apply)."""
+        return victim not in self._protection[preemptor].shielded_from
+
+    def preemption_allowed_at(self, tier: Tier, submitted_at: float) -> float:
+        """When a job of `tier` submitted at `submitted_at` may first stop anyone."""
+        return submitted_at + self._protection[tier].delay_s
+
+    def without_protection(self) -> PolicyConfig:
+        """No minimum runtime, budget, delay or per-queue rule: the baselines model systems that
+        have none of Rota's protections."""
+        tiers = {
+            t: replace(p, preemptible_by=None, min_runtime_s=None, max_preemptions_per_job=None,
+                       preemption_delay_s=None)
+            for t, p in self.tiers.items()
+        }
+        return replace(self, tiers=tiers, min_runtime_s=0.0, max_preemptions_per_job=1_000_000,
+                       preemption_delay_s=0.0)
 
     def shares(self, teams: Iterable[str]) -> dict[str, float]:
         """Fair-share shares of every configured team and of `teams` (1 for a team without one)."""
@@ -148,6 +216,10 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
             preemptible=queue.preemptible,
             grace_s=queue.preemption_grace_s,
             long_wait_s=queue.long_wait_threshold_s,
+            preemptible_by=None if queue.preemptible_by is None else frozenset(queue.preemptible_by),
+            min_runtime_s=queue.min_runtime_s,
+            max_preemptions_per_job=queue.max_preemptions_per_job,
+            preemption_delay_s=queue.preemption_delay_s,
         )
         for tier, queue in config.queues.items()
     }
@@ -175,4 +247,5 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
         checkpoint_save_s=preemption.checkpoint_save_s,
         max_preemption_attempts=preemption.max_attempts_per_cycle,
         max_lost_gpu_s_per_plan=preemption.max_lost_gpu_s_per_plan,
+        preemption_delay_s=preemption.delay_s,
     )

@@ -120,6 +120,9 @@ class Cycle:
         self.plan_ready_at: dict[str, float] = {}
         """Per preemptor, when its victims are expected to have saved and stopped."""
         self.abandoned: list[str] = []
+        self.deferred: dict[str, float] = {}
+        """Jobs that would have searched for victims but for their queue's preemption delay,
+        and when it ends."""
         self.head_of_line = ""
         """The job that blocks all behind it, under policies without backfill."""
         self.free_at_start = dict(self.state.free_total)

@@ -100,4 +100,5 @@ def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules
         pending=pending,
         diagnoses=diagnoses,
         abandoned_plans=tuple(cy.abandoned),
+        deferred=tuple(sorted(cy.deferred.items())),
     )

@@ -413,6 +413,9 @@ class Decisions:
     diagnoses: tuple[Diagnosis, ...] = ()
     abandoned_plans: tuple[str, ...] = ()
     """Preemptor job ids whose in-flight plan can no longer complete; the caller drops them."""
+    deferred: tuple[tuple[str, float], ...] = ()
+    """Jobs that would have searched for victims but for their queue's preemption delay, each
+    with when the delay ends: a caller that runs cycles only on events wakes up then."""
 
 
 EMPTY_DECISIONS: Final = Decisions()

@@ -9,7 +9,8 @@ Rota's victim order (DESIGN §4):
      since the last checkpoint;
   2. borrowed capacity that its owner reclaims (the preemptor's team stays within its quota);
   3. production work, as a last resort, and only borrowed production work of another team.
-A run younger than the minimum runtime, or out of preemption budget, is never a victim.
+A run younger than its queue's minimum runtime, or out of its queue's preemption budget, is
+never a victim, nor is a run whose queue's `preemptible_by` leaves out the preemptor's tier.
 Another team's in-quota training or production work is never a victim: only what that team
 borrowed is reclaimable. Experiment work is never guaranteed (DESIGN §1: it "uses idle GPUs"),
 so any higher tier may stop it, in quota or not.
@@ -23,11 +24,11 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from rota.contracts.common import Tier
+from rota.contracts.common import TIER_ORDER, Tier
 from rota.contracts.job import RackAffinity
 
 from rota_policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, VictimChoice
@@ -138,18 +139,22 @@ def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float
     if held is None:
         held = ctx.below[key] = {}
         now, index = ctx.now, ctx.state.layout.index
+        shielded = ctx.config.protection(TIER_ORDER[rank]).shielded_from
         for run, run_rank in victim_pool(ctx, flavor):
-            if run_rank > rank and rota_loss(run, now) <= cap:
+            if run_rank > rank and run.tier not in shielded and rota_loss(run, now) <= cap:
                 gpus_by_node(run, index, held)
     return held
 
 
 def victim_category(
     job: PendingJob, run: RunningRun, run_rank: int, may_reclaim: bool, borrowing: dict[str, int],
-    quota: QuotaBook,
+    quota: QuotaBook, shielded: Container[Tier],
 ) -> int | None:
     """The category `run` has as a victim of `job`, or None if no rule lets `job` stop it.
-    `borrowing` memoizes per team what it borrows of the flavor, for one search."""
+    `borrowing` memoizes per team what it borrows of the flavor, for one search; `shielded` are
+    the tiers whose queues do not let `job`'s tier stop them (`Protection.shielded_from`)."""
+    if run.tier in shielded:
+        return None
     lower = run_rank > job.tier.rank
     if run.team == job.team:
         return LOWER_TIER if lower else None
@@ -195,12 +200,13 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     if lower_tier_loses_too_much(job, ctx, may_reclaim):
         return []
     borrowing: dict[str, int] = {}
+    shielded = ctx.config.protection(job.tier).shielded_from
     picked: list[tuple[RunningRun, int, int]] = []
     picked_gpus = 0
     for run, run_rank in victim_pool(ctx, flavor):
         if run.run_id in taken:
             continue
-        category = victim_category(job, run, run_rank, may_reclaim, borrowing, quota)
+        category = victim_category(job, run, run_rank, may_reclaim, borrowing, quota, shielded)
         if category is None:
             continue
         picked.append((run, run_rank, category))

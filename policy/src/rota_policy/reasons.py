@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import MappingProxyType
 
-from rota.contracts.common import TIER_ORDER, Tier
+from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import NO_ETA, Block
@@ -31,6 +30,7 @@ from rota_policy.model import (
     ScoreBreakdown,
 )
 from rota_policy.ordering import QueueWalk, submit_key, tier_queues
+from rota_policy.protection import Borrowers, delay_reason, protected_borrowers, reclaim_reason
 
 __all__ = ["explain"]
 
@@ -70,9 +70,8 @@ class _Shared:
 
     details: dict[tuple[int, int, int], Details]
     capacity_reasons: dict[tuple[str, str, int, int], Reason]
-    protected: dict[str, list[tuple[float, int, str]]] | None = None
-    """Per flavor, borrowed runs that only their minimum runtime protects from being taken back:
-    (when it ends, GPUs, team), soonest first (`_reclaim`)."""
+    protected: Borrowers | None = None
+    """Borrowed runs that only their minimum runtime protects (`protection.reclaim_reason`)."""
 
     def base(self, gpus: int, free: int, capacity: int) -> Details:
         key = (gpus, free, capacity)
@@ -251,59 +250,20 @@ def _explanation(
     reasons = _reasons(cy, shared, job, block, pos, ahead_gpus)
     if reasons[0].code in NO_ETA:
         start = None
-    elif reasons[0].code is Code.INSUFFICIENT_CAPACITY and cy.rules.planner is not None:
-        reclaim = _reclaim(cy, shared, job)
-        if reclaim is not None:
-            at, reason = reclaim
-            reasons = (reason, *reasons[1:])
-            start = at if start is None else min(start, at)
+    else:
+        if reasons[0].code is Code.INSUFFICIENT_CAPACITY and cy.rules.planner is not None:
+            if shared.protected is None:
+                shared.protected = protected_borrowers(cy)
+            reclaim = reclaim_reason(cy, job, shared.protected)
+            if reclaim is not None:
+                at, reason = reclaim
+                reasons = (reason, *reasons[1:])
+                start = at if start is None else min(start, at)
+        delayed = delay_reason(cy, job, start)
+        if delayed is not None:
+            start, reason = delayed
+            reasons = (reasons[0], reason, *reasons[1:])
     return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
-
-
-def _reclaim(cy: Cycle, shared: _Shared, job: PendingJob) -> tuple[float, Reason] | None:
-    """For a job within its team's quota, short of GPUs because other teams borrowed them and
-    their runs are still under the minimum runtime: when enough of them may be taken back (plus
-    the save), and a reason that says so."""
-    f, team, quota = job.flavor, job.team, cy.quota
-    if quota.in_use(team, f) + job.gpus > quota.limits(team, f).quota or not cy.config.preemption:
-        return None
-    if shared.protected is None:
-        shared.protected = _protected_borrowers(cy)
-    free = cy.state.free_total.get(f, 0)
-    got, lenders = free, Counter[str]()
-    for until, gpus, other in shared.protected.get(f, ()):
-        if other == team:
-            continue
-        got += gpus
-        lenders[other] += gpus
-        if got >= job.gpus:
-            at = until + cy.config.checkpoint_save_s
-            teams = ", ".join(f"{n} GPUs to {t}" for t, n in sorted(lenders.items()))
-            message = (f"needs {job.gpus} {f} GPUs; {free} are free. Team {team} is within its quota"
-                       f" and has lent {teams}: they can be taken back at {_clock(until)}, when the"
-                       " borrowers' minimum runtime ends")
-            details = (("gpus", job.gpus), ("free", free), ("reclaimable_at", at))
-            return at, Reason(Code.INSUFFICIENT_CAPACITY, message, details)
-    return None
-
-
-def _clock(epoch: float) -> str:
-    # An absolute time, so that the message does not change from one cycle to the next.
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _protected_borrowers(cy: Cycle) -> dict[str, list[tuple[float, int, str]]]:
-    now, cfg, quota = cy.now, cy.config, cy.quota
-    out: dict[str, list[tuple[float, int, str]]] = {}
-    for run in cy.snapshot.running:
-        until = run.started_at + cfg.min_runtime_s
-        if (until > now and run.run_id not in cy.taken and run.tier is not Tier.production
-                and cfg.tier(run.tier).preemptible and run.preemptions < cfg.max_preemptions_per_job
-                and quota.borrowing(run.team, run.flavor) > 0):
-            out.setdefault(run.flavor, []).append((until, run.gpus, run.team))
-    for runs in out.values():
-        runs.sort()
-    return out
 
 
 def _deep(

@@ -111,13 +111,20 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
     pool = ctx.pools.get(flavor)
     if pool is None:
         cfg = ctx.config
-        rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
-        now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
-        pool = [
-            (run, rank[run.tier])
-            for run in ctx.runs_by_flavor.get(flavor, ())
-            if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
-        ]
+        # Per tier: its rank, and the runtime and preemption count below which its runs are
+        # protected (the victim's queue decides its minimum runtime and budget).
+        now = ctx.now
+        rules = {
+            t: (i, p.min_runtime_s, p.max_preemptions)
+            for i, t in enumerate(TIER_ORDER)
+            if cfg.tier(t).preemptible
+            for p in (cfg.protection(t),)
+        }
+        pool = []
+        for run in ctx.runs_by_flavor.get(flavor, ()):
+            rule = rules.get(run.tier)
+            if rule is not None and now - run.started_at >= rule[1] and run.preemptions < rule[2]:
+                pool.append((run, rule[0]))
         ctx.pools[flavor] = pool
     return pool
 

@@ -113,6 +113,12 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
     patient = cy.rules.preempt_for_wait_target and code is Code.INSUFFICIENT_CAPACITY
     if patient and not _wait_target_at_stake(cy, job):
         return False
+    allowed_at = cy.config.preemption_allowed_at(job.tier, job.submitted_at)
+    if cy.now < allowed_at:
+        # Its queue's preemption delay: GPUs may still free themselves. It spends no attempt,
+        # so the jobs behind it search as if it had not been blocked.
+        cy.deferred[job.job_id] = allowed_at
+        return False
     w.attempts -= 1
     plan = w.planner(job, cy.preemption, cy)
     if plan is not None:

@@ -100,6 +100,10 @@ QUEUE_PENDING = SnapshotGauge(
     "rota_queue_pending_jobs", "Pending jobs by queue, team and primary wait reason.",
     ("queue", "team", "reason"))
 RUNNING_JOBS = SnapshotGauge("rota_running_jobs", "Jobs with a run started and not ended.")
+PREEMPTION_DEFERRED = SnapshotGauge(
+    "rota_preemption_deferred_jobs", "Pending jobs that their queue's preemption delay keeps, in"
+    " the last cycle, from stopping anyone while GPUs may still free themselves, by queue.",
+    ("queue",))
 GPUS_ALLOCATED = SnapshotGauge(
     "rota_gpus_allocated", "GPUs the ledger granted, by team and flavor.", ("team", "flavor"))
 GPUS_CAPACITY = SnapshotGauge("rota_gpus_capacity", "GPUs in the cluster by flavor.", ("flavor",))
@@ -162,7 +166,7 @@ Family = Counter | Gauge | Histogram | SnapshotGauge
 
 OWNERS: dict[str, tuple[Family, ...]] = {
     "scheduler": (QUEUE_WAIT, QUEUE_PENDING, RUNNING_JOBS, GPUS_ALLOCATED, GPUS_CAPACITY,
-                  QUOTA_USED_RATIO, TEAM_USAGE, SCHEDULE_CYCLE, DECISIONS),
+                  QUOTA_USED_RATIO, TEAM_USAGE, SCHEDULE_CYCLE, DECISIONS, PREEMPTION_DEFERRED),
     "preemption": (PREEMPTIONS, PREEMPTION_ACK, LOST_GPU_SECONDS),
     "executor": (JOB_RUNTIME, JOBS_FINISHED),
     "notifier": (NOTIFICATIONS,),

@@ -3,14 +3,18 @@
 `cheapest.cheapest_plan` stops costing victims once the first offers in cost order seat the
 gang; `preemption.rota_plan` costs every run the job may stop. On random clusters (runs of
 every tier, team, size and age, spanning nodes, resumable or not, some already victims) and
-random preemptors, both must give the same plan, or both none.
+random preemptors, both must give the same plan, or both none; with random per-queue
+protection too (who may preempt each queue, its minimum runtime and budget).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rota_policy import PendingJob, PolicyConfig
+from rota.contracts.common import Tier
+from rota_policy import PendingJob, PolicyConfig, TierPolicy
 from rota_policy.cheapest import cheapest_plan
 from rota_policy.core import ROTA_RULES
 from rota_policy.engine import Cycle
@@ -21,6 +25,17 @@ from tests.unit.policy.builders import World, gpu_jobs, team_config
 NOW = 50_000.0
 TEAMS = ("a", "b", "c")
 TIERS = ("production", "training", "experiment")
+
+
+def protections(base: TierPolicy) -> st.SearchStrategy[TierPolicy]:
+    """A queue's protection: any set of tiers that may preempt it, minimum runtimes about the
+    generated runs' ages, budgets about their preemption counts."""
+    return st.builds(
+        replace, st.just(base),
+        preemptible_by=st.one_of(st.none(), st.frozensets(st.sampled_from(tuple(Tier)))),
+        min_runtime_s=st.sampled_from((None, 0.0, 500.0, 5_000.0)),
+        max_preemptions_per_job=st.sampled_from((None, 0, 21)),
+    )  # fmt: skip
 
 
 @st.composite
@@ -54,6 +69,8 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
         borrowing=draw(st.sampled_from(({}, dict.fromkeys(TEAMS, 64)))),
         max_lost_gpu_s_per_plan=draw(st.sampled_from((0.0, None, 5_000.0))),
     )
+    if draw(st.booleans()):
+        config = config.with_overrides(tiers={t: draw(protections(config.tier(t))) for t in Tier})
     cy = Cycle(world.snapshot(jobs), NOW, config, ROTA_RULES)
     for run in world.runs:
         if draw(st.integers(0, 5)) == 0:

@@ -27,7 +27,7 @@ TEAMS = ("a", "b", "c")
 
 
 def _decided(d: Decisions) -> tuple[object, ...]:
-    return (d.admissions, d.plans, d.abandoned_plans)
+    return (d.admissions, d.plans, d.abandoned_plans, d.deferred)
 
 
 def _both(snap: Snapshot, config: PolicyConfig, rules: Rules) -> tuple[Decisions, Decisions]:
@@ -59,6 +59,7 @@ def behind_a_reservation(draw: st.DrawFn) -> tuple[Snapshot, PolicyConfig]:
         dict.fromkeys(TEAMS, 8),
         borrowing=draw(st.sampled_from(({}, {t: 16 for t in TEAMS}))),
         max_preemption_attempts=draw(st.sampled_from((0, 1, 64))),
+        preemption_delay_s=draw(st.sampled_from((0.0, 0.0, 15_000.0))),  # holds some jobs back
     )
     return world.snapshot(pending), config
 

@@ -64,5 +64,5 @@ KUEUE_RULES = Rules(name="kueue", order="tier_fifo", quotas=True, backfill="gree
 
 def schedule_kueue(snapshot: Snapshot, now: float, config: PolicyConfig) -> Decisions:
     """Kueue ignores Rota's minimum runtime and preemption budget, so they are switched off."""
-    kueue_config = config.with_overrides(min_runtime_s=0.0, max_preemptions_per_job=1_000_000)
+    kueue_config = config.without_protection()
     return run_cycle(snapshot, now, kueue_config, KUEUE_RULES)

@@ -60,5 +60,5 @@ SLURM_RULES = Rules(
 
 
 def schedule_slurm(snapshot: Snapshot, now: float, config: PolicyConfig) -> Decisions:
-    slurm_config = config.with_overrides(min_runtime_s=0.0, max_preemptions_per_job=1_000_000)
+    slurm_config = config.without_protection()
     return run_cycle(snapshot, now, slurm_config, SLURM_RULES)

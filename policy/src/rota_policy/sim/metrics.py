@@ -3,6 +3,9 @@
 wait      all pending time: before the first start, plus after each stop until the restart
 JCT       finish - submit
 lost      GPUs x the run time whose progress was discarded, / 3600
+deferred  jobs that their queue's preemption delay kept, once or more, from stopping anyone
+          (`preemption_deferred_jobs`), and of those the ones that started without a plan of
+          their own (`deferred_started_without_preemption`): GPUs freed themselves in time
 overhead  GPUs x (notice or SIGTERM to stop, plus restart overhead), / 3600
 util      busy GPU-seconds between the first and the last submission / (capacity x that span)
 fairness  Armada's fairness error, sampled every 300 s while demand >= capacity (the count of
@@ -40,6 +43,7 @@ Estimates = dict[str, float | None]
 METRIC_KEYS = (
     "policy", "jobs", "completed", "wall_s", "avg_jct_s", "avg_wait_s", "avg_wait_s_by_tier",
     "p50_wait_s_by_tier", "p95_wait_s_by_tier", "max_wait_s", "utilization", "goodput", "preemptions",
+    "preemptions_by_victim_tier", "preemption_deferred_jobs", "deferred_started_without_preemption",
     "lost_gpu_hours", "preemption_overhead_gpu_hours", "fairness_error",
     "fairness_samples", "long_term_fairness_error", "teams_waiting_samples", "eta_median_rel_error",
     "eta_waited_jobs",
@@ -95,6 +99,12 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "utilization": sim.busy_gpu_s / (sim.capacity * span),
         "goodput": max(0.0, sim.busy_gpu_s - sim.lost_gpu_s - sim.overhead_gpu_s) / (sim.capacity * span),
         "preemptions": sim.preemptions,
+        "preemptions_by_victim_tier": dict(sim.victims_by_tier),
+        "preemption_deferred_jobs": len(sim.deferred_jobs),
+        "deferred_started_without_preemption": sum(
+            1 for job_id in sim.deferred_jobs
+            if job_id not in sim.preemptors and sim.by_id[job_id].first_start is not None
+        ),
         "lost_gpu_hours": sim.lost_gpu_s / 3600.0,
         "preemption_overhead_gpu_hours": sim.overhead_gpu_s / 3600.0,
         "fairness_error": sim.fairness.value,

@@ -197,6 +197,11 @@ class Simulator:
         self.next_timeline = 0.0
         self.clock = 0.0
         self.preemptions = 0
+        self.victims_by_tier = dict.fromkeys((t.value for t in Tier), 0)
+        self.deferred_jobs: set[str] = set()
+        """Jobs whose queue's preemption delay kept them from searching for victims, once or more."""
+        self.preemptors: set[str] = set()
+        self.wakeups: set[float] = set()
         self.lost_gpu_s = 0.0
         self.overhead_gpu_s = 0.0
         self.cycles = 0
@@ -431,6 +436,7 @@ class Simulator:
         if finish_at <= t + delay:
             return  # it ends on its own before it would have stopped: nothing is lost
         self.preemptions += 1
+        self.victims_by_tier[tj.tier.value] += 1
         job.preemptions += 1
         job.saved = saved
         job.lost_s += done - saved
@@ -504,11 +510,25 @@ class Simulator:
             self.plans[plan.preemptor_job_id] = PlanInFlight(
                 plan.preemptor_job_id, tuple(victims), plan.target, t
             )
+        self._defer(decisions)
         for ex in decisions.pending:
             job = self.by_id[ex.job_id]
             if not job.first_reason:
                 job.first_reason = ex.reasons[0].code.value
         self._record_etas(decisions, t)
+
+    def _defer(self, decisions: Decisions) -> None:
+        """Jobs held by their queue's preemption delay: a cycle when it ends, as a live
+        scheduler's tick would run one, even if nothing else happens then."""
+        for plan in decisions.plans:
+            self.preemptors.add(plan.preemptor_job_id)
+        for job_id, at in decisions.deferred:
+            self.deferred_jobs.add(job_id)
+            if self.cycle_s > 0:
+                at = math.ceil(at / self.cycle_s) * self.cycle_s
+            if at not in self.wakeups:
+                self.wakeups.add(at)
+                self._push(at, _CYCLE, -1, 0)
 
     def _record_etas(self, decisions: Decisions, t: float) -> None:
         for job_id in self.explained_new:

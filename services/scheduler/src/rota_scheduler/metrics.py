@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from rota import metrics
 from rota.config import RotaConfig
+from rota.contracts.common import Tier
 from rota_policy import Decisions
 
 from rota_scheduler.actions import DecisionRecord
@@ -40,6 +41,12 @@ def observe_cycle(view: ClusterView, decisions: Decisions, now: float, *,
         metrics.QUEUE_PENDING.set_all({k: float(v) for k, v in pending.items()})
         metrics.RUNNING_JOBS.set_all(
             {(): float(sum(1 for j in view.jobs.values() if j.state == "running"))})
+
+    deferred = Counter(
+        found.spec.queue.value for job_id, _ in decisions.deferred if (found := view.jobs.get(job_id))
+    )
+    metrics.PREEMPTION_DEFERRED.set_all(
+        {(tier.value,): float(deferred.get(tier.value, 0)) for tier in Tier})
 
     allocated = gpus_allocated(view)
     metrics.GPUS_ALLOCATED.set_all({k: float(v) for k, v in allocated.items()})

@@ -96,6 +96,15 @@ def semantic_issues(config: RotaConfig) -> list[ConfigIssue]:
                         f"must be <= the team's quota ({team.quota.get(flavor, 0)})",
                     )
                 )
+    for tier, queue in config.queues.items():
+        by = queue.preemptible_by
+        if by is None:
+            continue
+        where = f"queues.{tier.value}.preemptible_by"
+        if len(set(by)) != len(by):
+            issues.append(ConfigIssue(where, "lists a tier twice"))
+        if by and not queue.preemptible:
+            issues.append(ConfigIssue(where, "must be empty or absent when preemptible is false"))
     for flavor in flavors:
         promised = sum(team.quota.get(flavor, 0) for team in config.teams.values())
         if promised > capacity.get(flavor, 0):

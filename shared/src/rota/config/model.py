@@ -46,12 +46,34 @@ class Cluster(_Strict):
 
 
 class Queue(_Strict):
-    """A tier. Tiers are strict priority classes; `weight` orders jobs within scoring."""
+    """A tier. Tiers are strict priority classes; `weight` orders jobs within scoring.
+
+    The protection fields say how this queue's running jobs are shielded from preemption, and
+    how long its pending jobs wait before they stop anyone; unset, the `preemption` section's
+    value applies."""
 
     weight: float = Field(1.0, ge=0)
     preemptible: bool = True
     preemption_grace_s: float = Field(300.0, ge=0, le=86_400)
     long_wait_threshold_s: float = Field(3600.0, gt=0)
+    preemptible_by: list[Tier] | None = Field(
+        None,
+        description="Tiers whose jobs may stop this queue's jobs, by any rule (lower tier or"
+        " reclaim); absent = every tier a rule allows.",
+    )
+    min_runtime_s: float | None = Field(
+        None, ge=0, description="A run of this queue younger than this is never a victim."
+    )
+    max_preemptions_per_job: int | None = Field(
+        None, ge=0, description="A job of this queue preempted this often is never a victim again."
+    )
+    preemption_delay_s: float | None = Field(
+        None,
+        ge=0,
+        le=7 * 86_400,
+        description="How long after submission a job of this queue waits for GPUs to free"
+        " themselves before it stops anyone.",
+    )
 
 
 class Contact(_Strict):
@@ -98,6 +120,13 @@ class Preemption(_Strict):
     enabled: bool = True
     min_runtime_s: float = Field(300.0, ge=0)
     max_preemptions_per_job: int = Field(10, ge=0)
+    delay_s: float = Field(
+        0.0,
+        ge=0,
+        le=7 * 86_400,
+        description="How long after submission a job waits for GPUs to free themselves before"
+        " it stops anyone (0: it may preempt at once); a queue's preemption_delay_s overrides it.",
+    )
     default_grace_s: float = Field(300.0, ge=0, le=86_400)
     checkpoint_save_s: float = Field(
         60.0, ge=0, le=3600, description="Expected time for a resumable victim to save on notice."
