@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from rota.budget import Period
 from rota.config.model import RotaConfig
 from rota.contracts.common import TIER_ORDER, Tier
 
 __all__ = [
     "NO_LIMITS",
+    "BudgetLimit",
     "PolicyConfig",
     "ScoreWeights",
     "TeamLimits",
@@ -40,6 +42,21 @@ class TeamLimits:
 
 
 NO_LIMITS = TeamLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimit:
+    """A team's GPU-hour budget on one flavor per UTC calendar period."""
+
+    gpu_hours: float
+    period: Period = Period.month
+    idle_only: bool = False
+    """At the budget, jobs start on idle GPUs and the team's runs may be preempted by anyone;
+    False: they wait with BUDGET_EXHAUSTED until the period resets."""
+
+    @property
+    def gpu_s(self) -> float:
+        return self.gpu_hours * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +116,8 @@ class PolicyConfig:
     """Unsaved GPU-seconds a plan may destroy, whatever the preemptor's tier (None: no cap).
     With save-on-notice a resumable victim loses nothing, so by default no plan stops a job
     that cannot checkpoint: it runs to its end."""
+    budgets: dict[tuple[str, str], BudgetLimit] = field(default_factory=dict)
+    """Per (team, flavor), its GPU-hour budget; a pair without one is never limited by use."""
 
     _shares: dict[str, float] = field(init=False, repr=False, compare=False)
 
@@ -175,4 +194,9 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
         checkpoint_save_s=preemption.checkpoint_save_s,
         max_preemption_attempts=preemption.max_attempts_per_cycle,
         max_lost_gpu_s_per_plan=preemption.max_lost_gpu_s_per_plan,
+        budgets={
+            (name, flavor): BudgetLimit(budget.gpu_hours, budget.period, budget.when_exhausted == "idle_only")
+            for name, team in config.teams.items()
+            for flavor, budget in team.budgets.items()
+        },
     )

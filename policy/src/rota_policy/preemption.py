@@ -12,7 +12,8 @@ Rota's victim order (DESIGN §4):
 A run younger than the minimum runtime, or out of preemption budget, is never a victim.
 Another team's in-quota training or production work is never a victim: only what that team
 borrowed is reclaimable. Experiment work is never guaranteed (DESIGN §1: it "uses idle GPUs"),
-so any higher tier may stop it, in quota or not.
+so any higher tier may stop it, in quota or not; nor is the work of a team past a GPU-hour
+budget that keeps it to idle GPUs (`idle_only`), which ranks below every tier.
 
 Rota's victims get a notice and save before they stop, so a resumable victim loses nothing:
 its expected loss is 0 and only a victim that cannot checkpoint loses its run. No plan may
@@ -34,6 +35,7 @@ from rota_policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, Vict
 from rota_policy.placement import ClusterState, Fit, fit_on_counts
 from rota_policy.quota import QuotaBook
 from rota_policy.victimpool import (
+    OVER_BUDGET,
     PoolRun,
     PreemptionContext,
     Ranked,
@@ -159,7 +161,7 @@ def victim_category(
     if lent is None:
         lent = borrowing[run.team] = quota.borrowing(run.team, job.flavor)
     borrowed = lent >= run.gpus
-    if lower and (borrowed or run.tier is Tier.experiment):
+    if lower and (borrowed or run.tier is Tier.experiment or run_rank == OVER_BUDGET):
         return LOWER_TIER
     if not borrowed or not may_reclaim:
         return None

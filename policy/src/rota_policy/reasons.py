@@ -21,7 +21,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy.block import NO_ETA, Block
 from rota_policy.cycle import Cycle
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
-from rota_policy.ladder import admission_block
+from rota_policy.ladder import admission_block, budget_block
 from rota_policy.model import (
     Diagnosis,
     PendingExplanation,
@@ -42,6 +42,7 @@ _CAUSE: Mapping[Code, str] = MappingProxyType({
     Code.EXCEEDS_CLUSTER: "request_too_large",
     Code.FRAGMENTATION: "fragmentation",
     Code.PRIORITY: "queue_weight",
+    Code.BUDGET_EXHAUSTED: "budget_exhausted",
 })
 
 
@@ -131,6 +132,9 @@ def _reasons(
         details += (("reserved_for", block.detail),)
     elif code is Code.WAITING_FOR_PREEMPTION:
         msg = block.detail or "waiting for preempted runs to save a checkpoint and stop"
+    elif code is Code.BUDGET_EXHAUSTED:
+        msg = block.detail
+        details = _budget_details(cy, job)
     else:
         msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
         details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
@@ -151,7 +155,38 @@ def _reasons(
         )
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
         out.append(shared.capacity_reason(need, f, g, free, cap))
+    if cy.budget.idle_only:
+        idle = cy.budget.only_idle(job.team, f)
+        if idle is not None:
+            out.append(Reason(Code.BUDGET_EXHAUSTED, idle.message, _budget_details(cy, job)))
     return tuple(out)
+
+
+def _budget_details(cy: Cycle, job: PendingJob) -> Details:
+    spent = cy.budget.waits(job.team, job.flavor) or cy.budget.only_idle(job.team, job.flavor)
+    if spent is None:
+        return ()
+    return (
+        ("used_gpu_hours", round(spent.used_s / 3600.0, 3)),
+        ("budget_gpu_hours", spent.limit.gpu_hours),
+        ("period", spent.limit.period.value),
+        ("resets_at", spent.resets_at),
+    )
+
+
+def _block_of(cy: Cycle, job: PendingJob) -> Block | None:
+    """The block the walk recorded, or rung 2b's, which a walk that dropped the job's queue
+    whole (`shortcuts.hopeless`) did not record; it sets the ETA, so it is asked first."""
+    block = cy.blocks.get(job.job_id)
+    if block is None and cy.budget.waiting:
+        block = budget_block(cy, job)
+    return block
+
+
+def _budget_start(cy: Cycle, job: PendingJob) -> float:
+    """A job that waits for its budget starts no earlier than the reset."""
+    spent = cy.budget.waits(job.team, job.flavor)
+    return spent.resets_at if spent is not None else cy.now
 
 
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
@@ -211,11 +246,13 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             ahead_gpus = gpus_ahead.get(f, 0)
             position[f] = pos + 1
             gpus_ahead[f] = ahead_gpus + job.gpus
-            block = cy.blocks.get(job.job_id)
+            block = _block_of(cy, job)
             code = block.code if block is not None else None
             start: float | None
             if code is Code.WAITING_FOR_PREEMPTION:
                 start = eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, now))
+            elif code is Code.BUDGET_EXHAUSTED:
+                start = _budget_start(cy, job)
             elif code in NO_ETA:
                 start = None
             else:
@@ -267,6 +304,8 @@ def _reclaim(cy: Cycle, shared: _Shared, job: PendingJob) -> tuple[float, Reason
     f, team, quota = job.flavor, job.team, cy.quota
     if quota.in_use(team, f) + job.gpus > quota.limits(team, f).quota or not cy.config.preemption:
         return None
+    if cy.budget.only_idle(team, f) is not None:
+        return None  # past its budget it takes back nothing
     if shared.protected is None:
         shared.protected = _protected_borrowers(cy)
     free = cy.state.free_total.get(f, 0)
@@ -327,11 +366,13 @@ def _deep(
         f = job.flavor
         count, gpus, work = deep.ahead(job, default)
         pos = position.get(f, 0) + count
-        block = cy.blocks.get(job.job_id)
+        block = _block_of(cy, job)
         code = block.code if block is not None else None
         start: float | None = None
         if code is Code.WAITING_FOR_PREEMPTION:
             start = cy.plan_ready_at.get(job.job_id, cy.now)
+        elif code is Code.BUDGET_EXHAUSTED:
+            start = _budget_start(cy, job)
         elif code not in NO_ETA:
             capacity = cy.state.layout.capacity.get(f, 0) or 1
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity

@@ -22,6 +22,7 @@ from rota_policy.placement import ClusterState
 from rota_policy.quota import QuotaBook
 
 __all__ = [
+    "OVER_BUDGET",
     "Bucket",
     "BucketOrder",
     "PoolRun",
@@ -53,6 +54,9 @@ def expected_loss(run: RunningRun, now: float) -> float:
     unsaved = now - since
     return run.gpus * (unsaved if unsaved > 0.0 else 0.0)
 
+
+OVER_BUDGET = len(TIER_ORDER)
+"""The rank of a run whose team is past an `idle_only` budget: below the lowest tier."""
 
 PoolRun = tuple[RunningRun, int]
 """A run that may be a victim this cycle (not too young, within its preemption budget), and
@@ -104,6 +108,9 @@ class PreemptionContext:
     below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
     """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
     lose no more than the cap (`preemption._below_within_cap`)."""
+    idle_only: frozenset[tuple[str, str]] = frozenset()
+    """(team, flavor) pairs past a budget that keeps them to idle GPUs: their runs rank below
+    every tier (`OVER_BUDGET`), so anyone may stop them, as borrowed experiment work."""
 
 
 def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
@@ -113,11 +120,22 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
         cfg = ctx.config
         rank = {t: i for i, t in enumerate(TIER_ORDER) if cfg.tier(t).preemptible}
         now, min_runtime, budget = ctx.now, cfg.min_runtime_s, cfg.max_preemptions_per_job
-        pool = [
-            (run, rank[run.tier])
-            for run in ctx.runs_by_flavor.get(flavor, ())
-            if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
-        ]
+        over = ctx.idle_only
+        if over:
+            # Past an idle_only budget a run is preemptible whatever its tier's setting; the
+            # minimum runtime and the preemption budget still protect it from thrashing.
+            pool = [
+                (run, OVER_BUDGET if (run.team, flavor) in over else rank[run.tier])
+                for run in ctx.runs_by_flavor.get(flavor, ())
+                if (run.tier in rank or (run.team, flavor) in over)
+                and now - run.started_at >= min_runtime and run.preemptions < budget
+            ]
+        else:
+            pool = [
+                (run, rank[run.tier])
+                for run in ctx.runs_by_flavor.get(flavor, ())
+                if run.tier in rank and now - run.started_at >= min_runtime and run.preemptions < budget
+            ]
         ctx.pools[flavor] = pool
     return pool
 

@@ -103,7 +103,16 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "teams_waiting_samples": sim.teams_waiting_samples,
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
         **_eta_quality(sim),
+        **_budgets(sim),
     }
+
+
+def _budgets(sim: Simulator) -> dict[str, Any]:
+    """Only for a scenario with budgets, so that other replays report exactly what they did."""
+    if sim.budgets is None:
+        return {}
+    held = [j.wait for j in sim.jobs if j.t.job_id in sim.budgets.held]
+    return {"budget_held_jobs": len(held), "budget_held_avg_wait_s": _mean(held)}
 
 
 def _waited_errors(jobs: list[SimJob], estimates: Callable[[str], float | None]) -> tuple[list[float], int]:

@@ -1,0 +1,48 @@
+"""The replay's GPU-hour budgets: the meter fed by the simulator's runs, and which jobs a budget
+held (a metric of the replay only)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rota.budget import BudgetMeter
+
+from rota_policy.config import PolicyConfig
+
+__all__ = ["SimBudgets"]
+
+
+class SimBudgets:
+    """The use of every (team, flavor) with a budget, and the jobs that waited at a budget.
+
+    Only made when the scenario has budgets: without them the simulator keeps no meter and
+    passes no use, so a replay decides as it did before budgets existed.
+    """
+
+    __slots__ = ("_exhausted", "_limits", "held", "meter")
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self._limits = {key: lim.gpu_s for key, lim in config.budgets.items() if not lim.idle_only}
+        self.meter = BudgetMeter({key: lim.period for key, lim in config.budgets.items()})
+        self._exhausted: set[tuple[str, str]] = set()
+        self.held: set[str] = set()
+        """Jobs that were pending while their team's budget made them wait."""
+
+    def used(
+        self, now: float, pending: Iterable[tuple[tuple[str, str], Iterable[str]]]
+    ) -> dict[tuple[str, str], float]:
+        """Use at `now`, for the snapshot; marks the jobs of `pending` ((team, flavor), job ids)
+        whose pair has just reached a `wait` budget."""
+        used = self.meter.used(now)
+        exhausted = {key for key, limit in self._limits.items() if used.get(key, 0.0) >= limit}
+        fresh = exhausted - self._exhausted
+        self._exhausted = exhausted
+        if fresh:
+            for key, ids in pending:
+                if key in fresh:
+                    self.held.update(ids)
+        return used
+
+    def enqueued(self, team: str, flavor: str, job_id: str) -> None:
+        if (team, flavor) in self._exhausted:
+            self.held.add(job_id)
