@@ -379,8 +379,12 @@ def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionCo
     ):
         return False
     per_team: dict[str, int] = {}
+    over = ctx.idle_only
     for c in victims:
-        if c.run.team != job.team and c.run.tier is not Tier.experiment:
+        # Only borrowed GPUs of another team's guaranteed work may be taken: experiment work
+        # and work past an idle_only budget are guaranteed nothing.
+        if (c.run.team != job.team and c.run.tier is not Tier.experiment
+                and (not over or (c.run.team, job.flavor) not in over)):
             per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.gpus
     if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
         return False

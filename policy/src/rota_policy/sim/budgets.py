@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rota.budget import BudgetMeter
+from rota.budget import BudgetMeter, period_bounds
 
 from rota_policy.config import PolicyConfig
 
@@ -19,10 +19,13 @@ class SimBudgets:
     passes no use, so a replay decides as it did before budgets existed.
     """
 
-    __slots__ = ("_exhausted", "_limits", "held", "meter")
+    __slots__ = ("_exhausted", "_limits", "_periods", "held", "meter", "woken_at")
 
     def __init__(self, config: PolicyConfig) -> None:
         self._limits = {key: lim.gpu_s for key, lim in config.budgets.items() if not lim.idle_only}
+        self._periods = {key: lim.period for key, lim in config.budgets.items()}
+        self.woken_at: set[float] = set()
+        """Resets at which the simulator already has a cycle queued."""
         self.meter = BudgetMeter({key: lim.period for key, lim in config.budgets.items()})
         self._exhausted: set[tuple[str, str]] = set()
         self.held: set[str] = set()
@@ -42,6 +45,12 @@ class SimBudgets:
                 if key in fresh:
                     self.held.update(ids)
         return used
+
+    def next_reset(self, now: float) -> float | None:
+        """The earliest reset of a pair whose jobs wait for it: the replay runs a cycle then, as
+        nothing else might happen at that moment."""
+        ends = [period_bounds(self._periods[key], now)[1] for key in self._exhausted]
+        return min(ends) if ends else None
 
     def enqueued(self, team: str, flavor: str, job_id: str) -> None:
         if (team, flavor) in self._exhausted:

@@ -503,6 +503,14 @@ class Simulator:
         self.cycle_times.append(t)
         decisions = self.policy(self._snapshot(t), t, self.config)
         self._apply(decisions, t)
+        if self.budgets is not None:
+            self._wake_at_reset(self.budgets, t)
+
+    def _wake_at_reset(self, budgets: SimBudgets, t: float) -> None:
+        reset = budgets.next_reset(t)
+        if reset is not None and reset not in budgets.woken_at:
+            budgets.woken_at.add(reset)
+            self._push(reset, _CYCLE, -1, 0)
 
     def _apply(self, decisions: Decisions, t: float) -> None:
         for job_id in decisions.abandoned_plans:
