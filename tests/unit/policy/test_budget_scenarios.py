@@ -7,6 +7,7 @@ NOW (10,000 s after the epoch) lies in January 1970, so a monthly budget resets 
 
 from __future__ import annotations
 
+import pytest
 from rota.budget import Period
 from rota.contracts.common import Tier
 from rota.contracts.messages import WaitReasonCode as Code
@@ -16,7 +17,6 @@ from rota_policy.sim.metrics import metrics
 from rota_policy.sim.simulator import Simulator
 from rota_policy.sim.workload import TraceJob
 
-import pytest
 from tests.unit.policy.builders import Run, cluster, gpu_jobs, team_config
 from tests.unit.policy.test_policy_scenarios import NOW, Row, check_row, explanation
 
