@@ -299,6 +299,30 @@ class UsageRecorded(OpenModel):
     users: dict[str, StrictFloat] = Field(default_factory=dict, description="Keyed `team/user`.")
 
 
+class BudgetUse(OpenModel):
+    """One team's use of one flavor against its GPU-hour budget, in the current period."""
+
+    team: Name
+    flavor: Name
+    period: Annotated[str, Field(min_length=1, max_length=16)]
+    """day, week, month, quarter or year: a UTC calendar period."""
+    period_start: Timestamp
+    resets_at: Timestamp
+    used_gpu_hours: StrictFloat = Field(ge=0)
+    budget_gpu_hours: StrictFloat = Field(gt=0)
+    when_exhausted: Annotated[str, Field(min_length=1, max_length=16)]
+    """wait or idle_only (config `teams.<team>.budgets.<flavor>.when_exhausted`)."""
+
+
+class BudgetUsageRecorded(OpenModel):
+    """The scheduler's count of GPU-hours used against each budget this period (running runs
+    up to `as_of`). Published when a team crosses 80% or 100% of a budget, when a period
+    resets, and otherwise at most every few minutes; the notifier warns at 80%."""
+
+    as_of: Timestamp
+    budgets: list[BudgetUse] = Field(default_factory=list, max_length=10_000)
+
+
 # ---------------------------------------------------------------- preemption
 
 
