@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from rota.budget import Period
+from rota.budget import Exhaustion, Period
 from rota.config.model import RotaConfig
 from rota.contracts.common import TIER_ORDER, Tier
 
@@ -195,7 +195,9 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
         max_preemption_attempts=preemption.max_attempts_per_cycle,
         max_lost_gpu_s_per_plan=preemption.max_lost_gpu_s_per_plan,
         budgets={
-            (name, flavor): BudgetLimit(budget.gpu_hours, budget.period, budget.when_exhausted == "idle_only")
+            (name, flavor): BudgetLimit(
+                budget.gpu_hours, budget.period, budget.when_exhausted is Exhaustion.idle_only
+            )
             for name, team in config.teams.items()
             for flavor, budget in team.budgets.items()
         },

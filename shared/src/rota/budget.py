@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-__all__ = ["WARN_FRACTION", "BudgetMeter", "Period", "period_bounds", "period_label", "reset_text"]
+__all__ = [
+    "WARN_FRACTION", "BudgetMeter", "Exhaustion", "Period", "period_bounds", "period_label", "reset_text",
+]
 
 WARN_FRACTION = 0.8
 """The share of a budget at which the team is warned, once per period."""
@@ -25,6 +27,15 @@ class Period(StrEnum):
     month = "month"
     quarter = "quarter"
     year = "year"
+
+
+class Exhaustion(StrEnum):
+    """What a team's jobs do once it has used its budget, until the period resets."""
+
+    wait = "wait"
+    """New jobs wait with BUDGET_EXHAUSTED; running ones go on."""
+    idle_only = "idle_only"
+    """New jobs start only on idle GPUs, and the team's runs may be preempted by anyone."""
 
 
 def _start_of(period: Period, at: datetime) -> datetime:

@@ -35,7 +35,7 @@ def budget_uses(view: ClusterView, now: float) -> list[m.BudgetUse]:
             out.append(m.BudgetUse(
                 team=name, flavor=flavor, period=budget.period.value, period_start=_at(start),
                 resets_at=_at(end), used_gpu_hours=used.get((name, flavor), 0.0) / 3600.0,
-                budget_gpu_hours=budget.gpu_hours, when_exhausted=budget.when_exhausted,
+                budget_gpu_hours=budget.gpu_hours, when_exhausted=budget.when_exhausted.value,
             ))  # fmt: skip
     return out
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rota.budget import Period
+from rota.budget import Exhaustion, Period
 from rota.contracts.common import Name, Tier
 
 NonNegGpus = Annotated[int, Field(ge=0, le=1_000_000)]
@@ -68,8 +68,8 @@ class Budget(_Strict):
 
     gpu_hours: float = Field(gt=0, le=1e9)
     period: Period = Period.month
-    when_exhausted: Literal["wait", "idle_only"] = Field(
-        "wait",
+    when_exhausted: Exhaustion = Field(
+        Exhaustion.wait,
         description="wait: new jobs wait with BUDGET_EXHAUSTED until the period resets;"
         " idle_only: they start only on idle GPUs, and the team's runs may be preempted by anyone.",
     )
