@@ -98,8 +98,7 @@ def _reasons(
     cy: Cycle, shared: _Shared, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
 ) -> tuple[Reason, ...]:
     f, g, state = job.flavor, job.gpus, cy.state
-    free = state.free_total.get(f, 0)
-    cap = state.layout.capacity.get(f, 0)
+    free, cap = state.free_total.get(f, 0), state.layout.capacity.get(f, 0)
     need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
     if block is None:
         # No turn recorded a block (the walk never reached it, or it was not asked about):
@@ -133,8 +132,7 @@ def _reasons(
     elif code is Code.WAITING_FOR_PREEMPTION:
         msg = block.detail or "waiting for preempted runs to save a checkpoint and stop"
     elif code is Code.BUDGET_EXHAUSTED:
-        msg = block.detail
-        details = _budget_details(cy, job)
+        msg, details = block.detail, _budget_details(cy, job)
     else:
         msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
         details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
@@ -155,11 +153,13 @@ def _reasons(
         )
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
         out.append(shared.capacity_reason(need, f, g, free, cap))
-    if cy.budget.idle_only:
-        idle = cy.budget.only_idle(job.team, f)
-        if idle is not None:
-            out.append(Reason(Code.BUDGET_EXHAUSTED, idle.message, _budget_details(cy, job)))
-    return tuple(out)
+    return tuple(out) if not cy.budget.idle_only else (*out, *_idle_only(cy, job))
+
+
+def _idle_only(cy: Cycle, job: PendingJob) -> tuple[Reason, ...]:
+    """A job past an idle_only budget is told so beside what blocks it now."""
+    idle = cy.budget.only_idle(job.team, job.flavor)
+    return () if idle is None else (Reason(Code.BUDGET_EXHAUSTED, idle.message, _budget_details(cy, job)),)
 
 
 def _budget_details(cy: Cycle, job: PendingJob) -> Details:
@@ -232,7 +232,6 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     gpus_ahead: dict[str, int] = {}
     done: dict[tuple[object, str, str], int] = {}
     out: list[tuple[PendingJob, PendingExplanation]] = []
-    now = cy.now
     groups = _groups(cy)
     key = submit_key if cy.rules.order == "submit" else cy.order_key()
     for group in groups:
@@ -247,16 +246,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             position[f] = pos + 1
             gpus_ahead[f] = ahead_gpus + job.gpus
             block = _block_of(cy, job)
-            code = block.code if block is not None else None
-            start: float | None
-            if code is Code.WAITING_FOR_PREEMPTION:
-                start = eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, now))
-            elif code is Code.BUDGET_EXHAUSTED:
-                start = _budget_start(cy, job)
-            elif code in NO_ETA:
-                start = None
-            else:
-                start = eta.start(job)
+            start = _start(cy, eta, job, block.code if block is not None else None)
             if remaining is None:
                 out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
             elif job.job_id in remaining:
@@ -274,6 +264,15 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
         deep = [j for j in targets if j.job_id in remaining]
         out.extend(_deep(cy, shared, deep, groups, done, key, eta, position, gpus_ahead))
     return tuple(ex for _, ex in out), _diagnose(cy, out)
+
+
+def _start(cy: Cycle, eta: Eta, job: PendingJob, code: Code | None) -> float | None:
+    """The job's ETA in the exact walk, from the block its turn gave it."""
+    if code is Code.WAITING_FOR_PREEMPTION:
+        return eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, cy.now))
+    if code is Code.BUDGET_EXHAUSTED:
+        return _budget_start(cy, job)  # nor does it take GPUs ahead of others in the schedule
+    return None if code in NO_ETA else eta.start(job)
 
 
 def _explanation(
