@@ -112,7 +112,15 @@ def _budgets(sim: Simulator) -> dict[str, Any]:
     if sim.budgets is None:
         return {}
     held = [j.wait for j in sim.jobs if j.t.job_id in sim.budgets.held]
-    return {"budget_held_jobs": len(held), "budget_held_avg_wait_s": _mean(held)}
+    teams = {team for team, _ in sim.config.budgets}
+    with_budget = [j.wait for j in sim.jobs if j.t.team in teams]
+    others = [j.wait for j in sim.jobs if j.t.team not in teams]
+    return {
+        "budget_held_jobs": len(held),
+        "budget_held_avg_wait_s": _mean(held),
+        "budget_teams_avg_wait_s": _mean(with_budget),
+        "budget_other_teams_avg_wait_s": _mean(others),
+    }
 
 
 def _waited_errors(jobs: list[SimJob], estimates: Callable[[str], float | None]) -> tuple[list[float], int]:
