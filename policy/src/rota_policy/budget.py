@@ -31,16 +31,20 @@ class Exhausted:
     @property
     def message(self) -> str:
         lim = self.limit
-        used_h = self.used_s / 3600.0
         then = (
             "its jobs start only on idle GPUs, and may be preempted by anyone, until"
             if lim.idle_only
             else "its jobs wait until"
         )
         return (
-            f"team {self.team} has used {used_h:,.0f} of {lim.gpu_hours:,.0f} {self.flavor} GPU-hours"
+            f"team {self.team} has used {_hours(self.used_s / 3600.0)} of {_hours(lim.gpu_hours)}"
+            f" {self.flavor} GPU-hours"
             f" this {lim.period.value}; {then} the budget resets at {reset_text(self.resets_at)}"
         )
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
 
 
 class BudgetState:

@@ -147,6 +147,8 @@ def _reserve_or_hold(w: WalkState, job: PendingJob, code: Code) -> bool:
     cy, backfill = w.cy, w.cy.rules.backfill
     if code is Code.QUOTA_EXCEEDED:
         return True
+    if cy.budget.idle_only and cy.budget.only_idle(job.team, job.flavor) is not None:
+        return True  # past its budget it takes idle GPUs as they come, and holds none back
     if backfill == "none":
         cy.head_of_line = cy.head_of_line or job.job_id
         if cy.rules.order == "submit":
