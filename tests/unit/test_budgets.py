@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from rota import metrics
 from rota.budget import BudgetMeter, Period, period_bounds, period_label
 from rota.config import ConfigError, parse_config
 from rota.config.loader import example_text
@@ -18,6 +19,7 @@ from rota_notifier.domain import Kind, budget_notices
 from rota_notifier.render import Renderer
 from rota_notifier.routing import Channel, route
 from rota_policy import BudgetLimit, policy_config_from, schedule
+from rota_scheduler import metrics as scheduler_metrics
 from rota_scheduler.budgets import REPORT_EVERY_S, BudgetReporter, budget_uses
 
 from tests.unit.scheduler_service.test_view_and_actions import Story, of
@@ -133,6 +135,16 @@ def test_the_report_goes_out_at_once_on_a_crossing_and_otherwise_every_few_minut
     assert crossing is not None and crossing.budgets[0].used_gpu_hours == pytest.approx(8.0)
     later = story.now + 0.8 * 10 * HOUR / 8 + REPORT_EVERY_S
     assert reporter.report(story.view, later) is not None
+
+
+def test_the_gauges_show_use_against_the_budget_only_where_there_is_one() -> None:
+    story, _ = _running_story(8)
+    story.now += HOUR
+    decisions = schedule(story.view.snapshot(story.now), story.now, policy_config_from(BUDGETED))
+    scheduler_metrics.observe_cycle(story.view, decisions, story.now)
+    assert metrics.BUDGET_USED_GPU_HOURS.value("nlp", "h100") == 8.0
+    assert metrics.BUDGET_GPU_HOURS.value("nlp", "h100") == 10.0
+    assert metrics.BUDGET_USED_GPU_HOURS.value("vision", "h100") is None
 
 
 def test_no_budget_no_report() -> None:
