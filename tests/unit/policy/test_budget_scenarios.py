@@ -132,7 +132,10 @@ def test_a_budget_running_out_mid_run() -> None:
     assert nxt.first_reason == Code.BUDGET_EXHAUSTED.value
     assert nxt.first_start == 86_400.0
     assert sim.etas.at_submit["next"] == 86_400.0
-    assert metrics(sim, 0.0)["budget_held_jobs"] == 1
+    result = metrics(sim, 0.0)
+    assert result["budget_held_jobs"] == 1
+    # The first run went on past the budget: 24 of 16 GPU-hours on the first day.
+    assert result["budget_peak_gpu_hours"]["nlp/gpu 1970-01-01"] == 24.0
 
 
 def test_a_job_submitted_before_the_budget_ran_out_is_held_too() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rota.budget import BudgetMeter, period_bounds
+from rota.budget import BudgetMeter, period_bounds, period_label
 
 from rota_policy.config import PolicyConfig
 
@@ -19,7 +19,7 @@ class SimBudgets:
     passes no use, so a replay decides as it did before budgets existed.
     """
 
-    __slots__ = ("_exhausted", "_limits", "_periods", "held", "meter", "woken_at")
+    __slots__ = ("_exhausted", "_limits", "_periods", "held", "meter", "peaks", "woken_at")
 
     def __init__(self, config: PolicyConfig) -> None:
         self._limits = {key: lim.gpu_s for key, lim in config.budgets.items() if not lim.idle_only}
@@ -30,6 +30,9 @@ class SimBudgets:
         self._exhausted: set[tuple[str, str]] = set()
         self.held: set[str] = set()
         """Jobs that were pending while their team's budget made them wait."""
+        self.peaks: dict[str, float] = {}
+        """Per "team/flavor period", the most GPU-hours used as read at a cycle: how far
+        running work takes use past a budget that is checked only at start."""
 
     def used(
         self, now: float, pending: Iterable[tuple[tuple[str, str], Iterable[str]]]
@@ -37,6 +40,12 @@ class SimBudgets:
         """Use at `now`, for the snapshot; marks the jobs of `pending` ((team, flavor), job ids)
         whose pair has just reached a `wait` budget."""
         used = self.meter.used(now)
+        peaks = self.peaks
+        for (team, flavor), spent in used.items():
+            label = f"{team}/{flavor} {period_label(self._periods[(team, flavor)], now)}"
+            hours = spent / 3600.0
+            if hours > peaks.get(label, 0.0):
+                peaks[label] = hours
         exhausted = {key for key, limit in self._limits.items() if used.get(key, 0.0) >= limit}
         fresh = exhausted - self._exhausted
         self._exhausted = exhausted

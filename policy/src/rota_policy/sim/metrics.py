@@ -120,6 +120,7 @@ def _budgets(sim: Simulator) -> dict[str, Any]:
         "budget_held_avg_wait_s": _mean(held),
         "budget_teams_avg_wait_s": _mean(with_budget),
         "budget_other_teams_avg_wait_s": _mean(others),
+        "budget_peak_gpu_hours": {k: round(v, 1) for k, v in sorted(sim.budgets.peaks.items())},
     }
 
 
