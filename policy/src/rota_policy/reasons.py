@@ -19,9 +19,10 @@ from rota.contracts.common import TIER_ORDER, Tier
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import NO_ETA, Block
+from rota_policy.budget_reasons import block_of, budget_details, budget_start, idle_only_reasons
 from rota_policy.cycle import Cycle
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
-from rota_policy.ladder import admission_block, budget_block
+from rota_policy.ladder import admission_block
 from rota_policy.model import (
     Diagnosis,
     PendingExplanation,
@@ -132,7 +133,7 @@ def _reasons(
     elif code is Code.WAITING_FOR_PREEMPTION:
         msg = block.detail or "waiting for preempted runs to save a checkpoint and stop"
     elif code is Code.BUDGET_EXHAUSTED:
-        msg, details = block.detail, _budget_details(cy, job)
+        msg, details = block.detail, budget_details(cy, job)
     else:
         msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
         details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
@@ -153,40 +154,7 @@ def _reasons(
         )
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
         out.append(shared.capacity_reason(need, f, g, free, cap))
-    return tuple(out) if not cy.budget.idle_only else (*out, *_idle_only(cy, job))
-
-
-def _idle_only(cy: Cycle, job: PendingJob) -> tuple[Reason, ...]:
-    """A job past an idle_only budget is told so beside what blocks it now."""
-    idle = cy.budget.only_idle(job.team, job.flavor)
-    return () if idle is None else (Reason(Code.BUDGET_EXHAUSTED, idle.message, _budget_details(cy, job)),)
-
-
-def _budget_details(cy: Cycle, job: PendingJob) -> Details:
-    spent = cy.budget.waits(job.team, job.flavor) or cy.budget.only_idle(job.team, job.flavor)
-    if spent is None:
-        return ()
-    return (
-        ("used_gpu_hours", round(spent.used_s / 3600.0, 3)),
-        ("budget_gpu_hours", spent.limit.gpu_hours),
-        ("period", spent.limit.period.value),
-        ("resets_at", spent.resets_at),
-    )
-
-
-def _block_of(cy: Cycle, job: PendingJob) -> Block | None:
-    """The block the walk recorded, or rung 2b's, which a walk that dropped the job's queue
-    whole (`shortcuts.hopeless`) did not record; it sets the ETA, so it is asked first."""
-    block = cy.blocks.get(job.job_id)
-    if block is None and cy.budget.waiting:
-        block = budget_block(cy, job)
-    return block
-
-
-def _budget_start(cy: Cycle, job: PendingJob) -> float:
-    """A job that waits for its budget starts no earlier than the reset."""
-    spent = cy.budget.waits(job.team, job.flavor)
-    return spent.resets_at if spent is not None else cy.now
+    return tuple(out) if not cy.budget.idle_only else (*out, *idle_only_reasons(cy, job))
 
 
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
@@ -245,7 +213,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             ahead_gpus = gpus_ahead.get(f, 0)
             position[f] = pos + 1
             gpus_ahead[f] = ahead_gpus + job.gpus
-            block = _block_of(cy, job)
+            block = block_of(cy, job)
             start = _start(cy, eta, job, block.code if block is not None else None)
             if remaining is None:
                 out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
@@ -271,7 +239,7 @@ def _start(cy: Cycle, eta: Eta, job: PendingJob, code: Code | None) -> float | N
     if code is Code.WAITING_FOR_PREEMPTION:
         return eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, cy.now))
     if code is Code.BUDGET_EXHAUSTED:
-        return _budget_start(cy, job)  # nor does it take GPUs ahead of others in the schedule
+        return budget_start(cy, job)  # nor does it take GPUs ahead of others in the schedule
     return None if code in NO_ETA else eta.start(job)
 
 
@@ -365,13 +333,13 @@ def _deep(
         f = job.flavor
         count, gpus, work = deep.ahead(job, default)
         pos = position.get(f, 0) + count
-        block = _block_of(cy, job)
+        block = block_of(cy, job)
         code = block.code if block is not None else None
         start: float | None = None
         if code is Code.WAITING_FOR_PREEMPTION:
             start = cy.plan_ready_at.get(job.job_id, cy.now)
         elif code is Code.BUDGET_EXHAUSTED:
-            start = _budget_start(cy, job)
+            start = budget_start(cy, job)
         elif code not in NO_ETA:
             capacity = cy.state.layout.capacity.get(f, 0) or 1
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
