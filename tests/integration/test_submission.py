@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from nats.aio.client import Client
@@ -232,7 +233,34 @@ async def test_projection_follows_run_events_once(nc: Client, submission: Servic
     await eventually(lambda: _is(state, "finished"))
 
 
-async def _is(state: object, want: str) -> bool:
+def _budget_report(used: float, as_of: datetime) -> bytes:
+    use = m.BudgetUse(
+        team="research", flavor="h100", period="month", period_start=datetime(2026, 12, 1, tzinfo=UTC),
+        resets_at=datetime(2027, 1, 1, tzinfo=UTC), used_gpu_hours=used, budget_gpu_hours=100.0,
+        when_exhausted="wait")
+    return envelope(m.BudgetUsageRecorded(as_of=as_of, budgets=[use]), source="scheduler").to_bytes()
+
+
+async def test_queue_summary_shows_the_latest_budget_report(nc: Client, submission: ServiceProcess) -> None:
+    await api(nc, s.api_submit("research"), submit_job(team="research", user="dave", queue="experiment"))
+    js = nc.jetstream()
+    now = datetime(2026, 12, 2, 12, tzinfo=UTC)
+    await js.publish(s.EVENT_SUBJECTS["BudgetUsageRecorded"], _budget_report(42.0, now), stream=s.STREAM_EVT)
+    # An older report arriving late changes nothing.
+    older = _budget_report(7.0, now - timedelta(minutes=5))
+    await js.publish(s.EVENT_SUBJECTS["BudgetUsageRecorded"], older, stream=s.STREAM_EVT)
+
+    async def budget() -> object:
+        summary = await api(nc, s.API_QUEUES_SUMMARY, m.SummarizeQueues(team="research"))
+        row = next(r for r in summary.result if r["queue"] == "experiment")
+        return (row["budget_used_gpu_hours"], row["budget_gpu_hours"], str(row["budget_resets_at"])[:10])
+
+    await eventually(lambda: _is(budget, (42.0, 100.0, "2027-01-01")))
+    ping = await nc.request(s.ping("submission"), b"", timeout=2)  # let the late report land
+    assert ping.data and await budget() == (42.0, 100.0, "2027-01-01")
+
+
+async def _is(state: object, want: object) -> bool:
     return bool(await state() == want)  # type: ignore[operator]
 
 

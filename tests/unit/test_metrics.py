@@ -39,8 +39,9 @@ def test_the_catalog_has_every_metric_of_the_issue_under_its_name() -> None:
         "rota_notifications_total", "rota_outbox_lag_seconds",
     }
     protection = {"rota_preemption_deferred_jobs"}
+    budgets = {"rota_budget_used_gpu_hours", "rota_budget_gpu_hours"}
     trust_boundary = {"rota_forged_messages_total"}
-    assert set(metrics.NAMES) == issue | trust_boundary | protection
+    assert set(metrics.NAMES) == issue | trust_boundary | protection | budgets
     owned = [metrics.family_name(f) for fs in metrics.OWNERS.values() for f in fs]
     assert len(owned) == len(set(owned)), "each family has one owner"
 

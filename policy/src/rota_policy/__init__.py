@@ -11,6 +11,7 @@ from types import MappingProxyType
 
 from rota_policy.baselines import schedule_fifo, schedule_kueue, schedule_slurm
 from rota_policy.config import (
+    BudgetLimit,
     PolicyConfig,
     ScoreWeights,
     TeamLimits,
@@ -47,6 +48,7 @@ POLICIES: Mapping[str, SchedulePolicy] = MappingProxyType(
 __all__ = [
     "POLICIES",
     "Admission",
+    "BudgetLimit",
     "Decisions",
     "Diagnosis",
     "NodeState",

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from rota.budget import Exhaustion, Period
 from rota.config.model import RotaConfig
 from rota.contracts.common import TIER_ORDER, Tier
 
 __all__ = [
     "NO_LIMITS",
+    "BudgetLimit",
     "PolicyConfig",
     "Protection",
     "ScoreWeights",
@@ -41,6 +43,21 @@ class TeamLimits:
 
 
 NO_LIMITS = TeamLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimit:
+    """A team's GPU-hour budget on one flavor per UTC calendar period."""
+
+    gpu_hours: float
+    period: Period = Period.month
+    idle_only: bool = False
+    """At the budget, jobs start on idle GPUs and the team's runs may be preempted by anyone;
+    False: they wait with BUDGET_EXHAUSTED until the period resets."""
+
+    @property
+    def gpu_s(self) -> float:
+        return self.gpu_hours * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +140,8 @@ class PolicyConfig:
     preemption_delay_s: float = 0.0
     """How long after submission a job waits for GPUs to free themselves before it may stop
     anyone; a tier's `preemption_delay_s` overrides it."""
+    budgets: dict[tuple[str, str], BudgetLimit] = field(default_factory=dict)
+    """Per (team, flavor), its GPU-hour budget; a pair without one is never limited by use."""
 
     _shares: dict[str, float] = field(init=False, repr=False, compare=False)
     _protection: dict[Tier, Protection] = field(init=False, repr=False, compare=False)
@@ -195,41 +214,11 @@ class PolicyConfig:
 
 
 def policy_config_from(config: RotaConfig) -> PolicyConfig:
-    teams = {
-        name: TeamPolicy(
-            name=name,
-            weight=team.weight,
-            limits={
-                flavor: TeamLimits(
-                    quota=team.quota.get(flavor, 0),
-                    borrowing_limit=team.borrowing_limit.get(flavor),
-                    lending_limit=team.lending_limit.get(flavor),
-                )
-                for flavor in sorted(set(team.quota) | set(team.borrowing_limit) | set(team.lending_limit))
-            },
-        )
-        for name, team in config.teams.items()
-    }
-    tiers = {
-        tier: TierPolicy(
-            weight=queue.weight,
-            preemptible=queue.preemptible,
-            grace_s=queue.preemption_grace_s,
-            long_wait_s=queue.long_wait_threshold_s,
-            preemptible_by=None if queue.preemptible_by is None else frozenset(queue.preemptible_by),
-            min_runtime_s=queue.min_runtime_s,
-            max_preemptions_per_job=queue.max_preemptions_per_job,
-            preemption_delay_s=queue.preemption_delay_s,
-        )
-        for tier, queue in config.queues.items()
-    }
-    for tier in TIER_ORDER:
-        tiers.setdefault(tier, TierPolicy())
     policy, preemption = config.policy, config.preemption
     weights = policy.weights
     return PolicyConfig(
-        teams=teams,
-        tiers=tiers,
+        teams=_teams_from(config),
+        tiers=_tiers_from(config),
         weights=ScoreWeights(
             queue=weights.queue,
             age=weights.age,
@@ -248,4 +237,52 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
         max_preemption_attempts=preemption.max_attempts_per_cycle,
         max_lost_gpu_s_per_plan=preemption.max_lost_gpu_s_per_plan,
         preemption_delay_s=preemption.delay_s,
+        budgets=_budgets_from(config),
     )
+
+
+def _teams_from(config: RotaConfig) -> dict[str, TeamPolicy]:
+    return {
+        name: TeamPolicy(
+            name=name,
+            weight=team.weight,
+            limits={
+                flavor: TeamLimits(
+                    quota=team.quota.get(flavor, 0),
+                    borrowing_limit=team.borrowing_limit.get(flavor),
+                    lending_limit=team.lending_limit.get(flavor),
+                )
+                for flavor in sorted(set(team.quota) | set(team.borrowing_limit) | set(team.lending_limit))
+            },
+        )
+        for name, team in config.teams.items()
+    }
+
+
+def _tiers_from(config: RotaConfig) -> dict[Tier, TierPolicy]:
+    tiers = {
+        tier: TierPolicy(
+            weight=queue.weight,
+            preemptible=queue.preemptible,
+            grace_s=queue.preemption_grace_s,
+            long_wait_s=queue.long_wait_threshold_s,
+            preemptible_by=None if queue.preemptible_by is None else frozenset(queue.preemptible_by),
+            min_runtime_s=queue.min_runtime_s,
+            max_preemptions_per_job=queue.max_preemptions_per_job,
+            preemption_delay_s=queue.preemption_delay_s,
+        )
+        for tier, queue in config.queues.items()
+    }
+    for tier in TIER_ORDER:
+        tiers.setdefault(tier, TierPolicy())
+    return tiers
+
+
+def _budgets_from(config: RotaConfig) -> dict[tuple[str, str], BudgetLimit]:
+    return {
+        (name, flavor): BudgetLimit(
+            budget.gpu_hours, budget.period, budget.when_exhausted is Exhaustion.idle_only
+        )
+        for name, team in config.teams.items()
+        for flavor, budget in team.budgets.items()
+    }

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rota.contracts.common import TIER_ORDER
-
 from rota_policy.cheapest import cheapest_plan
 from rota_policy.config import PolicyConfig
 from rota_policy.engine import Cycle, Rules, run_cycle
@@ -20,11 +18,9 @@ from rota_policy.preemption import PreemptionContext, victim_pool
 __all__ = ["ROTA_RULES", "schedule"]
 
 
-_LOWEST = len(TIER_ORDER) - 1
-
-
 def _victim_pool_rank(cy: Cycle, flavor: str) -> int:
-    """The lowest tier (highest rank) among runs of `flavor` that any rule could preempt."""
+    """The lowest tier (highest rank) among runs of `flavor` that any rule could preempt; runs
+    past an idle_only budget rank below every tier (`victimpool.OVER_BUDGET`)."""
     ranks = cy.planner_cache.pool_rank
     rank = ranks.get(flavor)
     if rank is None:
@@ -43,7 +39,7 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
         return None
     quota = ctx.quota
     reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
-    if not reclaim and not (job.tier.rank < _LOWEST and _victim_pool_rank(cy, job.flavor) > job.tier.rank):
+    if not reclaim and _victim_pool_rank(cy, job.flavor) <= job.tier.rank:
         return None
     plan = cheapest_plan(job, ctx)
     if plan is None:

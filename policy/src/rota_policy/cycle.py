@@ -13,6 +13,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.backfill import ReservationBook
 from rota_policy.block import NO_ETA, Block
+from rota_policy.budget import BudgetState
 from rota_policy.config import PolicyConfig
 from rota_policy.fairshare import fairshare_factors
 from rota_policy.model import (
@@ -102,6 +103,7 @@ class Cycle:
         self.snapshot, self.now, self.config, self.rules = snapshot, now, config, rules
         self.state = ClusterState(snapshot.nodes, snapshot.layout)
         self.quota = QuotaBook(config, snapshot.running, self.state.layout.capacity, snapshot.in_use)
+        self.budget = BudgetState(config, snapshot.budget_used, now)
         self._admitted_jobs: list[PendingJob] = []
         """The jobs behind `admissions`, in order: their GPUs come back after their runtime."""
         self.admissions: list[Admission] = []
@@ -154,7 +156,8 @@ class Cycle:
         # One context per cycle, so that planners share its per-cycle victim pools.
         if self._preemption is None:
             self._preemption = PreemptionContext(
-                self.now, self.config, self.state, self.quota, self.runs_by_flavor, self.taken
+                self.now, self.config, self.state, self.quota, self.runs_by_flavor, self.taken,
+                idle_only=frozenset(self.budget.idle_only),
             )
         return self._preemption
 

@@ -2,6 +2,8 @@
 
     1. flavor       some node offers the job's flavor               else NO_MATCHING_FLAVOR
     2. ever fits    its gang fits the empty cluster                 else EXCEEDS_CLUSTER
+    2b. budget      its team has GPU-hours left this period, or its
+                    budget lets it run on idle GPUs (`idle_only`)    else BUDGET_EXHAUSTED
     -  the line     no blocked job ahead holds the line             else PRIORITY
                     (only policies without backfill; the walk says which job holds it)
     3. quota        its team's quota allows its GPUs                else QUOTA_EXCEEDED
@@ -23,7 +25,7 @@ from rota_policy.cycle import Cycle
 from rota_policy.model import PendingJob
 from rota_policy.placement import Fit
 
-__all__ = ["admission", "admission_block", "quota_block", "reservation_block"]
+__all__ = ["admission", "admission_block", "budget_block", "quota_block", "reservation_block"]
 
 _NO_FLAVOR = Block(Code.NO_MATCHING_FLAVOR)
 _NEVER_FITS = Block(Code.EXCEEDS_CLUSTER)
@@ -39,6 +41,10 @@ def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | B
         return _NO_FLAVOR
     if not state.can_ever_fit(job):
         return _NEVER_FITS
+    if cy.budget.waiting:
+        spent = budget_block(cy, job)
+        if spent is not None:
+            return spent
     if held_by is not None:
         return cy.shared_block(Code.PRIORITY, held_by)
     refused = quota_block(cy, job)
@@ -57,6 +63,13 @@ def admission_block(cy: Cycle, job: PendingJob) -> Block | None:
     """The ladder's answer as a block; None if the job could start now."""
     outcome = admission(cy, job)
     return outcome if isinstance(outcome, Block) else None
+
+
+def budget_block(cy: Cycle, job: PendingJob) -> Block | None:
+    """Rung 2b: BUDGET_EXHAUSTED, if the job's team has used its budget of the flavor this
+    period and its budget says its jobs wait. Constant within a cycle (`budget`)."""
+    spent = cy.budget.waits(job.team, job.flavor)
+    return None if spent is None else cy.shared_block(Code.BUDGET_EXHAUSTED, spent.message)
 
 
 def quota_block(cy: Cycle, job: PendingJob) -> Block | None:

@@ -316,6 +316,9 @@ class Snapshot:
     layout: Layout | None = None
     """The layout of `nodes` as a caller kept it from an earlier cycle (`rota_policy.layout`);
     used only if it matches `nodes`, compared in full. None: the cycle builds its own."""
+    budget_used: Mapping[tuple[str, str], float] | None = None
+    """GPU-seconds each (team, flavor) with a budget has used in its current period, running
+    runs up to now (`rota.budget.BudgetMeter`); a pair left out has used none."""
 
 
 # ---------------------------------------------------------------- decisions
@@ -399,7 +402,8 @@ class Diagnosis:
     team: str
     flavor: str
     cause: str
-    """quota_too_low, flavor_too_narrow, request_too_large, queue_weight, fragmentation, capacity."""
+    """quota_too_low, flavor_too_narrow, request_too_large, queue_weight, fragmentation,
+    budget_exhausted, capacity."""
     long_waiters: int
     oldest_wait_s: float
     message: str

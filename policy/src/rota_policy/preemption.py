@@ -13,7 +13,8 @@ A run younger than its queue's minimum runtime, or out of its queue's preemption
 never a victim, nor is a run whose queue's `preemptible_by` leaves out the preemptor's tier.
 Another team's in-quota training or production work is never a victim: only what that team
 borrowed is reclaimable. Experiment work is never guaranteed (DESIGN §1: it "uses idle GPUs"),
-so any higher tier may stop it, in quota or not.
+so any higher tier may stop it, in quota or not; nor is the work of a team past a GPU-hour
+budget that keeps it to idle GPUs (`idle_only`), which ranks below every tier.
 
 Rota's victims get a notice and save before they stop, so a resumable victim loses nothing:
 its expected loss is 0 and only a victim that cannot checkpoint loses its run. No plan may
@@ -35,6 +36,7 @@ from rota_policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, Vict
 from rota_policy.placement import ClusterState, Fit, fit_on_counts
 from rota_policy.quota import QuotaBook
 from rota_policy.victimpool import (
+    OVER_BUDGET,
     PoolRun,
     PreemptionContext,
     Ranked,
@@ -141,7 +143,8 @@ def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float
         now, index = ctx.now, ctx.state.layout.index
         shielded = ctx.config.protection(TIER_ORDER[rank]).shielded_from
         for run, run_rank in victim_pool(ctx, flavor):
-            if run_rank > rank and run.tier not in shielded and rota_loss(run, now) <= cap:
+            if (run_rank > rank and (run.tier not in shielded or run_rank == OVER_BUDGET)
+                    and rota_loss(run, now) <= cap):
                 gpus_by_node(run, index, held)
     return held
 
@@ -152,8 +155,9 @@ def victim_category(
 ) -> int | None:
     """The category `run` has as a victim of `job`, or None if no rule lets `job` stop it.
     `borrowing` memoizes per team what it borrows of the flavor, for one search; `shielded` are
-    the tiers whose queues do not let `job`'s tier stop them (`Protection.shielded_from`)."""
-    if run.tier in shielded:
+    the tiers whose queues do not let `job`'s tier stop them (`Protection.shielded_from`), unless
+    the run's team is past an idle_only budget (`OVER_BUDGET`), which lets anyone stop it."""
+    if run.tier in shielded and run_rank != OVER_BUDGET:
         return None
     lower = run_rank > job.tier.rank
     if run.team == job.team:
@@ -164,7 +168,7 @@ def victim_category(
     if lent is None:
         lent = borrowing[run.team] = quota.borrowing(run.team, job.flavor)
     borrowed = lent >= run.gpus
-    if lower and (borrowed or run.tier is Tier.experiment):
+    if lower and (borrowed or run.tier is Tier.experiment or run_rank == OVER_BUDGET):
         return LOWER_TIER
     if not borrowed or not may_reclaim:
         return None
@@ -383,8 +387,12 @@ def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionCo
     ):
         return False
     per_team: dict[str, int] = {}
+    over = ctx.idle_only
     for c in victims:
-        if c.run.team != job.team and c.run.tier is not Tier.experiment:
+        # Only borrowed GPUs of another team's guaranteed work may be taken: experiment work
+        # and work past an idle_only budget are guaranteed nothing.
+        if (c.run.team != job.team and c.run.tier is not Tier.experiment
+                and (not over or (c.run.team, job.flavor) not in over)):
             per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.gpus
     if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
         return False

@@ -95,6 +95,8 @@ def reclaim_reason(cy: Cycle, job: PendingJob, borrowers: Borrowers) -> tuple[fl
     f, team, quota, cfg = job.flavor, job.team, cy.quota, cy.config
     if quota.in_use(team, f) + job.gpus > quota.limits(team, f).quota or not cfg.preemption:
         return None
+    if cy.budget.only_idle(team, f) is not None:
+        return None  # past its budget it takes back nothing
     shielded = cfg.protection(job.tier).shielded_from
     allowed_at = cfg.preemption_allowed_at(job.tier, job.submitted_at)
     free = cy.state.free_total.get(f, 0)

@@ -18,6 +18,7 @@ from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import NO_ETA, Block
+from rota_policy.budget_reasons import block_of, budget_details, budget_start, idle_only_reasons
 from rota_policy.cycle import Cycle
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
 from rota_policy.ladder import admission_block
@@ -42,6 +43,7 @@ _CAUSE: Mapping[Code, str] = MappingProxyType({
     Code.EXCEEDS_CLUSTER: "request_too_large",
     Code.FRAGMENTATION: "fragmentation",
     Code.PRIORITY: "queue_weight",
+    Code.BUDGET_EXHAUSTED: "budget_exhausted",
 })
 
 
@@ -96,8 +98,7 @@ def _reasons(
     cy: Cycle, shared: _Shared, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
 ) -> tuple[Reason, ...]:
     f, g, state = job.flavor, job.gpus, cy.state
-    free = state.free_total.get(f, 0)
-    cap = state.layout.capacity.get(f, 0)
+    free, cap = state.free_total.get(f, 0), state.layout.capacity.get(f, 0)
     need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
     if block is None:
         # No turn recorded a block (the walk never reached it, or it was not asked about):
@@ -130,6 +131,8 @@ def _reasons(
         details += (("reserved_for", block.detail),)
     elif code is Code.WAITING_FOR_PREEMPTION:
         msg = block.detail or "waiting for preempted runs to save a checkpoint and stop"
+    elif code is Code.BUDGET_EXHAUSTED:
+        msg, details = block.detail, budget_details(cy, job)
     else:
         msg = f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue"
         details += (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead))
@@ -150,7 +153,7 @@ def _reasons(
         )
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
         out.append(shared.capacity_reason(need, f, g, free, cap))
-    return tuple(out)
+    return tuple(out) if not cy.budget.idle_only else (*out, *idle_only_reasons(cy, job))
 
 
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
@@ -196,7 +199,6 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     gpus_ahead: dict[str, int] = {}
     done: dict[tuple[object, str, str], int] = {}
     out: list[tuple[PendingJob, PendingExplanation]] = []
-    now = cy.now
     groups = _groups(cy)
     key = submit_key if cy.rules.order == "submit" else cy.order_key()
     for group in groups:
@@ -210,15 +212,8 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             ahead_gpus = gpus_ahead.get(f, 0)
             position[f] = pos + 1
             gpus_ahead[f] = ahead_gpus + job.gpus
-            block = cy.blocks.get(job.job_id)
-            code = block.code if block is not None else None
-            start: float | None
-            if code is Code.WAITING_FOR_PREEMPTION:
-                start = eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, now))
-            elif code in NO_ETA:
-                start = None
-            else:
-                start = eta.start(job)
+            block = block_of(cy, job)
+            start = _start(cy, eta, job, block.code if block is not None else None)
             if remaining is None:
                 out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
             elif job.job_id in remaining:
@@ -236,6 +231,15 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
         deep = [j for j in targets if j.job_id in remaining]
         out.extend(_deep(cy, shared, deep, groups, done, key, eta, position, gpus_ahead))
     return tuple(ex for _, ex in out), _diagnose(cy, out)
+
+
+def _start(cy: Cycle, eta: Eta, job: PendingJob, code: Code | None) -> float | None:
+    """The job's ETA in the exact walk, from the block its turn gave it."""
+    if code is Code.WAITING_FOR_PREEMPTION:
+        return eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, cy.now))
+    if code is Code.BUDGET_EXHAUSTED:
+        return budget_start(cy, job)  # nor does it take GPUs ahead of others in the schedule
+    return None if code in NO_ETA else eta.start(job)
 
 
 def _explanation(
@@ -287,11 +291,13 @@ def _deep(
         f = job.flavor
         count, gpus, work = deep.ahead(job, default)
         pos = position.get(f, 0) + count
-        block = cy.blocks.get(job.job_id)
+        block = block_of(cy, job)
         code = block.code if block is not None else None
         start: float | None = None
         if code is Code.WAITING_FOR_PREEMPTION:
             start = cy.plan_ready_at.get(job.job_id, cy.now)
+        elif code is Code.BUDGET_EXHAUSTED:
+            start = budget_start(cy, job)
         elif code not in NO_ETA:
             capacity = cy.state.layout.capacity.get(f, 0) or 1
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity

@@ -3,7 +3,8 @@
 Under overload most jobs a cycle looks at are blocked by a backfill reservation (212 per cycle
 on philly-512), and trying them one by one is most of a replay's time. Two shortcuts answer
 for many jobs at once, each from the ladder's rungs (`ladder`) asked of a queue's summary:
-- `hopeless` drops a queue none of whose jobs can start, preempt or earn a reservation;
+- `hopeless` drops a queue none of whose jobs can start, preempt or earn a reservation (or
+  whose team has used its GPU-hour budget);
 - `pass_over` passes over, in one step, the jobs right behind a reservation-blocked job that
   a reservation blocks too, and records for each the block the ladder gives it.
 The walk without them (`Rules.pass_over=False`) is the reference; the tests check that both
@@ -29,9 +30,11 @@ __all__ = ["all_blocked", "behind", "confirm", "hopeless", "pass_over", "settle"
 def hopeless(w: WalkState, q: PendingQueue) -> bool:
     """Nothing in this queue can start now and it cannot preempt: skip it whole, unless it may
     still hold the line (no backfill) or earn a reservation (backfill with reserve)."""
+    cy, backfill = w.cy, w.cy.rules.backfill
+    if cy.budget.waiting and cy.budget.waits(q.team, q.flavor) and cy.planned.keys().isdisjoint(q.ids()):
+        return True  # rung 2b blocks every job of the queue all cycle, and ends their turns
     if w.attempts > 0 or w.ready:
         return False
-    cy, backfill = w.cy, w.cy.rules.backfill
     if q.min_gpus <= cy.state.free_total.get(q.flavor, 0):
         return backfill == "reserve" and w.reservations_full(q.flavor) and _reserved_out(cy, q)
     if backfill == "none":

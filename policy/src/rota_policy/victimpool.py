@@ -22,6 +22,7 @@ from rota_policy.placement import ClusterState
 from rota_policy.quota import QuotaBook
 
 __all__ = [
+    "OVER_BUDGET",
     "Bucket",
     "BucketOrder",
     "PoolRun",
@@ -53,6 +54,9 @@ def expected_loss(run: RunningRun, now: float) -> float:
     unsaved = now - since
     return run.gpus * (unsaved if unsaved > 0.0 else 0.0)
 
+
+OVER_BUDGET = len(TIER_ORDER)
+"""The rank of a run whose team is past an `idle_only` budget: below the lowest tier."""
 
 PoolRun = tuple[RunningRun, int]
 """A run that may be a victim this cycle (not too young, within its preemption budget), and
@@ -104,6 +108,9 @@ class PreemptionContext:
     below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
     """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
     lose no more than the cap (`preemption._below_within_cap`)."""
+    idle_only: frozenset[tuple[str, str]] = frozenset()
+    """(team, flavor) pairs past a budget that keeps them to idle GPUs: their runs rank below
+    every tier (`OVER_BUDGET`), so anyone may stop them, as borrowed experiment work."""
 
 
 def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
@@ -111,21 +118,25 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
     pool = ctx.pools.get(flavor)
     if pool is None:
         cfg = ctx.config
-        # Per tier: its rank, and the runtime and preemption count below which its runs are
-        # protected (the victim's queue decides its minimum runtime and budget).
-        now = ctx.now
+        # Per tier: its rank (None when its queue is not preemptible), and the runtime and
+        # preemption count below which its runs are protected (the victim's queue decides its
+        # minimum runtime and budget). Past an idle_only GPU-hour budget a run is preemptible
+        # whatever its tier's setting and ranks below every tier; its queue's minimum runtime
+        # and preemption budget still protect it from thrashing.
+        now, over = ctx.now, ctx.idle_only
         rules = {
-            t: (i, p.min_runtime_s, p.max_preemptions)
+            t: (i if cfg.tier(t).preemptible else None, p.min_runtime_s, p.max_preemptions)
             for i, t in enumerate(TIER_ORDER)
-            if cfg.tier(t).preemptible
             for p in (cfg.protection(t),)
         }
-        pool = []
+        runs: list[PoolRun] = []
         for run in ctx.runs_by_flavor.get(flavor, ()):
-            rule = rules.get(run.tier)
-            if rule is not None and now - run.started_at >= rule[1] and run.preemptions < rule[2]:
-                pool.append((run, rule[0]))
-        ctx.pools[flavor] = pool
+            rank, min_runtime, budget = rules[run.tier]
+            if over and (run.team, flavor) in over:
+                rank = OVER_BUDGET
+            if rank is not None and now - run.started_at >= min_runtime and run.preemptions < budget:
+                runs.append((run, rank))
+        pool = ctx.pools[flavor] = runs
     return pool
 
 

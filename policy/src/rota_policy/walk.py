@@ -22,8 +22,9 @@ from rota_policy.walkstate import WalkState
 
 __all__ = ["walk"]
 
-_FINAL = frozenset({Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER, Code.PRIORITY})
-"""Blocks that end a job's turn at once: it can never start, or a job ahead holds the line."""
+_FINAL = frozenset({Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER, Code.PRIORITY, Code.BUDGET_EXHAUSTED})
+"""Blocks that end a job's turn at once: it can never start, a job ahead holds the line, or its
+team has no GPU-hours left this period (stopping others or a reservation would not help)."""
 
 
 def walk(cy: Cycle) -> bool:
@@ -110,6 +111,8 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
     if w.attempts <= 0 or w.planner is None or code is Code.RESERVED_FOR_HIGHER_PRIORITY:
         return False
     cy = w.cy
+    if cy.budget.only_idle(job.team, job.flavor) is not None:
+        return False  # past its budget a job takes idle GPUs only, never anyone's
     patient = cy.rules.preempt_for_wait_target and code is Code.INSUFFICIENT_CAPACITY
     if patient and not _wait_target_at_stake(cy, job):
         return False
@@ -150,6 +153,8 @@ def _reserve_or_hold(w: WalkState, job: PendingJob, code: Code) -> bool:
     cy, backfill = w.cy, w.cy.rules.backfill
     if code is Code.QUOTA_EXCEEDED:
         return True
+    if cy.budget.idle_only and cy.budget.only_idle(job.team, job.flavor) is not None:
+        return True  # past its budget it takes idle GPUs as they come, and holds none back
     if backfill == "none":
         cy.head_of_line = cy.head_of_line or job.job_id
         if cy.rules.order == "submit":

@@ -113,6 +113,11 @@ QUOTA_USED_RATIO = SnapshotGauge(
 TEAM_USAGE = SnapshotGauge(
     "rota_team_usage_gpu_seconds", "Each team's historical usage in GPU-seconds, decayed with"
     " the fair-share half-life (the input of fair share).", ("team",))
+BUDGET_USED_GPU_HOURS = SnapshotGauge(
+    "rota_budget_used_gpu_hours", "GPU-hours each team used of a flavor this budget period;"
+    " only teams with a budget of that flavor.", ("team", "flavor"))
+BUDGET_GPU_HOURS = SnapshotGauge(
+    "rota_budget_gpu_hours", "Each team's GPU-hour budget of a flavor per period.", ("team", "flavor"))
 SCHEDULE_CYCLE = Histogram(
     "rota_schedule_cycle_seconds", "Duration of one scheduling cycle, decide and commit.",
     buckets=_SECONDS_CYCLE, registry=None)
@@ -166,7 +171,8 @@ Family = Counter | Gauge | Histogram | SnapshotGauge
 
 OWNERS: dict[str, tuple[Family, ...]] = {
     "scheduler": (QUEUE_WAIT, QUEUE_PENDING, RUNNING_JOBS, GPUS_ALLOCATED, GPUS_CAPACITY,
-                  QUOTA_USED_RATIO, TEAM_USAGE, SCHEDULE_CYCLE, DECISIONS, PREEMPTION_DEFERRED),
+                  QUOTA_USED_RATIO, TEAM_USAGE, BUDGET_USED_GPU_HOURS, BUDGET_GPU_HOURS,
+                  SCHEDULE_CYCLE, DECISIONS, PREEMPTION_DEFERRED),
     "preemption": (PREEMPTIONS, PREEMPTION_ACK, LOST_GPU_SECONDS),
     "executor": (JOB_RUNTIME, JOBS_FINISHED),
     "notifier": (NOTIFICATIONS,),

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import typer
 from rota.cli import notifications as cli
+from rota.contracts import Envelope, envelope
 from rota.contracts import messages as m
 from rota.settings import get_settings
 from rota_notifier.redact import Redactor
@@ -163,3 +164,26 @@ async def test_rota_notifications_lists_the_dead_letter_over_nats(
     assert dead["job_id"] == job.job_id and "403" in dead["last_error"]
     assert everything.exit_code == 0, everything.output
     assert "dead" in everything.output and "sent" in everything.output
+
+
+def _budget(used: float, at: datetime, period_start: datetime) -> Envelope[m.BudgetUsageRecorded]:
+    use = m.BudgetUse(team="ml", flavor="h100", period="week", period_start=period_start,
+                      resets_at=period_start + timedelta(days=7), used_gpu_hours=used,
+                      budget_gpu_hours=100.0, when_exhausted="wait")
+    return envelope(m.BudgetUsageRecorded(as_of=at, budgets=[use]), source="scheduler", occurred_at=at)
+
+
+async def test_budget_warning_once_per_team_flavor_and_period_across_restarts(
+    harness: HarnessFactory,
+) -> None:
+    h = await harness()
+    t0 = h.clock.now()
+    week = t0 - timedelta(days=1)
+    assert await h.deliver(_budget(79.0, t0, week)) == 0
+    assert await h.deliver(_budget(85.0, t0, week)) == 2  # the team's Slack channel and email
+    assert await h.deliver(_budget(99.0, t0 + timedelta(minutes=5), week)) == 0
+    restarted = await harness()
+    assert await restarted.deliver(_budget(120.0, t0 + timedelta(minutes=10), week)) == 0
+    recipients = {(r.recipient, r.channel) for r in await rows(h.engine, kind="budget_warning")}
+    assert recipients == {("team:ml", "slack"), ("team:ml", "email")}
+    assert await restarted.deliver(_budget(90.0, t0 + timedelta(minutes=20), week + timedelta(days=7))) == 2

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 from rota_policy import (
+    BudgetLimit,
     NodeState,
     PendingJob,
     PlanInFlight,
@@ -61,6 +62,7 @@ def team_config(
     *,
     borrowing: dict[str, int] | None = None,
     lending: dict[str, int] | None = None,
+    budgets: dict[str, BudgetLimit] | None = None,
     **overrides: object,
 ) -> PolicyConfig:
     teams = {
@@ -77,7 +79,8 @@ def team_config(
         Tier.training: TierPolicy(2.0),
         Tier.experiment: TierPolicy(1.0),
     }
-    return PolicyConfig(teams=teams, tiers=tiers).with_overrides(**overrides)
+    budget_map = {(team, FLAVOR): limit for team, limit in (budgets or {}).items()}
+    return PolicyConfig(teams=teams, tiers=tiers, budgets=budget_map).with_overrides(**overrides)
 
 
 @dataclass
@@ -92,6 +95,8 @@ class World:
     runs: list[RunningRun] = field(default_factory=list)
     plans: list[PlanInFlight] = field(default_factory=list)
     usage: dict[str, float] = field(default_factory=dict)
+    budget_used: dict[tuple[str, str], float] | None = None
+    """GPU-seconds used this period per (team, flavor) with a budget; None: none passed."""
 
     def __post_init__(self) -> None:
         self.free = [list(range(self.gpus)) for _ in range(self.nodes)]
@@ -149,7 +154,8 @@ class World:
             for i, f in enumerate(self.free)
         )
         return Snapshot(
-            nodes, tuple(self.runs), group_pending(pending), dict(self.usage), tuple(self.plans), explain
+            nodes, tuple(self.runs), group_pending(pending), dict(self.usage), tuple(self.plans), explain,
+            budget_used=self.budget_used,
         )
 
     def finish(self, run: RunningRun) -> None:
@@ -185,9 +191,12 @@ def cluster(
     usage: dict[str, float] | None = None,
     drained: tuple[int, ...] = (),
     plans: tuple[PlanInFlight, ...] = (),
+    budget_used: dict[str, float] | None = None,
 ) -> World:
-    """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free."""
-    world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans))
+    """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free;
+    `budget_used` is GPU-hours per team used this period of the budgeted flavor."""
+    used = None if budget_used is None else {(team, FLAVOR): h * 3600.0 for team, h in budget_used.items()}
+    world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans), budget_used=used)
     for r in runs:
         world.run(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,

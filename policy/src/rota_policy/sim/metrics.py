@@ -113,6 +113,24 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "teams_waiting_samples": sim.teams_waiting_samples,
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
         **_eta_quality(sim),
+        **_budgets(sim),
+    }
+
+
+def _budgets(sim: Simulator) -> dict[str, Any]:
+    """Only for a scenario with budgets, so that other replays report exactly what they did."""
+    if sim.budgets is None:
+        return {}
+    held = [j.wait for j in sim.jobs if j.t.job_id in sim.budgets.held]
+    teams = {team for team, _ in sim.config.budgets}
+    with_budget = [j.wait for j in sim.jobs if j.t.team in teams]
+    others = [j.wait for j in sim.jobs if j.t.team not in teams]
+    return {
+        "budget_held_jobs": len(held),
+        "budget_held_avg_wait_s": _mean(held),
+        "budget_teams_avg_wait_s": _mean(with_budget),
+        "budget_other_teams_avg_wait_s": _mean(others),
+        "budget_peak_gpu_hours": {k: round(v, 1) for k, v in sorted(sim.budgets.peaks.items())},
     }
 
 

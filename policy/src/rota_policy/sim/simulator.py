@@ -33,6 +33,7 @@ from rota_policy.model import (
     Snapshot,
 )
 from rota_policy.runtimes import RuntimeScale
+from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, CHECKPOINT_SAVE_S, RESTART_S, TraceJob
 
@@ -206,6 +207,7 @@ class Simulator:
         self.overhead_gpu_s = 0.0
         self.cycles = 0
         self.runtime_scale = RuntimeScale()
+        self.budgets = SimBudgets(self.config) if self.config.budgets else None
 
     # ------------------------------------------------------------ events
 
@@ -325,6 +327,8 @@ class Simulator:
         self.dirty_queues.add(key)
         self.pending_count += 1
         self.pending_gpus[tj.team] += tj.gpus
+        if self.budgets is not None:
+            self.budgets.enqueued(tj.team, "gpu", tj.job_id)
 
     def _dequeue(self, job: SimJob) -> None:
         pj = job.pending
@@ -393,6 +397,8 @@ class Simulator:
         job.run = run
         self.runs[run.run_id] = run
         self._set_usage(tj.team, t, tj.gpus)
+        if self.budgets is not None:
+            self.budgets.meter.started(run.run_id, tj.team, "gpu", tj.gpus, t)
         job.epoch += 1
         self._push(t + overhead + (tj.duration - job.progress), _FINISH, tj.k, job.epoch)
 
@@ -406,6 +412,8 @@ class Simulator:
             free.sort()
             self._node_changed(idx)
         del self.runs[run.run_id]
+        if self.budgets is not None:
+            self.budgets.meter.stopped(run.run_id, t)
         job.run = None
         self._set_usage(job.t.team, t, -job.t.gpus)
 
@@ -487,13 +495,28 @@ class Simulator:
             runtime_scale=self.runtime_scale.value,
             in_use={(team, "gpu"): gpus for team, gpus in self.running_gpus.items() if gpus},
             layout=self.layout,
+            budget_used=self._budget_used(t),
         )
+
+    def _budget_used(self, t: float) -> dict[tuple[str, str], float] | None:
+        if self.budgets is None:
+            return None
+        pending = (((team, flavor), [j.job_id for j in q]) for (_, team, flavor), q in self.queues.items())
+        return self.budgets.used(t, pending)
 
     def _cycle(self, t: float) -> None:
         self.cycles += 1
         self.cycle_times.append(t)
         decisions = self.policy(self._snapshot(t), t, self.config)
         self._apply(decisions, t)
+        if self.budgets is not None:
+            self._wake_at_reset(self.budgets, t)
+
+    def _wake_at_reset(self, budgets: SimBudgets, t: float) -> None:
+        reset = budgets.next_reset(t)
+        if reset is not None and reset not in budgets.woken_at:
+            budgets.woken_at.add(reset)
+            self._push(reset, _CYCLE, -1, 0)
 
     def _apply(self, decisions: Decisions, t: float) -> None:
         for job_id in decisions.abandoned_plans:

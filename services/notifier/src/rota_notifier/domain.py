@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
+from rota.budget import WARN_FRACTION, reset_text
 from rota.config import RotaConfig
 from rota.contracts import Envelope
 from rota.contracts import messages as m
@@ -29,6 +30,7 @@ class Kind(StrEnum):
     run_resumed = "run_resumed"
     run_failed = "run_failed"
     long_wait = "long_wait"
+    budget_warning = "budget_warning"
     digest = "digest"
 
 
@@ -169,6 +171,29 @@ def notices(
         return notice(Kind.long_wait, key, ctx, data.job_id, job.team or data.team, job.user)
 
     return []
+
+
+def budget_notices(env: Envelope[BaseModel]) -> list[Notice]:
+    """`BudgetUsageRecorded`: a warning to each team that has used 80% of a budget. The key
+    names the team, flavor and period, so the unique key of the notifications table lets one
+    through per period, however often the scheduler reports and across restarts."""
+    data = env.data
+    assert isinstance(data, m.BudgetUsageRecorded)
+    out: list[Notice] = []
+    for use in data.budgets:
+        share = use.used_gpu_hours / use.budget_gpu_hours
+        if share < WARN_FRACTION:
+            continue
+        ctx = {
+            "event_id": env.id, "occurred_at": env.occurred_at.isoformat(), "job_id": None,
+            "team": use.team, "flavor": use.flavor, "period": use.period,
+            "used_gpu_hours": round(use.used_gpu_hours), "budget_gpu_hours": round(use.budget_gpu_hours),
+            "percent": int(share * 100), "resets": reset_text(use.resets_at.timestamp()),
+            "when_exhausted": use.when_exhausted,
+        }
+        key = f"budget_warning:{use.team}:{use.flavor}:{use.period_start.isoformat()}"
+        out.append(Notice(Kind.budget_warning, key, env.id, None, use.team, None, ctx))
+    return out
 
 
 def completed_notices(

@@ -32,7 +32,7 @@ CONSUMER = "notifier-events"
 
 RELEVANT: tuple[type[BaseModel], ...] = (
     m.JobSubmitted, m.JobPending, m.RunStarted, m.RunFailed, m.RunStopped,
-    m.PreemptionNoticed, m.PreemptionCompleted,
+    m.PreemptionNoticed, m.PreemptionCompleted, m.BudgetUsageRecorded,
 )
 
 
@@ -119,6 +119,8 @@ class Ingest:
                 (v, await store.get_job(conn, v.job_id)) for v in data.victims
             ]
             return [] if stale else domain.completed_notices(env, victims)
+        if isinstance(data, m.BudgetUsageRecorded):
+            return [] if stale else domain.budget_notices(env)
         job_id = getattr(data, "job_id", None) or env.job_id
         job = await store.get_job(conn, job_id) if job_id else None
         folded = domain.fold(job, env)

@@ -5,7 +5,8 @@ Rules:
   of that kind (`opt_out: [run_started, ...]` or `[all]`).
 - The preemption notice cannot be opted out of. `preemption_channel` only picks its channel;
   if that channel is unavailable it goes out on the others, because someone must hear.
-- The team's channel and address hear about preemptions only, to keep them quiet.
+- The team's channel and address hear about preemptions and budget warnings only, to keep
+  them quiet. A budget warning concerns no one job, so only the team hears it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class Channel(StrEnum):
 PROTECTED: frozenset[Kind] = frozenset({Kind.preemption_noticed})
 """Kinds nobody can opt out of."""
 
-TEAM_KINDS: frozenset[Kind] = frozenset({Kind.preemption_noticed, Kind.preemption_completed})
+TEAM_KINDS: frozenset[Kind] = frozenset(
+    {Kind.preemption_noticed, Kind.preemption_completed, Kind.budget_warning})
 OPT_OUT_ALL = "all"
 
 

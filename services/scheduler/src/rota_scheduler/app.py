@@ -31,7 +31,7 @@ from rota.bus.batch import forged
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, Envelope, envelope, parse_any
 from rota.contracts import messages as m
-from rota.contracts.subjects import LEDGER_ALLOCATIONS, STREAM_EVT
+from rota.contracts.subjects import EVENT_SUBJECTS, LEDGER_ALLOCATIONS, STREAM_EVT
 from rota.ids import new_id
 from rota.retention import prune_periodically
 from rota.service import RotaService, stop_tasks
@@ -47,6 +47,7 @@ from rota_scheduler.actions import (
     record_sent,
     start_run,
 )
+from rota_scheduler.budgets import BudgetReporter
 from rota_scheduler.lease import Lease
 from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView, JobRecord
@@ -87,6 +88,7 @@ class Scheduler:
         """Events that arrived while a worker thread decides from the view; None otherwise."""
         self.held_back: set[str] = set()
         """Jobs whose changed explanation is still to publish (`plan_actions`' `pending_limit`)."""
+        self.budgets = BudgetReporter()
 
     # ------------------------------------------------------------ events
 
@@ -246,6 +248,9 @@ class Scheduler:
         metrics.observe_cycle(self.view, decisions, epoch, queues=queues)
         actions = plan_actions(self.view, decisions, now=epoch,
                                pending_limit=EXPLAINED_PER_CYCLE)
+        report = self.budgets.report(self.view, epoch)
+        if report is not None:
+            actions.outgoing.append(Outgoing(report, EVENT_SUBJECTS["BudgetUsageRecorded"], STREAM_EVT))
         return decisions, actions, asked
 
     def _to_explain(self, epoch: float) -> frozenset[str] | None:

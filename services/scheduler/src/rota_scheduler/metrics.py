@@ -17,6 +17,7 @@ from rota.contracts.common import Tier
 from rota_policy import Decisions
 
 from rota_scheduler.actions import DecisionRecord
+from rota_scheduler.budgets import budget_uses
 from rota_scheduler.view import ClusterView, JobRecord
 
 # A cycle's duration, observed around the whole cycle by the leader loop.
@@ -58,6 +59,9 @@ def observe_cycle(view: ClusterView, decisions: Decisions, now: float, *,
     usage = dict.fromkeys(config.teams, 0.0)
     usage.update(view.usage)
     metrics.TEAM_USAGE.set_all({(team,): used * decay for team, used in usage.items()})
+    uses = budget_uses(view, now)
+    metrics.BUDGET_USED_GPU_HOURS.set_all({(u.team, u.flavor): u.used_gpu_hours for u in uses})
+    metrics.BUDGET_GPU_HOURS.set_all({(u.team, u.flavor): u.budget_gpu_hours for u in uses})
 
 
 def gpus_allocated(view: ClusterView) -> dict[tuple[str, str], int]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rota.budget import BudgetMeter
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, Tier
 from rota_policy import (
@@ -94,6 +95,15 @@ class ClusterView:
     made by an event about that job)."""
     runtime_scale: RuntimeScale = field(default_factory=RuntimeScale)
     """What finished jobs ran against what they declared, which the ETAs scale by."""
+    budget_meter: BudgetMeter = field(init=False)
+    """GPU-seconds each budgeted (team, flavor) used this period, from run starts and ends."""
+
+    def __post_init__(self) -> None:
+        self.budget_meter = BudgetMeter({
+            (name, flavor): budget.period
+            for name, team in self.config.teams.items()
+            for flavor, budget in team.budgets.items()
+        })
 
     # ------------------------------------------------------------ folding events
 
@@ -166,6 +176,8 @@ class ClusterView:
         if job is not None and job.run_id == data["run_id"] and job.state in ("admitted", "proposed"):
             job.state, job.started_at = "running", at
             job.last_checkpoint_at = None
+            spec = job.spec
+            self.budget_meter.started(data["run_id"], spec.team, spec.flavor, spec.total_gpus, at)
 
     def _on_RunCheckpointed(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)
@@ -174,6 +186,7 @@ class ClusterView:
 
     def _run_ended(self, data: dict[str, Any], at: float) -> JobRecord | None:
         self.granted_unstarted.discard(data["run_id"])
+        self.budget_meter.stopped(data["run_id"], at)
         job = self._job(data)
         if job is None or job.run_id != data["run_id"]:
             return None
@@ -310,6 +323,7 @@ class ClusterView:
             plans=plans,
             explain=explain,
             runtime_scale=self.runtime_scale.value,
+            budget_used=self.budget_meter.used(now) if self.budget_meter.periods else None,
         )
 
     def _running(self, allocation: Allocation, now: float) -> RunningRun:

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from rota.contracts import ContractError, Envelope, parse_any
+from rota.contracts import messages as m
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota_submission import store
@@ -30,6 +31,8 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
     # A submission refused before it became a job has no history to guard it: it goes on
     # its team's feed each time it is delivered, and its envelope id tells a repeat.
     jobless: list[tuple[int, Envelope[Any], dict[str, Any]]] = []
+    budgets: list[dict[str, Any]] = []
+    """Rows of the budget use reports, which concern no job: `rota queues` shows them."""
     for position, raw in enumerate(raws):
         try:
             env = parse_any(raw, max_bytes=max_bytes)
@@ -43,7 +46,13 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
         positions.setdefault(env.id, position)
         if env.job_id is None and env.type == "JobRejected":
             jobless.append((position, env, data))
+        if isinstance(env.data, m.BudgetUsageRecorded):
+            as_of = env.data.as_of
+            budgets.extend({**use.model_dump(), "as_of": as_of} for use in env.data.budgets)
         facts.extend((env, data, job_id) for job_id in related_jobs(env.type, data, env.job_id))
+    if budgets:
+        async with engine.begin() as conn:
+            await store.record_budget_use(conn, budgets)
     if not facts:
         return feed_items(jobless, {})
     async with engine.begin() as conn:

@@ -86,8 +86,15 @@ async def summarize_queues(
         return scoped
     async with engine.connect() as conn:
         rows = await store.queue_summary(conn, team or query.team)
+        budgets = await store.budget_uses(conn, team or query.team)
     for row in rows:
         team_config = config.teams.get(row["team"])
         row["quota"] = team_config.quota.get(row["flavor"], 0) if team_config else 0
+        # The team's use this period against its budget of the flavor, as the scheduler last
+        # reported it; None where it has no budget.
+        use = budgets.get((row["team"], row["flavor"]))
+        row["budget_used_gpu_hours"] = round(use["used_gpu_hours"], 3) if use else None
+        row["budget_gpu_hours"] = use["budget_gpu_hours"] if use else None
+        row["budget_resets_at"] = use["resets_at"] if use else None
     rows.sort(key=lambda r: (Tier(r["queue"]).rank, r["team"], r["flavor"]))
     return m.ApiReply(ok=True, result=rows)

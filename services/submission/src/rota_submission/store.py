@@ -55,6 +55,21 @@ job_events = sa.Table(
     sa.Column("data", postgresql.JSONB, nullable=False),
 )
 
+budget_use = sa.Table(
+    "budget_use",
+    metadata,
+    sa.Column("team", sa.Text, primary_key=True),
+    sa.Column("flavor", sa.Text, primary_key=True),
+    sa.Column("period", sa.Text, nullable=False),
+    sa.Column("period_start", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("resets_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("used_gpu_hours", sa.Float, nullable=False),
+    sa.Column("budget_gpu_hours", sa.Float, nullable=False),
+    sa.Column("when_exhausted", sa.Text, nullable=False),
+    sa.Column("as_of", sa.DateTime(timezone=True), nullable=False),
+)
+"""The scheduler's latest `BudgetUsageRecorded`, one row per budgeted team and flavor."""
+
 PUBLIC_COLUMNS = (
     "job_id", "name", "team", "user_name", "queue", "flavor", "workers", "gpus_per_worker",
     "gpus", "state", "submission_id", "submitted_at", "updated_at", "started_at", "ended_at",
@@ -187,6 +202,23 @@ async def queue_summary(conn: AsyncConnection, team: str | None) -> list[dict[st
         query = query.where(jobs.c.team == team)
     result = await conn.execute(query.order_by(jobs.c.queue, jobs.c.team, jobs.c.flavor))
     return [dict(row._mapping) for row in result]
+
+
+async def record_budget_use(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    """Keep each pair's newest report: a redelivered or late one changes nothing."""
+    for row in rows:
+        stmt = insert(budget_use).values(row)
+        changes = {k: stmt.excluded[k] for k in row if k not in ("team", "flavor")}
+        await conn.execute(stmt.on_conflict_do_update(
+            index_elements=["team", "flavor"], set_=changes, where=budget_use.c.as_of < stmt.excluded.as_of))
+
+
+async def budget_uses(conn: AsyncConnection, team: str | None) -> dict[tuple[str, str], dict[str, Any]]:
+    query = sa.select(budget_use)
+    if team:
+        query = query.where(budget_use.c.team == team)
+    result = await conn.execute(query)
+    return {(row.team, row.flavor): dict(row._mapping) for row in result}
 
 
 async def job_history(conn: AsyncConnection, job_id: str) -> list[dict[str, Any]]:

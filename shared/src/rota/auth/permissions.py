@@ -36,6 +36,7 @@ EVENT_OWNERS: dict[str, frozenset[str]] = {
     "AllocationRejected": frozenset({"ledger"}),
     "AllocationReleased": frozenset({"ledger"}),
     "UsageRecorded": frozenset({"ledger"}),
+    "BudgetUsageRecorded": frozenset({"scheduler"}),
     "RunStarted": frozenset({"executor"}),
     # A job's own report reaches the executor by request (`ReportCheckpoint`, with its run
     # token); the executor publishes the token-free event once the token is verified.

@@ -216,23 +216,35 @@ def queues(
     team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per queue and team: pending and running jobs, GPUs in use against quota, borrowed."""
+    """Per queue and team: pending and running jobs, GPUs in use against quota, borrowed, and
+    GPU-hours used this period against the team's budget of the flavor."""
     rows: list[dict[str, Any]] = call(
         get_settings(), s.API_QUEUES_SUMMARY, m.SummarizeQueues(team=team)
     )
     if json_out:
         emit_json(rows)
         return
+    budgets = any(row.get("budget_gpu_hours") for row in rows)
     table = Table(box=None, header_style="bold")
     for column in ("QUEUE", "TEAM", "FLAVOR", "PENDING", "RUNNING", "GPUS/QUOTA", "BORROWED",
-                   "OLDEST PENDING"):
+                   "OLDEST PENDING", *(("GPU-HOURS/BUDGET", "RESETS") if budgets else ())):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["queue"], row["team"], row["flavor"],
-                      f"{row['pending_jobs']} ({row['pending_gpus']} GPUs)",
-                      str(row["running_jobs"]), f"{row['gpus_in_use']}/{row['quota']}",
-                      str(row["borrowed_gpus"]), str(row["oldest_pending_at"] or "-")[:19])
+        cells = [row["queue"], row["team"], row["flavor"],
+                 f"{row['pending_jobs']} ({row['pending_gpus']} GPUs)",
+                 str(row["running_jobs"]), f"{row['gpus_in_use']}/{row['quota']}",
+                 str(row["borrowed_gpus"]), str(row["oldest_pending_at"] or "-")[:19]]
+        if budgets:
+            cells.extend(_budget_cells(row))
+        table.add_row(*cells)
     console.print(table if rows else "no pending or running jobs")
+
+
+def _budget_cells(row: dict[str, Any]) -> list[str]:
+    if not row.get("budget_gpu_hours"):
+        return ["-", "-"]
+    used, budget = row["budget_used_gpu_hours"], row["budget_gpu_hours"]
+    return [f"{used:,.0f}/{budget:,.0f} ({used / budget:.0%})", str(row["budget_resets_at"])[:16]]
 
 
 @handled

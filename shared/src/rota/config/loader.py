@@ -84,7 +84,7 @@ def semantic_issues(config: RotaConfig) -> list[ConfigIssue]:
         issues.append(ConfigIssue("cluster.nodes", "node names must be unique"))
     capacity = config.capacity()
     for team_name, team in config.teams.items():
-        for field in ("quota", "borrowing_limit", "lending_limit"):
+        for field in ("quota", "borrowing_limit", "lending_limit", "budgets"):
             for flavor in getattr(team, field):
                 if flavor not in flavors:
                     issues.append(ConfigIssue(f"teams.{team_name}.{field}.{flavor}", "unknown flavor"))

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rota.budget import Exhaustion, Period
 from rota.contracts.common import Name, Tier
 
 NonNegGpus = Annotated[int, Field(ge=0, le=1_000_000)]
@@ -84,6 +85,18 @@ class Contact(_Strict):
     preemption_channel: str | None = Field(None, pattern=r"^(slack|email)$")
 
 
+class Budget(_Strict):
+    """GPU-hours a team may use of one flavor per UTC calendar period (Slurm's GrpTRESMins)."""
+
+    gpu_hours: float = Field(gt=0, le=1e9)
+    period: Period = Period.month
+    when_exhausted: Exhaustion = Field(
+        Exhaustion.wait,
+        description="wait: new jobs wait with BUDGET_EXHAUSTED until the period resets;"
+        " idle_only: they start only on idle GPUs, and the team's runs may be preempted by anyone.",
+    )
+
+
 class Team(_Strict):
     weight: float = Field(1.0, gt=0)
     quota: dict[Name, NonNegGpus] = Field(default_factory=dict)
@@ -92,6 +105,9 @@ class Team(_Strict):
     )
     lending_limit: dict[Name, NonNegGpus | None] = Field(
         default_factory=dict, description="Most of the quota others may borrow; absent = all."
+    )
+    budgets: dict[Name, Budget] = Field(
+        default_factory=dict, description="GPU-hour budget per flavor; absent = no budget."
     )
     slack_channel: str | None = Field(None, max_length=80)
     email: str | None = Field(None, max_length=254)

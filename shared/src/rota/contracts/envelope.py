@@ -33,6 +33,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "AllocationRejected": m.AllocationRejected,
     "AllocationReleased": m.AllocationReleased,
     "UsageRecorded": m.UsageRecorded,
+    "BudgetUsageRecorded": m.BudgetUsageRecorded,
     "RunStarted": m.RunStarted,
     "RunCheckpointed": m.RunCheckpointed,
     "RunFinished": m.RunFinished,

@@ -154,6 +154,7 @@ class WaitReasonCode(StrEnum):
     WAITING_FOR_PREEMPTION = "WAITING_FOR_PREEMPTION"
     RESERVED_FOR_HIGHER_PRIORITY = "RESERVED_FOR_HIGHER_PRIORITY"
     PREEMPTION_DELAYED = "PREEMPTION_DELAYED"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
 
 
 class WaitReason(OpenModel):
@@ -297,6 +298,30 @@ class UsageRecorded(OpenModel):
     half_life_s: StrictFloat = Field(gt=0)
     teams: dict[str, StrictFloat]
     users: dict[str, StrictFloat] = Field(default_factory=dict, description="Keyed `team/user`.")
+
+
+class BudgetUse(OpenModel):
+    """One team's use of one flavor against its GPU-hour budget, in the current period."""
+
+    team: Name
+    flavor: Name
+    period: Annotated[str, Field(min_length=1, max_length=16)]
+    """day, week, month, quarter or year: a UTC calendar period."""
+    period_start: Timestamp
+    resets_at: Timestamp
+    used_gpu_hours: StrictFloat = Field(ge=0)
+    budget_gpu_hours: StrictFloat = Field(gt=0)
+    when_exhausted: Annotated[str, Field(min_length=1, max_length=16)]
+    """wait or idle_only (config `teams.<team>.budgets.<flavor>.when_exhausted`)."""
+
+
+class BudgetUsageRecorded(OpenModel):
+    """The scheduler's count of GPU-hours used against each budget this period (running runs
+    up to `as_of`). Published when a team crosses 80% or 100% of a budget, when a period
+    resets, and otherwise at most every few minutes; the notifier warns at 80%."""
+
+    as_of: Timestamp
+    budgets: list[BudgetUse] = Field(default_factory=list, max_length=10_000)
 
 
 # ---------------------------------------------------------------- preemption

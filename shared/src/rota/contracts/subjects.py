@@ -115,6 +115,7 @@ EVENT_SUBJECTS: dict[str, str] = {
     "AllocationRejected": "rota.evt.allocation.rejected",
     "AllocationReleased": "rota.evt.allocation.released",
     "UsageRecorded": "rota.evt.usage.recorded",
+    "BudgetUsageRecorded": "rota.evt.budget.recorded",
     "RunStarted": "rota.evt.run.started",
     "RunCheckpointed": "rota.evt.run.checkpointed",
     "RunFinished": "rota.evt.run.finished",
