@@ -159,6 +159,9 @@ async def ledger_facts(url: str) -> dict[str, Any]:
         await engine.dispose()
 
 
+# 500 jobs take about 2.5 minutes alone on 2 cores; the drive allows 10 more for every job to
+# end, and the suite-wide 300 s limit would cut a run on a loaded machine short.
+@pytest.mark.timeout(1200)
 def test_chaos_loses_nothing_and_double_books_nothing(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, nats_url=None, database_url=None)
     stack = Stack(settings, CONFIG, Executor.sim, extra_env={
