@@ -10,18 +10,18 @@ whose start depends on another team's usage (quota), get no ETA rather than a wr
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import MappingProxyType
 
-from rota.contracts.common import TIER_ORDER, Tier
+from rota.contracts.common import Tier
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import NO_ETA, Block
 from rota_policy.cycle import Cycle
+from rota_policy.diagnosis import diagnose
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
-from rota_policy.ladder import admission_block
+from rota_policy.ladder import admission_block, choose
 from rota_policy.model import (
     Diagnosis,
     PendingExplanation,
@@ -36,13 +36,6 @@ __all__ = ["explain"]
 
 
 _PRIORITY = Block(Code.PRIORITY)
-_CAUSE: Mapping[Code, str] = MappingProxyType({
-    Code.QUOTA_EXCEEDED: "quota_too_low",
-    Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
-    Code.EXCEEDS_CLUSTER: "request_too_large",
-    Code.FRAGMENTATION: "fragmentation",
-    Code.PRIORITY: "queue_weight",
-})
 
 
 def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
@@ -219,14 +212,14 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             elif code in NO_ETA:
                 start = None
             else:
-                start = eta.start(job)
+                start = eta.start_any(job) if job.fallback else eta.start(job)
             if remaining is None:
                 out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
             elif job.job_id in remaining:
                 out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
                 remaining.discard(job.job_id)
                 if not remaining:
-                    return tuple(ex for _, ex in out), _diagnose(cy, out)
+                    return tuple(ex for _, ex in out), diagnose(cy, out)
             if f in shallow and eta.depth.get(f, 0) >= EXACT_DEPTH:
                 shallow.discard(f)
                 if not shallow:
@@ -236,7 +229,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     if remaining:
         deep = [j for j in targets if j.job_id in remaining]
         out.extend(_deep(cy, shared, deep, groups, done, key, eta, position, gpus_ahead))
-    return tuple(ex for _, ex in out), _diagnose(cy, out)
+    return tuple(ex for _, ex in out), diagnose(cy, out)
 
 
 def _explanation(
@@ -248,16 +241,46 @@ def _explanation(
     pos: int,
     ahead_gpus: int,
 ) -> PendingExplanation:
-    reasons = _reasons(cy, shared, job, block, pos, ahead_gpus)
+    on = job
+    if job.fallback:
+        on, block = _flavor_of_block(cy, job, block)
+    reasons = _reasons(cy, shared, on, block, pos, ahead_gpus)
+    if job.fallback:
+        reasons = _over_flavors(job, on.flavor, reasons)
     if reasons[0].code in NO_ETA:
         start = None
     elif reasons[0].code is Code.INSUFFICIENT_CAPACITY and cy.rules.planner is not None:
-        reclaim = _reclaim(cy, shared, job)
+        reclaim = _reclaim(cy, shared, on)
         if reclaim is not None:
             at, reason = reclaim
             reasons = (reason, *reasons[1:])
             start = at if start is None else min(start, at)
     return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
+
+
+def _flavor_of_block(cy: Cycle, job: PendingJob, block: Block | None) -> tuple[PendingJob, Block | None]:
+    """A multi-flavor job on the flavor its block is about: the one its turn recorded, the one
+    its plan in flight is on, or the ladder's answer now."""
+    if block is None:
+        choice = choose(cy, job)
+        return choice.job, choice.outcome if isinstance(choice.outcome, Block) else None
+    flavor = cy.block_flavor.get(job.job_id)
+    if flavor is None:
+        hold = cy.plan_holds.get(job.job_id)
+        flavor = hold.flavor if hold is not None else job.flavor
+    return job.on(flavor), block
+
+
+def _over_flavors(job: PendingJob, flavor: str, reasons: tuple[Reason, ...]) -> tuple[Reason, ...]:
+    """The primary reason of a multi-flavor job says that no flavor it accepts admits it, and
+    which one the numbers are about."""
+    first = reasons[0]
+    accepts = ", ".join(job.flavors)
+    message = f"none of its flavors ({accepts}) can start it now; on {flavor}: {first.message}"
+    if first.code is Code.WAITING_FOR_PREEMPTION:
+        message = f"on {flavor} (it accepts {accepts}): {first.message}"
+    details = (*first.details, ("flavor", flavor), ("flavors", "|".join(job.flavors)))
+    return (Reason(first.code, message, details), *reasons[1:])
 
 
 def _reclaim(cy: Cycle, shared: _Shared, job: PendingJob) -> tuple[float, Reason] | None:
@@ -337,36 +360,3 @@ def _deep(
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
         out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
     return out
-
-
-def _diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) -> tuple[Diagnosis, ...]:
-    groups: dict[tuple[int, str, str], list[tuple[PendingJob, PendingExplanation]]] = {}
-    for job, ex in explained:
-        if cy.now - job.submitted_at > cy.config.tier(job.tier).long_wait_s:
-            groups.setdefault((job.tier.rank, job.team, job.flavor), []).append((job, ex))
-    out: list[Diagnosis] = []
-    for (rank, team, flavor), members in sorted(groups.items()):
-        tier = TIER_ORDER[rank]
-        counts = Counter(ex.primary for _, ex in members)
-        top, n = counts.most_common(1)[0]
-        cap = cy.state.layout.capacity.get(flavor, 0)
-        big = [j for j, _ in members if cap and j.gpus * 2 > cap]
-        oldest = max(cy.now - j.submitted_at for j, _ in members)
-        if len(big) * 2 >= len(members) and top is not Code.EXCEEDS_CLUSTER:
-            cause = "request_too_large"
-            msg = (
-                f"{len(big)} of {len(members)} long waiters ask for more than half of the {cap} {flavor} GPUs"
-            )
-        elif top in _CAUSE:
-            cause = _CAUSE[top]
-            msg = f"{n} of {len(members)} long waiters in {tier.value}/{team} wait on {top.value}"
-            if top is Code.QUOTA_EXCEEDED:
-                lim = cy.quota.limits(team, flavor)
-                msg += f": quota {lim.quota}, borrowing limit {lim.borrowing_limit}"
-            elif top is Code.PRIORITY:
-                msg += f": queue weight {cy.config.tier(tier).weight} ranks them behind other work"
-        else:
-            cause = "capacity"
-            msg = f"{len(members)} long waiter(s) in {tier.value}/{team}: too few free {flavor} GPUs"
-        out.append(Diagnosis(tier, team, flavor, cause, len(members), oldest, msg))
-    return tuple(out)

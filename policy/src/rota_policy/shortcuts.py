@@ -29,7 +29,7 @@ __all__ = ["all_blocked", "behind", "confirm", "hopeless", "pass_over", "settle"
 def hopeless(w: WalkState, q: PendingQueue) -> bool:
     """Nothing in this queue can start now and it cannot preempt: skip it whole, unless it may
     still hold the line (no backfill) or earn a reservation (backfill with reserve)."""
-    if w.attempts > 0 or w.ready:
+    if w.attempts > 0 or w.ready or q.fallback:
         return False
     cy, backfill = w.cy, w.cy.rules.backfill
     if q.min_gpus <= cy.state.free_total.get(q.flavor, 0):
@@ -58,7 +58,7 @@ def pass_over(w: WalkState, job: PendingJob, missed: int, group: int, order: Que
     the miss, unless it is their turn at preempting: with attempts left, that happens only if
     free GPUs fall below their size before their turn, which `confirm` checks at the end."""
     cy, f = w.cy, job.flavor
-    if missed >= w.depth or not w.reservations_full(f):
+    if missed >= w.depth or job.fallback or not w.reservations_full(f):
         return
     if w.attempts > 0 and cy.rules.quotas and not cy.quota.never_refuses(job.team, f):
         return
@@ -92,7 +92,7 @@ def behind(cy: Cycle, most: int | None) -> Callable[[PendingJob], bool]:
     most = most if most is not None else 1 << 62
 
     def blocked(job: PendingJob) -> bool:
-        if job.gpus > most or job.job_id in planned or not can_ever_fit(job):
+        if job.gpus > most or job.fallback or job.job_id in planned or not can_ever_fit(job):
             return False
         return reservation_block(cy, job) is not None
 
@@ -105,7 +105,7 @@ def all_blocked(cy: Cycle, jobs: tuple[PendingJob, ...], book: ReservationBook, 
     at the shortest runtime, hence all. Told from a few columns at C speed, not job by job:
     under overload the walk passes over hundreds of jobs per cycle, nearly all behind the one
     reservation. False sends the caller job by job."""
-    if not jobs:
+    if not jobs or (cy.many and any(j.fallback for j in jobs)):
         return False
     if cy.planned and not cy.planned.keys().isdisjoint([j.job_id for j in jobs]):
         return False
