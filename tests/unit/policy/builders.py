@@ -36,6 +36,7 @@ def gpu_jobs(
     flavor: str = FLAVOR,
     resumable: bool = True,
     name: str | None = None,
+    fallback: tuple[str, ...] = (),
 ) -> list[PendingJob]:
     """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart."""
     base = name or f"{team}-{tier[:4]}-{workers}x{gpus}"
@@ -51,6 +52,7 @@ def gpu_jobs(
             runtime_estimate_s=runtime,
             rack=RackAffinity(rack),
             resumable=resumable,
+            fallback=fallback,
         )
         for i in range(n)
     ]
@@ -61,15 +63,25 @@ def team_config(
     *,
     borrowing: dict[str, int] | None = None,
     lending: dict[str, int] | None = None,
+    flavors: dict[str, dict[str, int]] | None = None,
     **overrides: object,
 ) -> PolicyConfig:
+    """`quotas` on the `gpu` flavor; `flavors` gives each team's quota per other flavor (its
+    borrowing and lending limits apply to every flavor)."""
+    def limits(name: str, quota: int) -> TeamLimits:
+        return TeamLimits(quota, (borrowing or {}).get(name), (lending or {}).get(name))
+
+    names = sorted(set(quotas or {}) | set(flavors or {}))
     teams = {
         name: TeamPolicy(
             name,
             1.0,
-            {FLAVOR: TeamLimits(quota, (borrowing or {}).get(name), (lending or {}).get(name))},
+            {
+                **({FLAVOR: limits(name, (quotas or {})[name])} if name in (quotas or {}) else {}),
+                **{f: limits(name, q) for f, q in (flavors or {}).get(name, {}).items()},
+            },
         )
-        for name, quota in (quotas or {}).items()
+        for name in names
     }
     # Tier weights as in the example rota.yaml: production 3, training 2, experiment 1.
     tiers = {
@@ -92,12 +104,17 @@ class World:
     runs: list[RunningRun] = field(default_factory=list)
     plans: list[PlanInFlight] = field(default_factory=list)
     usage: dict[str, float] = field(default_factory=dict)
+    flavors: dict[int, str] = field(default_factory=dict)
+    """Nodes of another flavor than `flavor`, by index."""
 
     def __post_init__(self) -> None:
         self.free = [list(range(self.gpus)) for _ in range(self.nodes)]
 
     def name(self, node: int) -> str:
         return f"n{node}"
+
+    def flavor_of(self, node: int) -> str:
+        return self.flavors.get(node, self.flavor)
 
     def rack_of(self, node: int) -> str:
         per = -(-self.nodes // self.racks)
@@ -131,7 +148,7 @@ class World:
             job_id=f"job-{rid}",
             team=team,
             tier=Tier(tier),
-            flavor=self.flavor,
+            flavor=self.flavor_of(nodes[0]),
             placement=tuple(placement),
             gpus=gpus * len(nodes),
             started_at=started,
@@ -145,7 +162,7 @@ class World:
 
     def snapshot(self, pending: list[PendingJob], *, explain: frozenset[str] | None = None) -> Snapshot:
         nodes = tuple(
-            NodeState(self.name(i), self.flavor, self.rack_of(i), self.gpus, tuple(sorted(f)))
+            NodeState(self.name(i), self.flavor_of(i), self.rack_of(i), self.gpus, tuple(sorted(f)))
             for i, f in enumerate(self.free)
         )
         return Snapshot(
@@ -185,9 +202,11 @@ def cluster(
     usage: dict[str, float] | None = None,
     drained: tuple[int, ...] = (),
     plans: tuple[PlanInFlight, ...] = (),
+    flavors: dict[int, str] | None = None,
 ) -> World:
-    """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free."""
-    world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans))
+    """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free;
+    `flavors` names the nodes of another flavor than `gpu`."""
+    world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans), flavors=dict(flavors or {}))
     for r in runs:
         world.run(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,
