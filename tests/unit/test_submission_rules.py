@@ -28,6 +28,8 @@ SCENARIOS: list[tuple[str, dict[str, Any], str | None, tuple[str, str] | None]] 
     ("unknown team", {"team": "ghosts"}, "ghosts", ("UNKNOWN_TEAM", "team")),
     ("user outside the team", {"user": "carol"}, "nlp", ("UNKNOWN_USER", "user")),
     ("unknown flavor", {"flavor": "tpu"}, "nlp", ("UNKNOWN_FLAVOR", "flavor")),
+    ("unknown flavor among the accepted ones", {"flavors": ["h100", "tpu"]}, "nlp", ("UNKNOWN_FLAVOR", "flavors")),
+    ("known flavors, then any", {"flavors": ["h100", "a100", "any"]}, "nlp", None),
     ("worker larger than any node", {"gpus_per_worker": 16}, "nlp",
      ("EXCEEDS_CLUSTER", "gpus_per_worker")),
     ("gang larger than the flavor", {"workers": 5}, "nlp", ("EXCEEDS_CLUSTER", "workers")),

@@ -38,6 +38,9 @@ class Allocation:
     placement: tuple[Slot, ...]
     borrowed_gpus: int
     granted: bool = False
+    flavor: str = ""
+    """The flavor granted (one of the job's flavors); empty in events from before flavor lists,
+    which were all on the job's `flavor`."""
 
 
 @dataclass
@@ -95,6 +98,9 @@ class ClusterView:
     runtime_scale: RuntimeScale = field(default_factory=RuntimeScale)
     """What finished jobs ran against what they declared, which the ETAs scale by."""
 
+    def __post_init__(self) -> None:
+        self.pending_index.cluster = tuple(f.name for f in self.config.cluster.flavors)
+
     # ------------------------------------------------------------ folding events
 
     def apply(self, event_type: str, data: dict[str, Any], at: float) -> None:
@@ -128,7 +134,8 @@ class ClusterView:
         run_id = data["run_id"]
         self.allocations.setdefault(
             run_id,
-            Allocation(run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0))),
+            Allocation(run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0)),
+                       flavor=str(data.get("flavor", ""))),
         )
         if job is not None and job.state == "pending":
             job.state, job.run_id = "proposed", run_id
@@ -140,7 +147,8 @@ class ClusterView:
         run_id = data["run_id"]
         allocation = self.allocations.get(run_id)
         if allocation is None:
-            allocation = Allocation(run_id, data["job_id"], _slots(data["placement"]), 0)
+            allocation = Allocation(run_id, data["job_id"], _slots(data["placement"]), 0,
+                                    flavor=str(data.get("flavor", "")))
             self.allocations[run_id] = allocation
         allocation.granted = True
         allocation.borrowed_gpus = int(data.get("borrowed_gpus", 0))
@@ -263,7 +271,7 @@ class ClusterView:
             if known is None:
                 self.allocations[run_id] = Allocation(
                     run_id, row["job_id"], _slots(row["placement"]),
-                    int(row.get("borrowed_gpus", 0)), granted=True)
+                    int(row.get("borrowed_gpus", 0)), granted=True, flavor=str(row.get("flavor", "")))
                 added += 1
             else:
                 known.granted = True
@@ -325,7 +333,7 @@ class ClusterView:
             job_id=job.job_id,
             team=spec.team,
             tier=Tier(spec.queue),
-            flavor=spec.flavor,
+            flavor=allocation.flavor or spec.flavor,
             placement=allocation.placement,
             gpus=spec.total_gpus,
             started_at=start,
