@@ -15,7 +15,7 @@ from rota_policy.cycle import Cycle
 from rota_policy.ladder import admission_block, within_quota
 from rota_policy.model import Diagnosis, PendingExplanation, PendingJob
 
-__all__ = ["diagnose"]
+__all__ = ["diagnose", "wider_flavor"]
 
 _CAUSE: Mapping[Code, str] = MappingProxyType({
     Code.QUOTA_EXCEEDED: "quota_too_low",
@@ -64,29 +64,33 @@ _SOONER_S = 60.0
 """Less gain than this is not worth a diagnosis: the next cycles may start the job anyway."""
 
 
-def _narrow_lists(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) -> list[Diagnosis]:
-    """Per queue, the waiting jobs that another flavor, one they do not list, would start now
-    (the ladder admits them there, quota included), and by how much sooner than their ETA.
-    Nothing on a cluster of one flavor."""
-    flavors = sorted(cy.state.layout.flavors)
+def wider_flavor(cy: Cycle, job: PendingJob, code: Code, eta: float | None) -> tuple[str, bool] | None:
+    """A flavor the job does not list that would start it now (the ladder admits it there,
+    quota included), and whether within its team's quota; None if there is none, if the job
+    waits for its own preemption, or if its ETA is less than a minute away. Only on clusters of
+    two flavors or more."""
+    if code is Code.WAITING_FOR_PREEMPTION or (eta is not None and eta - cy.now < _SOONER_S):
+        return None
+    flavors = cy.state.layout.flavors
     if len(flavors) < 2:
-        return []
+        return None
+    for flavor in sorted(flavors):
+        if flavor not in job.flavors and admission_block(cy, job.on(flavor)) is None:
+            return flavor, within_quota(cy, job.team, flavor, job.gpus)
+    return None
+
+
+def _narrow_lists(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) -> list[Diagnosis]:
+    """Per queue, the waiting jobs whose primary reason says another flavor, one they do not
+    list, would start them now (`wider_flavor`), and by how much sooner than their ETA."""
     found: dict[tuple[int, str, str], list[tuple[float, PendingJob, str, bool]]] = {}
     for job, ex in explained:
-        if ex.primary is Code.WAITING_FOR_PREEMPTION:
+        other = ex.reasons[0].detail("wider_flavor")
+        if not isinstance(other, str):
             continue
         gain = math.inf if ex.eta is None else ex.eta - cy.now
-        if gain < _SOONER_S:
-            continue
-        for flavor in flavors:
-            if flavor in job.flavors:
-                continue
-            on = job.on(flavor)
-            if admission_block(cy, on) is None:
-                within = within_quota(cy, job.team, flavor, job.gpus)
-                key = (job.tier.rank, job.team, job.flavor)
-                found.setdefault(key, []).append((gain, job, flavor, within))
-                break
+        within = ex.reasons[0].detail("wider_within_quota") == "yes"
+        found.setdefault((job.tier.rank, job.team, job.flavor), []).append((gain, job, other, within))
     out = []
     for (rank, team, flavor), members in sorted(found.items()):
         gain, job, other, within = max(members, key=lambda m: (m[0], m[1].job_id))

@@ -19,7 +19,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import NO_ETA, Block
 from rota_policy.cycle import Cycle
-from rota_policy.diagnosis import diagnose
+from rota_policy.diagnosis import diagnose, wider_flavor
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
 from rota_policy.ladder import admission_block, choose
 from rota_policy.model import (
@@ -255,7 +255,18 @@ def _explanation(
             at, reason = reclaim
             reasons = (reason, *reasons[1:])
             start = at if start is None else min(start, at)
+    wider = wider_flavor(cy, job, reasons[0].code, start)
+    if wider is not None:
+        reasons = (_with_wider(reasons[0], *wider), *reasons[1:])
     return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
+
+
+def _with_wider(reason: Reason, flavor: str, within: bool) -> Reason:
+    """The primary reason, telling that a flavor the job does not list would start it now."""
+    how = "within its team's quota" if within else "by borrowing"
+    message = f"{reason.message}; it would start now on {flavor} ({how}) if it accepted {flavor}"
+    details = (*reason.details, ("wider_flavor", flavor), ("wider_within_quota", "yes" if within else "no"))
+    return Reason(reason.code, message, details)
 
 
 def _flavor_of_block(cy: Cycle, job: PendingJob, block: Block | None) -> tuple[PendingJob, Block | None]:

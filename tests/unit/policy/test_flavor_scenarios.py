@@ -28,6 +28,13 @@ def _says_wider_list_starts_it_now(d: Decisions) -> None:
     assert "1h 00m before its ETA" in diag.message, diag.message
 
 
+def _reason_says_wider_list_starts_it_now(d: Decisions) -> None:
+    reason = explanation(d, "one").reasons[0]
+    assert reason.code is Code.INSUFFICIENT_CAPACITY
+    assert reason.message.endswith("; it would start now on v100 (within its team's quota) if it accepted v100")
+    assert (reason.detail("wider_flavor"), reason.detail("wider_within_quota")) == ("v100", "yes")
+
+
 def _reason_names_every_flavor(d: Decisions) -> None:
     reason = explanation(d, "many").reasons[0]
     assert reason.detail("flavors") == "a100|v100"
@@ -77,6 +84,14 @@ ROWS: list[Row] = [
         gpu_jobs("nlp", flavor="a100", name="one", submitted=NOW - 10),
         team_config(flavors=_quotas(8, 8)), admits=(), causes=(("a100", "flavor_too_narrow"),),
         check=_says_wider_list_starts_it_now),
+    Row("why: the reason of a job whose list is too narrow says which flavor would start it now",
+        cluster(2, Run("cv", "production", node=0, end=NOW + 3600), flavors=TWO),
+        gpu_jobs("nlp", flavor="a100", name="one", submitted=NOW - 10),
+        team_config(flavors=_quotas(8, 8)), admits=(), check=_reason_says_wider_list_starts_it_now),
+    Row("why: no wider-flavor note when its own flavor starts it within a minute",
+        cluster(2, Run("cv", "production", node=0, end=NOW + 30), flavors=TWO),
+        gpu_jobs("nlp", flavor="a100", name="one", submitted=NOW - 10),
+        team_config(flavors=_quotas(8, 8)), admits=(), causes=(), says={"one": "0 of 8 are free"}),
     Row("diagnosis: no wider-list diagnosis when the other flavor is over the team's borrowing limit",
         cluster(2, Run("cv", "production", node=0, end=NOW + 3600), flavors=TWO),
         gpu_jobs("nlp", flavor="a100", name="one", submitted=NOW - 10),
