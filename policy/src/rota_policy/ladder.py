@@ -21,7 +21,8 @@ here, and nowhere else.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 from rota.contracts.messages import WaitReasonCode as Code
@@ -75,7 +76,7 @@ def admission_block(cy: Cycle, job: PendingJob) -> Block | None:
     return outcome if isinstance(outcome, Block) else None
 
 
-_DEPTH = {
+_DEPTH: Mapping[Code, int] = MappingProxyType({
     Code.NO_MATCHING_FLAVOR: 0,
     Code.EXCEEDS_CLUSTER: 1,
     Code.PRIORITY: 2,
@@ -83,7 +84,7 @@ _DEPTH = {
     Code.INSUFFICIENT_CAPACITY: 4,
     Code.RESERVED_FOR_HIGHER_PRIORITY: 5,
     Code.FRAGMENTATION: 6,
-}
+})
 """How far down the ladder a block comes: which of a multi-flavor job's flavors answers."""
 
 

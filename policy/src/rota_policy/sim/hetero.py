@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
 from rota_policy.sim.workload import GPUS_PER_NODE, MIN_JOBS_FOR_QUOTA, TraceJob
 
 __all__ = ["HETERO_CAPACITY", "hetero_jobs", "hetero_quotas"]
 
-HETERO_CAPACITY = {"a100": 320, "v100": 320, "t4": 128}
+HETERO_CAPACITY: Mapping[str, int] = MappingProxyType({"a100": 320, "v100": 320, "t4": 128})
 T4_NODE = 4
-NODE_SIZE = {"a100": GPUS_PER_NODE, "v100": GPUS_PER_NODE, "t4": T4_NODE}
-_SECOND = {"a100": "v100", "v100": "a100", "t4": "v100"}
+NODE_SIZE: Mapping[str, int] = MappingProxyType({"a100": GPUS_PER_NODE, "v100": GPUS_PER_NODE, "t4": T4_NODE})
+_SECOND: Mapping[str, str] = MappingProxyType({"a100": "v100", "v100": "a100", "t4": "v100"})
 _TWO_FLAVORS = (1, 4, 8)
 
 
