@@ -124,6 +124,7 @@ class PendingJob:
     fallback: tuple[str, ...] = ()
     """Further flavors the job accepts after `flavor`, in order of preference (DECISIONS 47).
     Empty: `flavor` only, exactly as a job that names one flavor."""
+    _on: dict[str, PendingJob] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def gpus(self) -> int:
@@ -135,8 +136,18 @@ class PendingJob:
         return (self.flavor, *self.fallback)
 
     def on(self, flavor: str) -> PendingJob:
-        """The job as if it named `flavor` alone: what the ladder asks about one of its flavors."""
-        return replace(self, flavor=flavor, fallback=())
+        """The job as if it named `flavor` alone: what the ladder asks about one of its flavors.
+        Kept per job object: the walk asks it of a waiting job's flavors in every cycle."""
+        if flavor == self.flavor and not self.fallback:
+            return self
+        made = self._on
+        if made is None:
+            made = {}
+            object.__setattr__(self, "_on", made)
+        found = made.get(flavor)
+        if found is None:
+            found = made[flavor] = replace(self, flavor=flavor, fallback=())
+        return found
 
 
 @dataclass(frozen=True, slots=True)

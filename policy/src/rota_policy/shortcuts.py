@@ -28,24 +28,32 @@ __all__ = ["all_blocked", "behind", "confirm", "hopeless", "pass_over", "settle"
 
 def hopeless(w: WalkState, q: PendingQueue) -> bool:
     """Nothing in this queue can start now and it cannot preempt: skip it whole, unless it may
-    still hold the line (no backfill) or earn a reservation (backfill with reserve)."""
-    if w.attempts > 0 or w.ready or q.fallback:
+    still hold the line (no backfill) or earn a reservation (backfill with reserve). A queue
+    whose jobs accept other flavors too is hopeless only if it is so on each of them: every
+    job's flavors are among them, and every job is at least the queue's smallest."""
+    if w.attempts > 0 or w.ready:
         return False
+    if q.fallback:
+        return _hopeless_on(w, q, q.flavor) and all(_hopeless_on(w, q, f) for f in q.fallback)
+    return _hopeless_on(w, q, q.flavor)
+
+
+def _hopeless_on(w: WalkState, q: PendingQueue, flavor: str) -> bool:
     cy, backfill = w.cy, w.cy.rules.backfill
-    if q.min_gpus <= cy.state.free_total.get(q.flavor, 0):
-        return backfill == "reserve" and w.reservations_full(q.flavor) and _reserved_out(cy, q)
+    if q.min_gpus <= cy.state.free_total.get(flavor, 0):
+        return backfill == "reserve" and w.reservations_full(flavor) and _reserved_out(cy, q, flavor)
     if backfill == "none":
-        return w.all_blocked or q.flavor in w.blocked_flavors
+        return w.all_blocked or flavor in w.blocked_flavors
     if backfill == "reserve":
-        return w.reservations_full(q.flavor)
+        return w.reservations_full(flavor)
     return True
 
 
-def _reserved_out(cy: Cycle, q: PendingQueue) -> bool:
+def _reserved_out(cy: Cycle, q: PendingQueue, flavor: str) -> bool:
     """Rung 5 blocks the queue's smallest job, at its shortest runtime, hence every job of the
     queue (spare GPUs only shrink within a cycle). A job without an estimate counts as ending
     now, which only makes this say no more often."""
-    book = cy.books.get(q.flavor)
+    book = cy.books.get(flavor)
     if book is None:
         return False
     return book.blocking(q.min_gpus, cy.now + (q.min_runtime_s if q.min_runtime_s > 0 else 0.0)) is not None

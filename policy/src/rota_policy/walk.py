@@ -108,7 +108,9 @@ def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -
         for variant, block in choice.tried:
             if block.code not in _FINAL:
                 go_on = _reserve_or_hold(w, variant, block.code) and go_on
-    elif cy.rules.backfill == "reserve" and outcome.code is not Code.RESERVED_FOR_HIGHER_PRIORITY:
+    elif (cy.rules.backfill == "reserve" and outcome.code is not Code.RESERVED_FOR_HIGHER_PRIORITY
+          and not all(w.reservations_full(v.flavor) for v in waiting)):
+        # On the soonest flavor, or nowhere if that one's reservations are all given.
         soonest = min(waiting, key=lambda v: _first_start(cy, v), default=None)
         if soonest is not None:
             _reserve_or_hold(w, soonest, Code.INSUFFICIENT_CAPACITY)

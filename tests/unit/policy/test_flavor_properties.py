@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota_policy import POLICIES, PolicyConfig, Snapshot
+from rota_policy import walk as walk_module
 from rota_policy.core import ROTA_RULES
 from rota_policy.engine import run_cycle
 
@@ -79,6 +81,21 @@ def test_shortcuts_decide_as_the_reference_walk_with_multi_flavor_jobs(world: tu
     reference = run_cycle(snap, NOW, config, replace(ROTA_RULES, pass_over=False))
     assert (fast.admissions, fast.plans) == (reference.admissions, reference.plans)
     assert fast.pending == reference.pending
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds(), st.sampled_from(sorted(POLICIES)))
+def test_dropping_hopeless_multi_flavor_queues_changes_no_decision(
+    world: tuple[Snapshot, PolicyConfig], policy: str
+) -> None:
+    """`shortcuts.hopeless` drops a queue only if no flavor its jobs accept could start,
+    preempt or reserve for any of them: without it, the walk decides the same."""
+    snap, config = world
+    fast = POLICIES[policy](snap, NOW, config)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(walk_module, "hopeless", lambda w, q: False)
+        reference = POLICIES[policy](snap, NOW, config)
+    assert (fast.admissions, fast.plans) == (reference.admissions, reference.plans)
 
 
 def test_single_flavor_jobs_decide_as_before_when_fallback_is_cut() -> None:
