@@ -193,3 +193,9 @@ def test_the_derived_event_fits_whenever_the_size_check_passes() -> None:
     spec = _spec_of_size(64 * 1024 - SPEC_HEADROOM_BYTES - 1024)
     event = m.JobSubmitted(job_id=ID, spec=spec, submitted_at="2026-01-01T00:00:00Z")
     assert len(envelope(event, source="submission", job_id=ID).to_bytes()) < 64 * 1024
+
+
+def test_a_grant_records_the_flavor_the_job_runs_on() -> None:
+    state, changes = apply_event("pending", "AllocationGranted",
+                                 {"run_id": "r", "flavor": "a100", "borrowed_gpus": 0})
+    assert (state, changes["flavor"]) == ("admitted", "a100")

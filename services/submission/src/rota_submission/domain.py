@@ -215,8 +215,11 @@ def apply_event(
     if event_type == "JobPending":
         return state, {"wait": {k: data.get(k) for k in ("reasons", "eta", "position", "factors")}}
     if event_type == "AllocationGranted":
-        return "admitted", {"run_id": data.get("run_id"), "wait": None,
-                            "borrowed_gpus": int(data.get("borrowed_gpus") or 0)}
+        granted: dict[str, Any] = {"run_id": data.get("run_id"), "wait": None,
+                                   "borrowed_gpus": int(data.get("borrowed_gpus") or 0)}
+        if data.get("flavor"):  # a job that accepts several flavors runs on the one granted
+            granted["flavor"] = data["flavor"]
+        return "admitted", granted
     if event_type == "AllocationReleased":
         return state, {"borrowed_gpus": 0}
     if event_type == "RunStarted":
