@@ -55,12 +55,24 @@ def test_round_trip_keeps_every_field() -> None:
         ({"resumable": False, "sim": {"duration_s": 10, "checkpoint_interval_s": 5}},
          "data.sim.checkpoint_interval_s"),
         ({"local": {"command": []}}, "data.local.command"),
+        ({"flavors": ["a100", "h100"]}, "data.flavors"),
+        ({"flavors": ["h100", "any", "a100"]}, "data.flavors"),
+        ({"flavors": ["h100", "h100"]}, "data.flavors"),
+        ({"flavors": []}, "data.flavors"),
     ],
 )
 def test_invalid_fields_are_named(overrides: dict[str, object], field: str) -> None:
     err = error_of(raw_submit(**overrides))
     assert err.code == "INVALID_FIELD"
     assert err.field == field
+
+
+def test_a_flavor_list_expands_any_over_the_cluster_after_the_named_ones() -> None:
+    cluster = ("h100", "a100", "t4", "l4")
+    assert submit_job().fallback_flavors(cluster) == ()
+    assert submit_job(flavors=["h100"]).fallback_flavors(cluster) == ()
+    assert submit_job(flavors=["h100", "t4"]).fallback_flavors(cluster) == ("t4",)
+    assert submit_job(flavors=["h100", "t4", "any"]).fallback_flavors(cluster) == ("t4", "a100", "l4")
 
 
 def test_unknown_field_says_so() -> None:

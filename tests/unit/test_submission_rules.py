@@ -28,6 +28,8 @@ SCENARIOS: list[tuple[str, dict[str, Any], str | None, tuple[str, str] | None]] 
     ("unknown team", {"team": "ghosts"}, "ghosts", ("UNKNOWN_TEAM", "team")),
     ("user outside the team", {"user": "carol"}, "nlp", ("UNKNOWN_USER", "user")),
     ("unknown flavor", {"flavor": "tpu"}, "nlp", ("UNKNOWN_FLAVOR", "flavor")),
+    ("unknown flavor among the accepted ones", {"flavors": ["h100", "tpu"]}, "nlp", ("UNKNOWN_FLAVOR", "flavors")),
+    ("known flavors, then any", {"flavors": ["h100", "a100", "any"]}, "nlp", None),
     ("worker larger than any node", {"gpus_per_worker": 16}, "nlp",
      ("EXCEEDS_CLUSTER", "gpus_per_worker")),
     ("gang larger than the flavor", {"workers": 5}, "nlp", ("EXCEEDS_CLUSTER", "workers")),
@@ -191,3 +193,9 @@ def test_the_derived_event_fits_whenever_the_size_check_passes() -> None:
     spec = _spec_of_size(64 * 1024 - SPEC_HEADROOM_BYTES - 1024)
     event = m.JobSubmitted(job_id=ID, spec=spec, submitted_at="2026-01-01T00:00:00Z")
     assert len(envelope(event, source="submission", job_id=ID).to_bytes()) < 64 * 1024
+
+
+def test_a_grant_records_the_flavor_the_job_runs_on() -> None:
+    state, changes = apply_event("pending", "AllocationGranted",
+                                 {"run_id": "r", "flavor": "a100", "borrowed_gpus": 0})
+    assert (state, changes["flavor"]) == ("admitted", "a100")

@@ -109,6 +109,11 @@ class Cycle:
         self.admissions: list[Admission] = []
         self.plans: list[PreemptionPlan] = []
         self.blocks: dict[str, Block] = {}
+        self.block_flavor: dict[str, str] = {}
+        """For a job that accepts several flavors, the flavor its block is about."""
+        self.many = any(q.fallback for q in snapshot.pending)
+        """Some pending job accepts several flavors: the shortcuts that read one flavor per
+        queue step aside for its queue (`shortcuts`)."""
         self.asked: Container[str] = _EVERY_JOB if snapshot.explain is None else snapshot.explain
         """The jobs explain will answer for (`Snapshot.explain`)."""
         self.no_eta: list[PendingJob] = []
@@ -233,6 +238,12 @@ class Cycle:
             return
         self.blocks[job.job_id] = block
 
+    def record_on(self, job: PendingJob, flavor: str, block: Block) -> None:
+        """`record` for a job that accepts several flavors, whose block is about `flavor`."""
+        self.record(job, block)
+        if job.job_id in self.blocks:
+            self.block_flavor[job.job_id] = flavor
+
     def shared_block(self, code: Code, detail: str = "") -> Block:
         """Blocks are immutable and a cycle records one per job it looks at, mostly the same
         few: share them."""
@@ -245,7 +256,7 @@ class Cycle:
         borrowed = self.quota.check(job.team, job.flavor, job.gpus).borrowed if not via_plan else 0
         if not via_plan:
             self.quota.add(job.team, job.flavor, job.gpus)
-        self.admissions.append(Admission(job.job_id, placement, borrowed, via_plan))
+        self.admissions.append(Admission(job.job_id, placement, borrowed, via_plan, job.flavor))
         self._admitted_jobs.append(job)
         book = self.books.get(job.flavor)
         if book is not None:

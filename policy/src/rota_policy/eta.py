@@ -78,6 +78,31 @@ class Eta:
         heapq.heappush(heap, (clock + runtime, g))
         return clock
 
+    def start_any(self, job: PendingJob) -> float | None:
+        """`start` for a job that accepts several flavors: the earliest over them (the first
+        listed among equals), booked on that flavor."""
+        best: tuple[float, str] | None = None
+        for flavor in job.flavors:
+            at = self.peek(flavor, job.gpus)
+            if at is not None and (best is None or at < best[0]):
+                best = (at, flavor)
+        return None if best is None else self.start(job.on(best[1]))
+
+    def peek(self, flavor: str, gpus: int) -> float | None:
+        """What `start` would answer for `gpus` of `flavor`, changing nothing."""
+        clock = self.clock.get(flavor, self.cy.now)
+        if self.depth.get(flavor, 0) >= EXACT_DEPTH:
+            return clock
+        free = self.free.get(flavor, 0)
+        if free >= gpus:
+            return clock
+        for t, back in sorted(self.releases.get(flavor, ())):
+            free += back
+            clock = max(clock, t)
+            if free >= gpus:
+                return clock
+        return None
+
     def start_by_plan(self, job: PendingJob, at: float) -> float:
         """A preemptor starts on its plan's GPUs when its victims have stopped, whatever the
         queue ahead of it: they are its own, held for it and taken from no one else's turn."""

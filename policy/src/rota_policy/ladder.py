@@ -11,12 +11,21 @@
     5. reservation  starting now delays no backfill reservation     else RESERVED_FOR_HIGHER_PRIORITY
     6. fit          a best-fit gang placement exists now            else FRAGMENTATION
 
+A job that accepts several flavors goes down the ladder once per flavor (`choose`): it starts
+on the first flavor that admits it within its team's quota, else on the first that admits it
+by borrowing, in its order of preference (Kueue's flavor fungibility with whenCanBorrow:
+TryNextFlavor); if none admits it, the flavor that got furthest down the ladder answers.
+
 The walk asks it at each job's turn, the reasons ask it for a job that had no turn, and every
 shortcut of the walk (`shortcuts`) is written in terms of its rungs. A new rule is a new rung
 here, and nowhere else.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import NamedTuple
 
 from rota.contracts.messages import WaitReasonCode as Code
 
@@ -25,7 +34,16 @@ from rota_policy.cycle import Cycle
 from rota_policy.model import PendingJob
 from rota_policy.placement import Fit
 
-__all__ = ["admission", "admission_block", "budget_block", "quota_block", "reservation_block"]
+__all__ = [
+    "Choice",
+    "admission",
+    "admission_block",
+    "budget_block",
+    "choose",
+    "quota_block",
+    "reservation_block",
+    "within_quota",
+]
 
 _NO_FLAVOR = Block(Code.NO_MATCHING_FLAVOR)
 _NEVER_FITS = Block(Code.EXCEEDS_CLUSTER)
@@ -60,8 +78,8 @@ def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | B
 
 
 def admission_block(cy: Cycle, job: PendingJob) -> Block | None:
-    """The ladder's answer as a block; None if the job could start now."""
-    outcome = admission(cy, job)
+    """The ladder's answer as a block; None if the job could start now (on any of its flavors)."""
+    outcome = choose(cy, job).outcome if job.fallback else admission(cy, job)
     return outcome if isinstance(outcome, Block) else None
 
 
@@ -70,6 +88,56 @@ def budget_block(cy: Cycle, job: PendingJob) -> Block | None:
     period and its budget says its jobs wait. Constant within a cycle (`budget`)."""
     spent = cy.budget.waits(job.team, job.flavor)
     return None if spent is None else cy.shared_block(Code.BUDGET_EXHAUSTED, spent.message)
+
+
+_DEPTH: Mapping[Code, int] = MappingProxyType({
+    Code.NO_MATCHING_FLAVOR: 0,
+    Code.EXCEEDS_CLUSTER: 1,
+    Code.BUDGET_EXHAUSTED: 2,
+    Code.PRIORITY: 3,
+    Code.QUOTA_EXCEEDED: 4,
+    Code.INSUFFICIENT_CAPACITY: 5,
+    Code.RESERVED_FOR_HIGHER_PRIORITY: 6,
+    Code.FRAGMENTATION: 7,
+})
+"""How far down the ladder a block comes: which of a multi-flavor job's flavors answers."""
+
+
+class Choice(NamedTuple):
+    """The ladder's answer for a job over its flavors."""
+
+    job: PendingJob
+    """The job on the flavor that answers (`PendingJob.on`), or the job itself if it names one."""
+    outcome: Fit | Block
+    tried: tuple[tuple[PendingJob, Block], ...] = ()
+    """Each flavor that refused it, in order of preference, with its block (multi-flavor only)."""
+
+
+def within_quota(cy: Cycle, team: str, flavor: str, gpus: int) -> bool:
+    """Whether `gpus` more of `flavor` keep the team within its nominal quota (no borrowing)."""
+    return cy.quota.in_use(team, flavor) + gpus <= cy.quota.limits(team, flavor).quota
+
+
+def choose(cy: Cycle, job: PendingJob, held: Callable[[str], str | None] | None = None) -> Choice:
+    """The ladder over the job's flavors. `held(flavor)`, if given, is the job that holds the
+    line ahead of it on that flavor (policies without backfill)."""
+    if not job.fallback:
+        return Choice(job, admission(cy, job, held(job.flavor) if held is not None else None))
+    tried: list[tuple[PendingJob, Block]] = []
+    borrowing: Choice | None = None
+    for flavor in job.flavors:
+        variant = job.on(flavor)
+        outcome = admission(cy, variant, held(flavor) if held is not None else None)
+        if isinstance(outcome, Block):
+            tried.append((variant, outcome))
+        elif not cy.rules.quotas or within_quota(cy, job.team, flavor, job.gpus):
+            return Choice(variant, outcome, tuple(tried))
+        elif borrowing is None:
+            borrowing = Choice(variant, outcome)
+    if borrowing is not None:
+        return Choice(borrowing.job, borrowing.outcome, tuple(tried))
+    deepest = max(tried, key=lambda t: _DEPTH.get(t[1].code, 0))  # max keeps the first of equals
+    return Choice(deepest[0], deepest[1], tuple(tried))
 
 
 def quota_block(cy: Cycle, job: PendingJob) -> Block | None:

@@ -8,7 +8,7 @@ where events are parsed, not in the hot loop. Time is float seconds on the calle
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Final
 
@@ -121,10 +121,33 @@ class PendingJob:
     rack: RackAffinity = RackAffinity.none
     resumable: bool = False
     preemptions: int = 0
+    fallback: tuple[str, ...] = ()
+    """Further flavors the job accepts after `flavor`, in order of preference (DECISIONS 54).
+    Empty: `flavor` only, exactly as a job that names one flavor."""
+    _on: dict[str, PendingJob] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def flavors(self) -> tuple[str, ...]:
+        """Every flavor the job accepts, the preferred first."""
+        return (self.flavor, *self.fallback)
+
+    def on(self, flavor: str) -> PendingJob:
+        """The job as if it named `flavor` alone: what the ladder asks about one of its flavors.
+        Kept per job object: the walk asks it of a waiting job's flavors in every cycle."""
+        if flavor == self.flavor and not self.fallback:
+            return self
+        made = self._on
+        if made is None:
+            made = {}
+            object.__setattr__(self, "_on", made)
+        found = made.get(flavor)
+        if found is None:
+            found = made[flavor] = replace(self, flavor=flavor, fallback=())
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +214,9 @@ class PendingQueue:
     """The shortest runtime estimate in the queue, 0 if a job has none (the config default
     applies); negative means unknown (computed on construction). With `min_gpus` it lets a
     cycle skip a queue that a backfill reservation blocks whole."""
+    fallback: tuple[str, ...] | None = None
+    """The flavors its jobs accept beyond the queue's `flavor`, sorted; None: unknown (computed
+    on construction). Empty, the common case, lets every shortcut treat the queue as one flavor."""
 
     _sums: QueueSums | None = field(default=None, init=False, repr=False, compare=False)
     _ids: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
@@ -233,12 +259,16 @@ class PendingQueue:
         return least[0][pos], least[1][pos]
 
     def followed_by(
-        self, jobs: tuple[PendingJob, ...], min_gpus: int = 0, min_runtime_s: float = -1.0
+        self,
+        jobs: tuple[PendingJob, ...],
+        min_gpus: int = 0,
+        min_runtime_s: float = -1.0,
+        fallback: tuple[str, ...] | None = None,
     ) -> PendingQueue:
         """The same queue after some jobs left its head and others joined its tail: the prefix
         sums carry over instead of being computed again (under overload a queue holds
         thousands of jobs and changes a little in each cycle). Any other change: a new queue."""
-        queue = PendingQueue(self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s)
+        queue = PendingQueue(self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s, fallback)
         sums, old = self._sums, self.jobs
         if sums is None or not jobs:
             return queue
@@ -265,6 +295,8 @@ class PendingQueue:
                 "min_runtime_s",
                 min((j.runtime_estimate_s or 0.0 for j in self.jobs), default=0.0),
             )
+        if self.fallback is None:
+            object.__setattr__(self, "fallback", tuple(sorted({f for j in self.jobs for f in j.fallback})))
 
 
 def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[PendingQueue, ...]:
@@ -331,6 +363,9 @@ class Admission:
     borrowed_gpus: int = 0
     via_plan: bool = False
     """True when the GPUs were freed by this job's own preemption plan."""
+    flavor: str = ""
+    """The flavor the job starts on: one of its flavors, which the caller books (the ledger's
+    grant, the simulator's run)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -308,7 +308,11 @@ def _none_from(
     least: int,
     shortest: float,
 ) -> bool:
-    return least > most or (holds_back_all is not None and holds_back_all(queue.flavor, least, shortest))
+    if least > most or holds_back_all is None:
+        return least > most
+    if not holds_back_all(queue.flavor, least, shortest):
+        return False
+    return all(holds_back_all(f, least, shortest) for f in queue.fallback) if queue.fallback else True
 
 
 def tier_queues(queues: Sequence[PendingQueue]) -> dict[Tier, list[PendingQueue]]:

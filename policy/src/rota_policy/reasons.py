@@ -9,19 +9,17 @@ whose start depends on another team's usage (quota), get no ETA rather than a wr
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import NO_ETA, Block
 from rota_policy.budget_reasons import block_of, budget_details, budget_start, idle_only_reasons
 from rota_policy.cycle import Cycle
+from rota_policy.diagnosis import diagnose, wider_flavor
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
-from rota_policy.ladder import admission_block
+from rota_policy.ladder import admission_block, choose
 from rota_policy.model import (
     Diagnosis,
     PendingExplanation,
@@ -37,14 +35,6 @@ __all__ = ["explain"]
 
 
 _PRIORITY = Block(Code.PRIORITY)
-_CAUSE: Mapping[Code, str] = MappingProxyType({
-    Code.QUOTA_EXCEEDED: "quota_too_low",
-    Code.NO_MATCHING_FLAVOR: "flavor_too_narrow",
-    Code.EXCEEDS_CLUSTER: "request_too_large",
-    Code.FRAGMENTATION: "fragmentation",
-    Code.PRIORITY: "queue_weight",
-    Code.BUDGET_EXHAUSTED: "budget_exhausted",
-})
 
 
 def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
@@ -220,7 +210,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
                 out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
                 remaining.discard(job.job_id)
                 if not remaining:
-                    return tuple(ex for _, ex in out), _diagnose(cy, out)
+                    return tuple(ex for _, ex in out), diagnose(cy, out)
             if f in shallow and eta.depth.get(f, 0) >= EXACT_DEPTH:
                 shallow.discard(f)
                 if not shallow:
@@ -230,7 +220,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     if remaining:
         deep = [j for j in targets if j.job_id in remaining]
         out.extend(_deep(cy, shared, deep, groups, done, key, eta, position, gpus_ahead))
-    return tuple(ex for _, ex in out), _diagnose(cy, out)
+    return tuple(ex for _, ex in out), diagnose(cy, out)
 
 
 def _start(cy: Cycle, eta: Eta, job: PendingJob, code: Code | None) -> float | None:
@@ -239,7 +229,9 @@ def _start(cy: Cycle, eta: Eta, job: PendingJob, code: Code | None) -> float | N
         return eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, cy.now))
     if code is Code.BUDGET_EXHAUSTED:
         return budget_start(cy, job)  # nor does it take GPUs ahead of others in the schedule
-    return None if code in NO_ETA else eta.start(job)
+    if code in NO_ETA:
+        return None
+    return eta.start_any(job) if job.fallback else eta.start(job)
 
 
 def _explanation(
@@ -251,23 +243,64 @@ def _explanation(
     pos: int,
     ahead_gpus: int,
 ) -> PendingExplanation:
-    reasons = _reasons(cy, shared, job, block, pos, ahead_gpus)
+    on = job
+    if job.fallback:
+        on, block = _flavor_of_block(cy, job, block)
+    reasons = _reasons(cy, shared, on, block, pos, ahead_gpus)
+    if job.fallback:
+        reasons = _over_flavors(job, on.flavor, reasons)
     if reasons[0].code in NO_ETA:
         start = None
     else:
         if reasons[0].code is Code.INSUFFICIENT_CAPACITY and cy.rules.planner is not None:
             if shared.protected is None:
                 shared.protected = protected_borrowers(cy)
-            reclaim = reclaim_reason(cy, job, shared.protected)
+            reclaim = reclaim_reason(cy, on, shared.protected)
             if reclaim is not None:
                 at, reason = reclaim
                 reasons = (reason, *reasons[1:])
                 start = at if start is None else min(start, at)
-        delayed = delay_reason(cy, job, start)
+        delayed = delay_reason(cy, on, start)
         if delayed is not None:
             start, reason = delayed
             reasons = (reasons[0], reason, *reasons[1:])
+    wider = wider_flavor(cy, job, reasons[0].code, start)
+    if wider is not None:
+        reasons = (_with_wider(reasons[0], *wider), *reasons[1:])
     return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
+
+
+def _with_wider(reason: Reason, flavor: str, within: bool) -> Reason:
+    """The primary reason, telling that a flavor the job does not list would start it now."""
+    how = "within its team's quota" if within else "by borrowing"
+    message = f"{reason.message}; it would start now on {flavor} ({how}) if it accepted {flavor}"
+    details = (*reason.details, ("wider_flavor", flavor), ("wider_within_quota", "yes" if within else "no"))
+    return Reason(reason.code, message, details)
+
+
+def _flavor_of_block(cy: Cycle, job: PendingJob, block: Block | None) -> tuple[PendingJob, Block | None]:
+    """A multi-flavor job on the flavor its block is about: the one its turn recorded, the one
+    its plan in flight is on, or the ladder's answer now."""
+    if block is None:
+        choice = choose(cy, job)
+        return choice.job, choice.outcome if isinstance(choice.outcome, Block) else None
+    flavor = cy.block_flavor.get(job.job_id)
+    if flavor is None:
+        hold = cy.plan_holds.get(job.job_id)
+        flavor = hold.flavor if hold is not None else job.flavor
+    return job.on(flavor), block
+
+
+def _over_flavors(job: PendingJob, flavor: str, reasons: tuple[Reason, ...]) -> tuple[Reason, ...]:
+    """The primary reason of a multi-flavor job says that no flavor it accepts admits it, and
+    which one the numbers are about."""
+    first = reasons[0]
+    accepts = ", ".join(job.flavors)
+    message = f"none of its flavors ({accepts}) can start it now; on {flavor}: {first.message}"
+    if first.code is Code.WAITING_FOR_PREEMPTION:
+        message = f"on {flavor} (it accepts {accepts}): {first.message}"
+    details = (*first.details, ("flavor", flavor), ("flavors", "|".join(job.flavors)))
+    return (Reason(first.code, message, details), *reasons[1:])
 
 
 def _deep(
@@ -303,36 +336,3 @@ def _deep(
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
         out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
     return out
-
-
-def _diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) -> tuple[Diagnosis, ...]:
-    groups: dict[tuple[int, str, str], list[tuple[PendingJob, PendingExplanation]]] = {}
-    for job, ex in explained:
-        if cy.now - job.submitted_at > cy.config.tier(job.tier).long_wait_s:
-            groups.setdefault((job.tier.rank, job.team, job.flavor), []).append((job, ex))
-    out: list[Diagnosis] = []
-    for (rank, team, flavor), members in sorted(groups.items()):
-        tier = TIER_ORDER[rank]
-        counts = Counter(ex.primary for _, ex in members)
-        top, n = counts.most_common(1)[0]
-        cap = cy.state.layout.capacity.get(flavor, 0)
-        big = [j for j, _ in members if cap and j.gpus * 2 > cap]
-        oldest = max(cy.now - j.submitted_at for j, _ in members)
-        if len(big) * 2 >= len(members) and top is not Code.EXCEEDS_CLUSTER:
-            cause = "request_too_large"
-            msg = (
-                f"{len(big)} of {len(members)} long waiters ask for more than half of the {cap} {flavor} GPUs"
-            )
-        elif top in _CAUSE:
-            cause = _CAUSE[top]
-            msg = f"{n} of {len(members)} long waiters in {tier.value}/{team} wait on {top.value}"
-            if top is Code.QUOTA_EXCEEDED:
-                lim = cy.quota.limits(team, flavor)
-                msg += f": quota {lim.quota}, borrowing limit {lim.borrowing_limit}"
-            elif top is Code.PRIORITY:
-                msg += f": queue weight {cy.config.tier(tier).weight} ranks them behind other work"
-        else:
-            cause = "capacity"
-            msg = f"{len(members)} long waiter(s) in {tier.value}/{team}: too few free {flavor} GPUs"
-        out.append(Diagnosis(tier, team, flavor, cause, len(members), oldest, msg))
-    return tuple(out)

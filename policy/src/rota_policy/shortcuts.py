@@ -29,26 +29,36 @@ __all__ = ["all_blocked", "behind", "confirm", "hopeless", "pass_over", "settle"
 
 def hopeless(w: WalkState, q: PendingQueue) -> bool:
     """Nothing in this queue can start now and it cannot preempt: skip it whole, unless it may
-    still hold the line (no backfill) or earn a reservation (backfill with reserve)."""
-    cy, backfill = w.cy, w.cy.rules.backfill
-    if cy.budget.waiting and cy.budget.waits(q.team, q.flavor) and cy.planned.keys().isdisjoint(q.ids()):
+    still hold the line (no backfill) or earn a reservation (backfill with reserve). A queue
+    whose jobs accept other flavors too is hopeless only if it is so on each of them: every
+    job's flavors are among them, and every job is at least the queue's smallest."""
+    cy = w.cy
+    if (not q.fallback and cy.budget.waiting and cy.budget.waits(q.team, q.flavor)
+            and cy.planned.keys().isdisjoint(q.ids())):
         return True  # rung 2b blocks every job of the queue all cycle, and ends their turns
     if w.attempts > 0 or w.ready:
         return False
-    if q.min_gpus <= cy.state.free_total.get(q.flavor, 0):
-        return backfill == "reserve" and w.reservations_full(q.flavor) and _reserved_out(cy, q)
+    if q.fallback:
+        return _hopeless_on(w, q, q.flavor) and all(_hopeless_on(w, q, f) for f in q.fallback)
+    return _hopeless_on(w, q, q.flavor)
+
+
+def _hopeless_on(w: WalkState, q: PendingQueue, flavor: str) -> bool:
+    cy, backfill = w.cy, w.cy.rules.backfill
+    if q.min_gpus <= cy.state.free_total.get(flavor, 0):
+        return backfill == "reserve" and w.reservations_full(flavor) and _reserved_out(cy, q, flavor)
     if backfill == "none":
-        return w.all_blocked or q.flavor in w.blocked_flavors
+        return w.all_blocked or flavor in w.blocked_flavors
     if backfill == "reserve":
-        return w.reservations_full(q.flavor)
+        return w.reservations_full(flavor)
     return True
 
 
-def _reserved_out(cy: Cycle, q: PendingQueue) -> bool:
+def _reserved_out(cy: Cycle, q: PendingQueue, flavor: str) -> bool:
     """Rung 5 blocks the queue's smallest job, at its shortest runtime, hence every job of the
     queue (spare GPUs only shrink within a cycle). A job without an estimate counts as ending
     now, which only makes this say no more often."""
-    book = cy.books.get(q.flavor)
+    book = cy.books.get(flavor)
     if book is None:
         return False
     return book.blocking(q.min_gpus, cy.now + (q.min_runtime_s if q.min_runtime_s > 0 else 0.0)) is not None
@@ -61,7 +71,7 @@ def pass_over(w: WalkState, job: PendingJob, missed: int, group: int, order: Que
     the miss, unless it is their turn at preempting: with attempts left, that happens only if
     free GPUs fall below their size before their turn, which `confirm` checks at the end."""
     cy, f = w.cy, job.flavor
-    if missed >= w.depth or not w.reservations_full(f):
+    if missed >= w.depth or job.fallback or not w.reservations_full(f):
         return
     if w.attempts > 0 and cy.rules.quotas and not cy.quota.never_refuses(job.team, f):
         return
@@ -95,7 +105,7 @@ def behind(cy: Cycle, most: int | None) -> Callable[[PendingJob], bool]:
     most = most if most is not None else 1 << 62
 
     def blocked(job: PendingJob) -> bool:
-        if job.gpus > most or job.job_id in planned or not can_ever_fit(job):
+        if job.gpus > most or job.fallback or job.job_id in planned or not can_ever_fit(job):
             return False
         return reservation_block(cy, job) is not None
 
@@ -108,7 +118,7 @@ def all_blocked(cy: Cycle, jobs: tuple[PendingJob, ...], book: ReservationBook, 
     at the shortest runtime, hence all. Told from a few columns at C speed, not job by job:
     under overload the walk passes over hundreds of jobs per cycle, nearly all behind the one
     reservation. False sends the caller job by job."""
-    if not jobs:
+    if not jobs or (cy.many and any(j.fallback for j in jobs)):
         return False
     if cy.planned and not cy.planned.keys().isdisjoint([j.job_id for j in jobs]):
         return False

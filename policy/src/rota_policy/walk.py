@@ -14,7 +14,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import Block
 from rota_policy.cycle import Cycle
-from rota_policy.ladder import admission
+from rota_policy.ladder import admission, choose
 from rota_policy.model import PendingJob, PendingQueue
 from rota_policy.ordering import QueueWalk, tier_queues
 from rota_policy.shortcuts import confirm, hopeless, pass_over, settle
@@ -41,32 +41,117 @@ def walk(cy: Cycle) -> bool:
                 _plan_in_flight(w, job, group, order)
                 continue
             # 3. admit: the admission ladder, at this job's turn.
-            held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
-            outcome = admission(cy, job, held)
-            if not isinstance(outcome, Block):
-                cy.admit(job, cy.state.allocate(outcome), via_plan=False)
-                if w.unsure:  # only `confirm` reads the log, and only past its first entry
-                    w.log_change(group, order)
-                continue
-            if outcome.code in _FINAL:
+            if job.fallback:
+                blocked, go_on = _turn_of_many(w, job, group, order)
+                if blocked is None:
+                    continue
+                if not go_on:
+                    break
+                code = blocked.code
+            else:
+                held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
+                outcome = admission(cy, job, held)
+                if not isinstance(outcome, Block):
+                    cy.admit(job, cy.state.allocate(outcome), via_plan=False)
+                    if w.unsure:  # only `confirm` reads the log, and only past its first entry
+                        w.log_change(group, order)
+                    continue
+                if outcome.code in _FINAL:
+                    cy.record(job, outcome)
+                    continue
+                # 4. preempt: victims whose stop really lets it fit.
+                if _preempt(w, job, outcome.code, group, order):
+                    continue
                 cy.record(job, outcome)
-                continue
-            # 4. preempt: victims whose stop really lets it fit.
-            if _preempt(w, job, outcome.code, group, order):
-                continue
-            cy.record(job, outcome)
-            # 5. reserve for it, or hold the line behind it.
-            if not _reserve_or_hold(w, job, outcome.code):
-                break
+                # 5. reserve for it, or hold the line behind it.
+                if not _reserve_or_hold(w, job, outcome.code):
+                    break
+                code = outcome.code
             missed = w.count_miss(job, order)
             if w.nothing_left():
                 break
-            if cy.rules.pass_over and outcome.code is Code.RESERVED_FOR_HIGHER_PRIORITY:
+            if cy.rules.pass_over and code is Code.RESERVED_FOR_HIGHER_PRIORITY:
                 pass_over(w, job, missed, group, order)
         if w.all_blocked and w.attempts <= 0 and not w.ready:
             break
     settle(w, None)
     return confirm(w)
+
+
+def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -> tuple[Block | None, bool]:
+    """Phases 3-5 for a job that accepts several flavors: the ladder over its flavors
+    (`ladder.choose`); then, while attempts last, one search for victims that tries its
+    flavors in order of preference; then a reservation on the flavor where it is expected to
+    start first, or (without backfill) the line held on every flavor it accepts. Returns its
+    block, None when its turn is over (admitted, final, or a plan made), and whether the walk
+    goes on (False: it holds the line for every job behind it)."""
+    cy = w.cy
+
+    def held(flavor: str) -> str | None:
+        return cy.head_of_line if w.all_blocked or flavor in w.blocked_flavors else None
+
+    choice = choose(cy, job, held)
+    chosen, outcome = choice.job, choice.outcome
+    if not isinstance(outcome, Block):
+        cy.admit(chosen, cy.state.allocate(outcome), via_plan=False)
+        if w.unsure:
+            w.log_change(group, order)
+        return None, True
+    if outcome.code in _FINAL:
+        cy.record_on(job, chosen.flavor, outcome)
+        return None, True
+    if _preempt_many(w, job, choice.tried, group, order):
+        return None, True
+    cy.record_on(job, chosen.flavor, outcome)
+    waiting = [v for v, b in choice.tried if b.code not in _FINAL and b.code is not Code.QUOTA_EXCEEDED]
+    go_on = True
+    if cy.rules.backfill == "none":
+        for variant, block in choice.tried:
+            if block.code not in _FINAL:
+                go_on = _reserve_or_hold(w, variant, block.code) and go_on
+    elif (cy.rules.backfill == "reserve" and outcome.code is not Code.RESERVED_FOR_HIGHER_PRIORITY
+          and not all(w.reservations_full(v.flavor) for v in waiting)):
+        # On the soonest flavor, or nowhere if that one's reservations are all given.
+        soonest = min(waiting, key=lambda v: _first_start(cy, v), default=None)
+        if soonest is not None:
+            _reserve_or_hold(w, soonest, Code.INSUFFICIENT_CAPACITY)
+    return outcome, go_on
+
+
+def _first_start(cy: Cycle, job: PendingJob) -> float:
+    found = cy.book(job.flavor).earliest(job.gpus, cy.state.free_total.get(job.flavor, 0), cy.now)
+    return found[0] if found is not None else float("inf")
+
+
+def _preempt_many(
+    w: WalkState, job: PendingJob, tried: tuple[tuple[PendingJob, Block], ...], group: int, order: QueueWalk
+) -> bool:
+    """Phase 4 for a multi-flavor job: one attempt that tries each flavor whose block a
+    preemption could lift, in order of preference (Kueue's whenCanPreempt: TryNextFlavor has
+    already tried them all without preempting)."""
+    cy = w.cy
+    if w.attempts <= 0 or w.planner is None:
+        return False
+    candidates = [
+        v for v, b in tried
+        if b.code not in _FINAL and b.code is not Code.RESERVED_FOR_HIGHER_PRIORITY
+        and _may_search(cy, v, b.code)
+    ]
+    if not candidates:
+        return False
+    w.attempts -= 1
+    plan = None
+    for variant in candidates:
+        plan = w.planner(variant, cy.preemption, cy)
+        if plan is not None:
+            cy.accept_plan(variant, plan)
+            break
+    if w.unsure:
+        w.log_change(group, order)
+    if plan is None:
+        return False
+    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
+    return True
 
 
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
@@ -88,6 +173,9 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
     the plan gives way; or else it waits for its victims."""
     cy = w.cy
     target = cy.planned[job.job_id]
+    if job.fallback:  # its plan is on one of its flavors: it starts there or waits
+        hold = cy.plan_holds.get(job.job_id)
+        job = job.on(hold.flavor if hold is not None else job.flavor)
     if target is not None:
         cy.admit(job, target, via_plan=True)
         w.ready.discard(job.job_id)
@@ -111,6 +199,22 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
     if w.attempts <= 0 or w.planner is None or code is Code.RESERVED_FOR_HIGHER_PRIORITY:
         return False
     cy = w.cy
+    if not _may_search(cy, job, code):
+        return False
+    w.attempts -= 1
+    plan = w.planner(job, cy.preemption, cy)
+    if plan is not None:
+        cy.accept_plan(job, plan)
+    if w.unsure:
+        w.log_change(group, order)
+    if plan is None:
+        return False
+    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
+    return True
+
+
+def _may_search(cy: Cycle, job: PendingJob, code: Code) -> bool:
+    """Whether the job, on its flavor, may search for victims now that `code` blocks it."""
     if cy.budget.only_idle(job.team, job.flavor) is not None:
         return False  # past its budget a job takes idle GPUs only, never anyone's
     patient = cy.rules.preempt_for_wait_target and code is Code.INSUFFICIENT_CAPACITY
@@ -122,15 +226,6 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
         # so the jobs behind it search as if it had not been blocked.
         cy.deferred[job.job_id] = allowed_at
         return False
-    w.attempts -= 1
-    plan = w.planner(job, cy.preemption, cy)
-    if plan is not None:
-        cy.accept_plan(job, plan)
-    if w.unsure:
-        w.log_change(group, order)
-    if plan is None:
-        return False
-    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
     return True
 
 

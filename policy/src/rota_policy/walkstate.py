@@ -100,6 +100,8 @@ class WalkState:
         """Whether a reservation keeps `job` from starting now (the ladder's reservation rung).
         Within a cycle reservations are only added and their spare only shrinks, so a job
         held back stays held back."""
+        if job.fallback:
+            return all(self.held_back(job.on(f)) for f in job.flavors)
         book = self.cy.books.get(job.flavor)
         return book is not None and book.blocking(job.gpus, self.cy.now + self.cy.runtime(job)) is not None
 
@@ -113,14 +115,19 @@ class WalkState:
         """The most GPUs a job of `q` could start on now: free, and allowed by quota. Both only
         shrink within a cycle, and quota refuses every size above one it refuses, so the largest
         size allowed is found by bisection, and a job above it stays unable to start."""
+        if q.fallback:  # a job of it may start on any flavor its jobs accept
+            return max(self._room(q.team, f) for f in (q.flavor, *(q.fallback or ())))
+        return self._room(q.team, q.flavor)
+
+    def _room(self, team: str, flavor: str) -> int:
         cy = self.cy
-        quota, free = cy.quota, cy.state.free_total.get(q.flavor, 0)
-        if not cy.rules.quotas or free <= 0 or quota.allows(q.team, q.flavor, free):
+        quota, free = cy.quota, cy.state.free_total.get(flavor, 0)
+        if not cy.rules.quotas or free <= 0 or quota.allows(team, flavor, free):
             return free
         allowed, refused = 0, free
         while refused - allowed > 1:
             mid = (allowed + refused) // 2
-            if quota.allows(q.team, q.flavor, mid):
+            if quota.allows(team, flavor, mid):
                 allowed = mid
             else:
                 refused = mid

@@ -34,6 +34,15 @@ def test_a_long_wait_on_quota_is_diagnosed_as_a_quota_set_too_low() -> None:
     assert "QUOTA_EXCEEDED" in diagnosis.message
 
 
+def test_long_waits_another_flavor_would_end_now_are_diagnosed_as_a_flavor_list_too_narrow() -> None:
+    waiting = [job(f"j{i}", waited_s=4000, reasons=["INSUFFICIENT_CAPACITY"]) for i in range(3)]
+    for j in waiting[:2]:
+        j["wait"]["reasons"][0]["details"] = {"wider_flavor": "a100", "wider_within_quota": "yes"}
+    [diagnosis] = views.diagnose(waiting, 3600, NOW)
+    assert diagnosis.cause == "flavor_too_narrow"
+    assert diagnosis.message == "2 of 3 long waiters would start now on a100 if they accepted it (flavors: [gpu, a100])"
+
+
 def test_long_waits_for_too_few_gpus_are_capacity_not_a_misconfiguration() -> None:
     [diagnosis] = views.diagnose([job("j", waited_s=4000, reasons=["INSUFFICIENT_CAPACITY"])],
                                  3600, NOW)

@@ -37,6 +37,7 @@ def gpu_jobs(
     flavor: str = FLAVOR,
     resumable: bool = True,
     name: str | None = None,
+    fallback: tuple[str, ...] = (),
 ) -> list[PendingJob]:
     """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart."""
     base = name or f"{team}-{tier[:4]}-{workers}x{gpus}"
@@ -52,6 +53,7 @@ def gpu_jobs(
             runtime_estimate_s=runtime,
             rack=RackAffinity(rack),
             resumable=resumable,
+            fallback=fallback,
         )
         for i in range(n)
     ]
@@ -63,15 +65,25 @@ def team_config(
     borrowing: dict[str, int] | None = None,
     lending: dict[str, int] | None = None,
     budgets: dict[str, BudgetLimit] | None = None,
+    flavors: dict[str, dict[str, int]] | None = None,
     **overrides: object,
 ) -> PolicyConfig:
+    """`quotas` on the `gpu` flavor; `flavors` gives each team's quota per other flavor (its
+    borrowing and lending limits apply to every flavor)."""
+    def limits(name: str, quota: int) -> TeamLimits:
+        return TeamLimits(quota, (borrowing or {}).get(name), (lending or {}).get(name))
+
+    names = sorted(set(quotas or {}) | set(flavors or {}))
     teams = {
         name: TeamPolicy(
             name,
             1.0,
-            {FLAVOR: TeamLimits(quota, (borrowing or {}).get(name), (lending or {}).get(name))},
+            {
+                **({FLAVOR: limits(name, (quotas or {})[name])} if name in (quotas or {}) else {}),
+                **{f: limits(name, q) for f, q in (flavors or {}).get(name, {}).items()},
+            },
         )
-        for name, quota in (quotas or {}).items()
+        for name in names
     }
     # Tier weights as in the example rota.yaml: production 3, training 2, experiment 1.
     tiers = {
@@ -97,12 +109,17 @@ class World:
     usage: dict[str, float] = field(default_factory=dict)
     budget_used: dict[tuple[str, str], float] | None = None
     """GPU-seconds used this period per (team, flavor) with a budget; None: none passed."""
+    flavors: dict[int, str] = field(default_factory=dict)
+    """Nodes of another flavor than `flavor`, by index."""
 
     def __post_init__(self) -> None:
         self.free = [list(range(self.gpus)) for _ in range(self.nodes)]
 
     def name(self, node: int) -> str:
         return f"n{node}"
+
+    def flavor_of(self, node: int) -> str:
+        return self.flavors.get(node, self.flavor)
 
     def rack_of(self, node: int) -> str:
         per = -(-self.nodes // self.racks)
@@ -136,7 +153,7 @@ class World:
             job_id=f"job-{rid}",
             team=team,
             tier=Tier(tier),
-            flavor=self.flavor,
+            flavor=self.flavor_of(nodes[0]),
             placement=tuple(placement),
             gpus=gpus * len(nodes),
             started_at=started,
@@ -150,7 +167,7 @@ class World:
 
     def snapshot(self, pending: list[PendingJob], *, explain: frozenset[str] | None = None) -> Snapshot:
         nodes = tuple(
-            NodeState(self.name(i), self.flavor, self.rack_of(i), self.gpus, tuple(sorted(f)))
+            NodeState(self.name(i), self.flavor_of(i), self.rack_of(i), self.gpus, tuple(sorted(f)))
             for i, f in enumerate(self.free)
         )
         return Snapshot(
@@ -192,11 +209,14 @@ def cluster(
     drained: tuple[int, ...] = (),
     plans: tuple[PlanInFlight, ...] = (),
     budget_used: dict[str, float] | None = None,
+    flavors: dict[int, str] | None = None,
 ) -> World:
     """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free;
-    `budget_used` is GPU-hours per team used this period of the budgeted flavor."""
+    `budget_used` is GPU-hours per team used this period of the budgeted flavor; `flavors`
+    names the nodes of another flavor than `gpu`."""
     used = None if budget_used is None else {(team, FLAVOR): h * 3600.0 for team, h in budget_used.items()}
-    world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans), budget_used=used)
+    world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans), budget_used=used,
+                  flavors=dict(flavors or {}))
     for r in runs:
         world.run(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,

@@ -18,7 +18,7 @@ from rota_policy.sim.simulator import Simulator
 from rota_policy.sim.workload import TraceJob
 
 from tests.unit.policy.builders import Run, cluster, gpu_jobs, team_config
-from tests.unit.policy.test_policy_scenarios import NOW, Row, check_row, explanation
+from tests.unit.policy.test_policy_scenarios import NOW, Row, explanation, run_row
 
 MONTH_END = 31 * 86_400.0
 WAIT = {"nlp": BudgetLimit(10.0)}
@@ -99,7 +99,7 @@ ROWS = [
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
 def test_budget_scenario(row: Row) -> None:
-    check_row(row)
+    run_row(row)
 
 
 # ---------------------------------------------------------------- replays of a few jobs

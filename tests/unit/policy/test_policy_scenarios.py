@@ -40,6 +40,10 @@ class Row:
     what would unblock it, in the user's terms."""
     policy: str = "rota"
     check: Callable[[Decisions], None] | None = None
+    starts_on: Mapping[str, str] = field(default_factory=dict)
+    """Per admitted job, the flavor it starts on; every placement must be on nodes of it."""
+    causes: tuple[tuple[str, str], ...] | None = None
+    """The diagnoses, as (flavor, cause) in order; None: not part of the row."""
 
 
 def explanation(d: Decisions, job_id: str) -> PendingExplanation:
@@ -370,13 +374,20 @@ ROWS: list[Row] = [
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
 def test_scenario(row: Row) -> None:
-    check_row(row)
+    run_row(row)
 
 
-def check_row(row: Row) -> None:
-    """Decide the row's world and hold the decisions to everything the row says."""
+def run_row(row: Row) -> Decisions:
+    """Decide the row's world and check every outcome the row names."""
     snapshot = row.world.snapshot(row.pending)
     d = POLICIES[row.policy](snapshot, NOW, row.config)
+    flavor_of = {n.name: n.flavor for n in snapshot.nodes}
+    for a in d.admissions:
+        if a.job_id in row.starts_on:
+            assert a.flavor == row.starts_on[a.job_id], (a.job_id, a.flavor)
+        assert {flavor_of[s.node] for s in a.placement} == {a.flavor}, a
+    if row.causes is not None:
+        assert tuple((x.flavor, x.cause) for x in d.diagnoses) == row.causes, d.diagnoses
     if row.admits is not None:
         assert tuple(a.job_id for a in d.admissions) == row.admits
     if row.victims is not None:
@@ -397,6 +408,7 @@ def check_row(row: Row) -> None:
     waiting = {j.job_id for j in row.pending} - {a.job_id for a in d.admissions}
     assert {e.job_id for e in d.pending} == waiting
     assert all(e.reasons for e in d.pending)
+    return d
 
 
 def test_multi_round_preemption_then_admission() -> None:

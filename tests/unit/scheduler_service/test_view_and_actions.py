@@ -261,3 +261,20 @@ def test_etas_learn_what_finished_jobs_ran_against_what_they_declared() -> None:
         run_for(job, 400, "RunFinished")
         expected = 0.25 if n == RuntimeScale.REFRESH - 1 else 1.0
         assert story.view.snapshot(story.now).runtime_scale == expected
+
+
+def test_a_job_that_accepts_any_flavor_is_proposed_and_booked_on_the_one_it_fits() -> None:
+    story = Story()
+    for _ in range(4):  # the four h100 nodes
+        story.submit(team="nlp", user="alice")
+    fallback = story.submit(team="nlp", user="alice", flavors=["h100", "any"])
+    narrow = story.submit(team="nlp", user="alice")
+    out = story.cycle()
+    proposed = {p.job_id: p for p in of(out, m.AllocationProposed)}
+    assert proposed[fallback].flavor == "a100"
+    assert all(s.node.startswith("a100-") for s in proposed[fallback].placement)
+    assert narrow not in proposed
+    story.grant_and_start(proposed[fallback])
+    runs = {r.job_id: r for r in story.view.snapshot(story.now).running}
+    assert runs[fallback].flavor == "a100"
+    assert runs[fallback].flavor != story.view.jobs[fallback].spec.flavor

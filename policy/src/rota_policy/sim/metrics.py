@@ -24,6 +24,9 @@ eta_before_start  the same, for the ETA of the last cycle 10 minutes or more bef
 squeue_eta_*  the same two, for what `squeue --start` would have printed (`sim.squeue`);
           None, too, without ETA probes
 eta       median over jobs of |ETA at submit - actual start| / max(actual wait, 60 s)
+flavor_fallback  only for a trace where some job lists several flavors: how many do, their
+          average wait, how many started on another flavor than their first at least once, and
+          the average wait of the jobs that list one flavor
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
         **_eta_quality(sim),
         **_budgets(sim),
+        **_fallback(sim),
     }
 
 
@@ -132,6 +136,21 @@ def _budgets(sim: Simulator) -> dict[str, Any]:
         "budget_other_teams_avg_wait_s": _mean(others),
         "budget_peak_gpu_hours": {k: round(v, 1) for k, v in sorted(sim.budgets.peaks.items())},
     }
+
+
+def _fallback(sim: Simulator) -> dict[str, Any]:
+    """Figures for jobs that list several flavors; nothing when no job does, so that the
+    metrics of a single-flavor trace keep exactly the issue's keys."""
+    many = [j for j in sim.jobs if len(j.t.flavors) > 1]
+    if not many:
+        return {}
+    one = [j for j in sim.jobs if len(j.t.flavors) <= 1]
+    return {"flavor_fallback": {
+        "jobs": len(many),
+        "avg_wait_s": _mean([j.wait for j in many]),
+        "started_on_fallback": sum(1 for j in many if j.fallback_starts),
+        "single_flavor_avg_wait_s": _mean([j.wait for j in one]),
+    }}
 
 
 def _waited_errors(jobs: list[SimJob], estimates: Callable[[str], float | None]) -> tuple[list[float], int]:

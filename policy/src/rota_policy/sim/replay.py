@@ -15,13 +15,15 @@ from rota_policy import POLICIES, PolicyConfig, policy_config_from
 from rota_policy.model import NodeState
 from rota_policy.sim.etas import EtaLog, probe_times
 from rota_policy.sim.metrics import metrics
+from rota_policy.sim.rotacsv import load_rota_csv
 from rota_policy.sim.simulator import Simulator
-from rota_policy.sim.workload import FLAVOR, TraceJob, load_philly
+from rota_policy.sim.workload import TraceJob, load_philly
 
 __all__ = [
     "POLICY_NAMES",
     "PROBE_LABEL",
     "SCENARIOS",
+    "TRACE_FORMATS",
     "Progress",
     "ReplayRun",
     "compare",
@@ -32,7 +34,8 @@ __all__ = [
     "replay_run",
 ]
 
-SCENARIOS = ("philly-768", "philly-512", "philly-1152")
+SCENARIOS = ("philly-768", "philly-512", "philly-1152", "philly-hetero")
+TRACE_FORMATS = ("philly", "rota-csv")
 POLICY_NAMES = ("rota", "fifo", "kueue", "slurm")
 Progress = Callable[[str, float], None]
 """progress(policy, fraction of the trace submitted)."""
@@ -77,19 +80,22 @@ def replay_run(
     cycle_s: float = 0.0,
     policy_config: PolicyConfig | None = None,
     eta_probes: bool = False,
+    first_flavor: bool = False,
 ) -> ReplayRun:
     """One policy over the trace. With `eta_probes`, the replay runs twice: the first pass finds
     each job's start, the second, identical, also asks the policy about each job 10 minutes
-    before that start, and computes the squeue-style estimate at both moments (`sim.etas`)."""
+    before that start, and computes the squeue-style estimate at both moments (`sim.etas`).
+    With `first_flavor`, each job accepts only the first flavor it lists (flavor fallback off,
+    for a comparison on the same jobs)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
     pcfg = policy_config or policy_config_from(config)
-    quotas = {name: team.quota.get(FLAVOR, 0) for name, team in config.teams.items()}
+    quotas = {name: sum(team.quota.values()) for name, team in config.teams.items()}
 
     def simulate(label: str, etas: EtaLog) -> Simulator:
         cb = (lambda frac: progress(label, frac)) if progress is not None else None
         sim = Simulator(trace, nodes_from(config), pcfg, policy, quotas=quotas, cycle_s=cycle_s, progress=cb,
-                        etas=etas)
+                        etas=etas, first_flavor=first_flavor)
         sim.run()
         return sim
 
@@ -149,6 +155,10 @@ def compare(
 def load(
     trace_path: str | Path, scenario: str | Path, trace_format: str
 ) -> tuple[list[TraceJob], RotaConfig]:
-    if trace_format != "philly":
-        raise ValueError(f"unknown trace format {trace_format!r}; only 'philly' is supported")
-    return load_philly(Path(trace_path)), load_config(find_scenario(scenario))
+    if trace_format == "philly":
+        jobs = load_philly(Path(trace_path))
+    elif trace_format == "rota-csv":
+        jobs = load_rota_csv(Path(trace_path))
+    else:
+        raise ValueError(f"unknown trace format {trace_format!r}; choose from {', '.join(TRACE_FORMATS)}")
+    return jobs, load_config(find_scenario(scenario))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
@@ -42,7 +42,7 @@ __all__ = ["EVICTIONS", "Eviction", "SimJob", "Simulator"]
 FAIRNESS_SAMPLE_S = 300.0
 TIMELINE_S = 3600.0
 _FINISH, _STOP, _CYCLE = 0, 1, 2
-_V = TypeVar("_V", int, float)
+_V = TypeVar("_V", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,7 @@ class SimJob:
     __slots__ = (
         "attempt",
         "epoch",
+        "fallback_starts",
         "finish",
         "first_reason",
         "first_start",
@@ -134,6 +135,8 @@ class SimJob:
         self.saved = 0.0
         self.stop_at: float | None = None
         self.lost_s = 0.0
+        self.fallback_starts = 0
+        """Starts on another flavor than the first it lists."""
 
 
 class Simulator:
@@ -148,7 +151,10 @@ class Simulator:
         cycle_s: float = 0.0,
         progress: Callable[[float], None] | None = None,
         etas: EtaLog | None = None,
+        first_flavor: bool = False,
     ) -> None:
+        """`first_flavor`: each job accepts only the first flavor it lists (fallback off)."""
+        self.first_flavor = first_flavor
         self.jobs = [SimJob(t) for t in trace]
         self.by_id = {j.t.job_id: j for j in self.jobs}
         self.config = config
@@ -161,6 +167,9 @@ class Simulator:
         self.layout = layout_of(nodes)
         """Kept for every cycle: the nodes' shape never changes in a replay."""
         self.node_free = [list(n.free) for n in nodes]
+        self.any_flavor = tuple(dict.fromkeys(n.flavor for n in nodes))
+        """What a job that accepts any flavor accepts: the cluster's, in the order nodes list them."""
+        self.node_flavor = [n.flavor for n in nodes]
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self.capacity = sum(n.gpus for n in nodes)
         self.runs: dict[str, RunningRun] = {}
@@ -170,6 +179,8 @@ class Simulator:
         """Per queue, how many jobs ask for each GPU count (the queue's smallest request)."""
         self.queue_runtimes: dict[tuple[Tier, str, str], dict[float, int]] = {}
         """Per queue, how many jobs have each runtime estimate, 0 for none (its shortest)."""
+        self.queue_fallback: dict[tuple[Tier, str, str], dict[str, int]] = {}
+        """Per queue, how many jobs accept each flavor beyond the queue's (`PendingQueue.fallback`)."""
         self.queue_cache: dict[tuple[Tier, str, str], PendingQueue] = {}
         self.dirty_queues: set[tuple[Tier, str, str]] = set()
         self.new_ids: set[str] = set()
@@ -184,6 +195,8 @@ class Simulator:
     def _init_accounting(self, trace: list[TraceJob], quotas: dict[str, int]) -> None:
         teams = sorted({t.team for t in trace})
         self.running_gpus = dict.fromkeys(teams, 0)
+        self.in_use: dict[tuple[str, str], int] = {}
+        """GPUs that runs hold per (team, flavor)."""
         self.pending_gpus = dict.fromkeys(teams, 0)
         self.usage = {team: (0.0, 0.0) for team in teams}  # (decayed GPU-s, as of time)
         self.weights = {team: float(quotas.get(team, 0) or 1) for team in teams}
@@ -296,17 +309,23 @@ class Simulator:
 
     # ------------------------------------------------------------ state changes
 
+    def flavors_of(self, tj: TraceJob) -> tuple[str, ...]:
+        flavors = tj.flavors or self.any_flavor
+        return flavors[:1] if self.first_flavor else flavors
+
     def _queue_key(self, job: SimJob) -> tuple[Tier, str, str]:
-        return (job.t.tier, job.t.team, "gpu")
+        return (job.t.tier, job.t.team, self.flavors_of(job.t)[0])
 
     def _enqueue(self, job: SimJob, t: float) -> None:
         tj = job.t
         remaining = max(0.0, tj.declared_runtime_s - job.progress)
+        flavors = self.flavors_of(tj)
         pj = PendingJob(
             job_id=tj.job_id,
             team=tj.team,
             tier=tj.tier,
-            flavor="gpu",
+            flavor=flavors[0],
+            fallback=flavors[1:],
             workers=tj.workers,
             gpus_per_worker=tj.gpus_per_worker,
             submitted_at=tj.submit,
@@ -324,11 +343,13 @@ class Simulator:
             bisect.insort(queue, pj, key=lambda p: (p.submitted_at, p.job_id))
         _count(self.queue_sizes.setdefault(key, {}), tj.gpus, +1)
         _count(self.queue_runtimes.setdefault(key, {}), pj.runtime_estimate_s or 0.0, +1)
+        for flavor in pj.fallback:
+            _count(self.queue_fallback.setdefault(key, {}), flavor, +1)
         self.dirty_queues.add(key)
         self.pending_count += 1
         self.pending_gpus[tj.team] += tj.gpus
         if self.budgets is not None:
-            self.budgets.enqueued(tj.team, "gpu", tj.job_id)
+            self.budgets.enqueued(tj.team, pj.flavor, tj.job_id)
 
     def _dequeue(self, job: SimJob) -> None:
         pj = job.pending
@@ -341,6 +362,8 @@ class Simulator:
             queue.remove(pj)
         _count(self.queue_sizes[key], job.t.gpus, -1)
         _count(self.queue_runtimes[key], pj.runtime_estimate_s or 0.0, -1)
+        for flavor in pj.fallback:
+            _count(self.queue_fallback[key], flavor, -1)
         self.dirty_queues.add(key)
         job.pending = None
         self.pending_count -= 1
@@ -350,17 +373,18 @@ class Simulator:
         self._enqueue(job, t)
         self.new_ids.add(job.t.job_id)
 
-    def _set_usage(self, team: str, t: float, delta: int) -> None:
+    def _set_usage(self, team: str, flavor: str, t: float, delta: int) -> None:
         value, since = self.usage[team]
         self.usage[team] = (accrue(value, self.running_gpus[team], t - since, self.config.half_life_s), t)
         self.running_gpus[team] += delta
+        _count(self.in_use, (team, flavor), delta)
         self.busy += delta
 
     def _node_changed(self, idx: int) -> None:
         n = self.node_states[idx]
         self.node_states[idx] = NodeState(n.name, n.flavor, n.rack, n.gpus, tuple(self.node_free[idx]))
 
-    def _start(self, job: SimJob, placement: tuple[Slot, ...], t: float) -> None:
+    def _start(self, job: SimJob, placement: tuple[Slot, ...], t: float, flavor: str) -> None:
         tj = job.t
         self._dequeue(job)
         for slot in placement:
@@ -384,7 +408,7 @@ class Simulator:
             job_id=tj.job_id,
             team=tj.team,
             tier=tj.tier,
-            flavor="gpu",
+            flavor=flavor,
             placement=placement,
             gpus=tj.gpus,
             started_at=t,
@@ -395,10 +419,12 @@ class Simulator:
             checkpoint_interval_s=CHECKPOINT_INTERVAL_S if tj.resumable else None,
         )
         job.run = run
+        if flavor != self.flavors_of(tj)[0]:
+            job.fallback_starts += 1
         self.runs[run.run_id] = run
-        self._set_usage(tj.team, t, tj.gpus)
+        self._set_usage(tj.team, flavor, t, tj.gpus)
         if self.budgets is not None:
-            self.budgets.meter.started(run.run_id, tj.team, "gpu", tj.gpus, t)
+            self.budgets.meter.started(run.run_id, tj.team, flavor, tj.gpus, t)
         job.epoch += 1
         self._push(t + overhead + (tj.duration - job.progress), _FINISH, tj.k, job.epoch)
 
@@ -415,7 +441,7 @@ class Simulator:
         if self.budgets is not None:
             self.budgets.meter.stopped(run.run_id, t)
         job.run = None
-        self._set_usage(job.t.team, t, -job.t.gpus)
+        self._set_usage(job.t.team, run.flavor, t, -job.t.gpus)
 
     def _finish(self, job: SimJob, t: float) -> None:
         self._release(job, t)
@@ -468,11 +494,12 @@ class Simulator:
             if queue:
                 jobs, least = tuple(queue), min(sizes)
                 shortest = min(self.queue_runtimes[key])
+                fallback = tuple(sorted(self.queue_fallback.get(key, ())))
                 before = self.queue_cache.get(key)
                 self.queue_cache[key] = (
-                    before.followed_by(jobs, least, shortest)
+                    before.followed_by(jobs, least, shortest, fallback)
                     if before is not None
-                    else PendingQueue(key[0], key[1], key[2], jobs, least, shortest)
+                    else PendingQueue(key[0], key[1], key[2], jobs, least, shortest, fallback)
                 )
             else:
                 self.queue_cache.pop(key, None)
@@ -493,7 +520,7 @@ class Simulator:
             plans=tuple(self.plans.values()),
             explain=explain,
             runtime_scale=self.runtime_scale.value,
-            in_use={(team, "gpu"): gpus for team, gpus in self.running_gpus.items() if gpus},
+            in_use=dict(self.in_use),
             layout=self.layout,
             budget_used=self._budget_used(t),
         )
@@ -523,7 +550,8 @@ class Simulator:
             self.plans.pop(job_id, None)
         for admission in decisions.admissions:
             self.plans.pop(admission.job_id, None)
-            self._start(self.by_id[admission.job_id], admission.placement, t)
+            job = self.by_id[admission.job_id]
+            self._start(job, admission.placement, t, admission.flavor or self.flavors_of(job.t)[0])
         for plan in decisions.plans:
             victims = []
             for victim in plan.victims:
@@ -563,4 +591,7 @@ class Simulator:
                          self.config.default_runtime_s)
 
     def _squeue_state(self) -> SqueueState:
-        return {"gpu": sum(len(f) for f in self.node_free)}, self.runs.values(), self.queues
+        free: dict[str, int] = dict.fromkeys(self.any_flavor, 0)
+        for flavor, gpus in zip(self.node_flavor, self.node_free, strict=True):
+            free[flavor] += len(gpus)
+        return free, self.runs.values(), self.queues

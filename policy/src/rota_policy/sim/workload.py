@@ -54,6 +54,8 @@ class TraceJob:
     gpus_per_worker: int
     resumable: bool
     declared_runtime_s: float
+    flavors: tuple[str, ...] = (FLAVOR,)
+    """The flavors it accepts, the preferred first; empty: any flavor of the cluster."""
 
 
 def _tier(k: int) -> Tier:

@@ -98,6 +98,15 @@ def diagnose(waiting: list[dict[str, Any]], threshold_s: float,
         cause = CAUSES.get(code, "capacity")
         message = (f"{count} of {len(members)} long waiters wait on {code}" if cause != "capacity"
                    else f"{len(members)} long waiter(s): too few free {flavor} GPUs")
+        # The scheduler notes, in a job's primary reason, a flavor it does not accept that
+        # would start it now: when that holds for most long waiters, the list is the cause.
+        notes = [(_primary(j).get("details") or {}).get("wider_flavor") for j in members]
+        wider = Counter(str(w) for w in notes if w)
+        if wider and sum(wider.values()) * 2 >= len(members):
+            other, _ = wider.most_common(1)[0]
+            cause = "flavor_too_narrow"
+            message = (f"{sum(wider.values())} of {len(members)} long waiters would start now on"
+                       f" {other} if they accepted it (flavors: [{flavor}, {other}])")
         out.append(QueueDiagnosis(team=team, flavor=flavor, cause=cause,
                                   long_waiters=len(members), message=message))
     return out

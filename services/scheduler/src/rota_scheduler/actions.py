@@ -103,7 +103,7 @@ def plan_actions(
                     team=spec.team,
                     user=spec.user,
                     queue=spec.queue,
-                    flavor=spec.flavor,
+                    flavor=admission.flavor or spec.flavor,
                     placement=placement_doc(admission.placement),
                     gpus=spec.total_gpus,
                     borrowed_gpus=admission.borrowed_gpus,
@@ -126,6 +126,7 @@ def plan_actions(
                     "gpus": spec.total_gpus,
                     "borrowed_gpus": admission.borrowed_gpus,
                     "via_plan": admission.via_plan,
+                    "flavor": admission.flavor or spec.flavor,
                     "placement": placement_doc(admission.placement),
                 },
             )

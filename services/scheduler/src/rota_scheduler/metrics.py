@@ -73,7 +73,7 @@ def gpus_allocated(view: ClusterView) -> dict[tuple[str, str], int]:
         job = view.jobs.get(allocation.job_id)
         if not allocation.granted or job is None:
             continue
-        key = (job.spec.team, job.spec.flavor)
+        key = (job.spec.team, allocation.flavor or job.spec.flavor)
         allocated[key] = allocated.get(key, 0) + sum(len(s.gpus) for s in allocation.placement)
     return allocated
 

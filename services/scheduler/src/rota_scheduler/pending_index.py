@@ -22,7 +22,9 @@ QueueKey = tuple[Tier, str, str]
 """(tier, team, flavor): one of the policy's queues."""
 
 
-def pending_job(job: JobRecord) -> PendingJob:
+def pending_job(job: JobRecord, cluster: tuple[str, ...] = ()) -> PendingJob:
+    """The job as the policy reads it; `cluster` (its flavors, as rota.yaml lists them) is
+    what `any` in its flavors stands for."""
     spec = job.spec
     return PendingJob(
         job_id=job.job_id,
@@ -36,6 +38,7 @@ def pending_job(job: JobRecord) -> PendingJob:
         rack=spec.rack,
         resumable=spec.resumable,
         preemptions=job.preemptions,
+        fallback=spec.fallback_flavors(cluster),
     )
 
 
@@ -43,8 +46,8 @@ def waiting(job: JobRecord) -> bool:
     return job.state == "pending" and not job.cancelled
 
 
-def queues_from_scratch(jobs: Iterable[JobRecord]) -> tuple[PendingQueue, ...]:
-    return group_pending([pending_job(j) for j in jobs if waiting(j)])
+def queues_from_scratch(jobs: Iterable[JobRecord], cluster: tuple[str, ...] = ()) -> tuple[PendingQueue, ...]:
+    return group_pending([pending_job(j, cluster) for j in jobs if waiting(j)])
 
 
 def _key(job: PendingJob) -> QueueKey:
@@ -52,7 +55,9 @@ def _key(job: PendingJob) -> QueueKey:
 
 
 class PendingIndex:
-    def __init__(self) -> None:
+    def __init__(self, cluster: tuple[str, ...] = ()) -> None:
+        """`cluster`: the cluster's flavors, as rota.yaml lists them (what `any` stands for)."""
+        self.cluster = cluster
         self._members: dict[QueueKey, dict[str, PendingJob]] = {}
         self._where: dict[str, QueueKey] = {}
         self._built: dict[QueueKey, PendingQueue] = {}
@@ -61,7 +66,7 @@ class PendingIndex:
 
     def sync(self, job: JobRecord) -> None:
         """Take in whatever an event changed about this job: in, out, or a new shape."""
-        now = pending_job(job) if waiting(job) else None
+        now = pending_job(job, self.cluster) if waiting(job) else None
         key = self._where.get(job.job_id)
         if key is not None and (now is None or _key(now) != key
                                 or self._members[key][job.job_id] != now):

@@ -39,6 +39,9 @@ class Allocation:
     placement: tuple[Slot, ...]
     borrowed_gpus: int
     granted: bool = False
+    flavor: str = ""
+    """The flavor granted (one of the job's flavors); empty in events from before flavor lists,
+    which were all on the job's `flavor`."""
 
 
 @dataclass
@@ -104,6 +107,7 @@ class ClusterView:
             for name, team in self.config.teams.items()
             for flavor, budget in team.budgets.items()
         })
+        self.pending_index.cluster = tuple(f.name for f in self.config.cluster.flavors)
 
     # ------------------------------------------------------------ folding events
 
@@ -138,7 +142,8 @@ class ClusterView:
         run_id = data["run_id"]
         self.allocations.setdefault(
             run_id,
-            Allocation(run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0))),
+            Allocation(run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0)),
+                       flavor=str(data.get("flavor", ""))),
         )
         if job is not None and job.state == "pending":
             job.state, job.run_id = "proposed", run_id
@@ -150,7 +155,8 @@ class ClusterView:
         run_id = data["run_id"]
         allocation = self.allocations.get(run_id)
         if allocation is None:
-            allocation = Allocation(run_id, data["job_id"], _slots(data["placement"]), 0)
+            allocation = Allocation(run_id, data["job_id"], _slots(data["placement"]), 0,
+                                    flavor=str(data.get("flavor", "")))
             self.allocations[run_id] = allocation
         allocation.granted = True
         allocation.borrowed_gpus = int(data.get("borrowed_gpus", 0))
@@ -176,8 +182,9 @@ class ClusterView:
         if job is not None and job.run_id == data["run_id"] and job.state in ("admitted", "proposed"):
             job.state, job.started_at = "running", at
             job.last_checkpoint_at = None
-            spec = job.spec
-            self.budget_meter.started(data["run_id"], spec.team, spec.flavor, spec.total_gpus, at)
+            spec, granted = job.spec, self.allocations.get(data["run_id"])
+            flavor = granted.flavor if granted is not None and granted.flavor else spec.flavor
+            self.budget_meter.started(data["run_id"], spec.team, flavor, spec.total_gpus, at)
 
     def _on_RunCheckpointed(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)
@@ -276,7 +283,7 @@ class ClusterView:
             if known is None:
                 self.allocations[run_id] = Allocation(
                     run_id, row["job_id"], _slots(row["placement"]),
-                    int(row.get("borrowed_gpus", 0)), granted=True)
+                    int(row.get("borrowed_gpus", 0)), granted=True, flavor=str(row.get("flavor", "")))
                 added += 1
             else:
                 known.granted = True
@@ -339,7 +346,7 @@ class ClusterView:
             job_id=job.job_id,
             team=spec.team,
             tier=Tier(spec.queue),
-            flavor=spec.flavor,
+            flavor=allocation.flavor or spec.flavor,
             placement=allocation.placement,
             gpus=spec.total_gpus,
             started_at=start,

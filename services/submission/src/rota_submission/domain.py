@@ -9,7 +9,7 @@ from typing import Any
 
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, RackAffinity
-from rota.contracts.job import TERMINAL_STATES
+from rota.contracts.job import ANY_FLAVOR, TERMINAL_STATES
 from rota.k8s.manifests import TemplateError, check_template
 
 
@@ -98,6 +98,12 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
         return Rejection(
             "UNKNOWN_FLAVOR", "flavor",
             f"no flavor {spec.flavor!r}; known flavors: {', '.join(sorted(flavors))}",
+        )
+    unknown = [f for f in spec.flavors or () if f != ANY_FLAVOR and f not in flavors]
+    if unknown:
+        return Rejection(
+            "UNKNOWN_FLAVOR", "flavors",
+            f"no flavor {unknown[0]!r}; known flavors: {', '.join(sorted(flavors))}, or 'any' last",
         )
     shape = _shape(config, spec.flavor)
     largest = shape.largest
@@ -209,8 +215,11 @@ def apply_event(
     if event_type == "JobPending":
         return state, {"wait": {k: data.get(k) for k in ("reasons", "eta", "position", "factors")}}
     if event_type == "AllocationGranted":
-        return "admitted", {"run_id": data.get("run_id"), "wait": None,
-                            "borrowed_gpus": int(data.get("borrowed_gpus") or 0)}
+        granted: dict[str, Any] = {"run_id": data.get("run_id"), "wait": None,
+                                   "borrowed_gpus": int(data.get("borrowed_gpus") or 0)}
+        if data.get("flavor"):  # a job that accepts several flavors runs on the one granted
+            granted["flavor"] = data["flavor"]
+        return "admitted", granted
     if event_type == "AllocationReleased":
         return state, {"borrowed_gpus": 0}
     if event_type == "RunStarted":

@@ -66,6 +66,9 @@ def submit(
     user: Annotated[str | None, typer.Option(envvar="ROTA_USER", help="Your user name.")] = None,
     queue: Annotated[str | None, typer.Option(help="production, training or experiment.")] = None,
     flavor: Annotated[str | None, typer.Option(help="GPU flavor, e.g. h100.")] = None,
+    flavors: Annotated[str | None, typer.Option(
+        help="Every flavor it accepts, preferred first, comma-separated, e.g. h100,a100 or"
+        " h100,any ('any' last: every other flavor). The first is --flavor.")] = None,
     gpus: Annotated[int | None, typer.Option(help="Total GPUs; split into whole nodes.")] = None,
     workers: Annotated[int | None, typer.Option(help="Gang size (workers).")] = None,
     gpus_per_worker: Annotated[int | None, typer.Option(help="GPUs per worker.")] = None,
@@ -96,6 +99,12 @@ def submit(
              "workers": workers, "gpus_per_worker": gpus_per_worker, "resumable": resumable,
              "declared_runtime_s": runtime, "rack": rack, "submission_id": submission_id}
     doc.update({k: v for k, v in flags.items() if v is not None})
+    if flavors is not None:
+        listed = [f.strip() for f in flavors.split(",") if f.strip()]
+        if not listed:
+            raise InvalidInput("names no flavor", "flavors")
+        doc["flavors"] = listed
+        doc.setdefault("flavor", listed[0])
     if label:
         doc["labels"] = {**doc.get("labels", {}), **_parse_labels(label)}
     if gpus is not None:

@@ -15,7 +15,7 @@ from rota.cli.creds import auth_app, creds_app
 from rota.cli.deadletter import deadletter
 from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
-from rota.cli.replay import replay_command
+from rota.cli.replay import convert_trace_command, replay_command
 from rota.cli.stack import SERVICES, migrate_all
 from rota.cli.up import up
 from rota.cli.watch import watch
@@ -53,6 +53,7 @@ app.command()(deadletter)
 app.command()(operations.preemptions)
 app.command()(operations.allocations)
 app.command("replay")(replay_command)
+app.command("convert-trace")(convert_trace_command)
 
 
 @config_app.command("check")

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-__all__ = ["replay_command"]
+__all__ = ["convert_trace_command", "replay_command"]
 
 _err = Console(stderr=True)
 _out = Console()
@@ -24,6 +24,7 @@ _out = Console()
 
 class TraceFormat(StrEnum):
     philly = "philly"
+    rota_csv = "rota-csv"
 
 
 class PolicyName(StrEnum):
@@ -75,13 +76,26 @@ def replay_command(
             " about each job at that moment.",
         ),
     ] = False,
+    first_flavor: Annotated[
+        bool,
+        typer.Option(
+            "--first-flavor",
+            help="Each job accepts only the first flavor it lists: flavor fallback off, to compare"
+            " on the same jobs.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a GPU-cluster trace through Rota's policy (or a baseline) on a virtual clock."""
     from rota_policy.sim.replay import POLICY_NAMES, PROBE_LABEL, load, replay_run
+    from rota_policy.sim.rotacsv import TraceFormatError
 
     policies = POLICY_NAMES if compare else (policy.value,)
     with _err.status(f"loading {trace} and scenario {scenario}"):
-        jobs, config = load(trace, scenario, trace_format.value)
+        try:
+            jobs, config = load(trace, scenario, trace_format.value)
+        except TraceFormatError as exc:
+            _err.print(f"[red]{trace}: {exc}[/red]")
+            raise typer.Exit(2) from None
     # The collector would scan, again and again, every object alive before the replay starts
     # (the modules the `rota` command imports, the trace): about 5% of the replay's time.
     gc.collect()
@@ -101,7 +115,8 @@ def replay_command(
             bar.update(tasks[name], completed=fraction)
 
         for name in policies:
-            runs.append(replay_run(jobs, config, name, progress=progress, eta_probes=eta_probes))
+            runs.append(replay_run(jobs, config, name, progress=progress, eta_probes=eta_probes,
+                                   first_flavor=first_flavor))
     results = [run.result for run in runs]
     _out.print(_table(results, f"{trace.name} on {scenario}: {len(jobs):,} jobs"))
     if json_out is not None:
@@ -114,3 +129,32 @@ def replay_command(
 
         plot_runs(runs, plot_out, f"{trace.name} on {scenario}")
         _err.print(f"wrote {plot_out}")
+
+
+def convert_trace_command(
+    trace: Annotated[Path, typer.Option("--trace", help="A Philly trace CSV.", exists=True, dir_okay=False)],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the rota-csv trace.")],
+    hetero: Annotated[
+        bool,
+        typer.Option(
+            "--hetero",
+            help="Give each job the flavors of the philly-hetero rule (a100, v100, t4; 30% accept"
+            " two) and print that scenario's team quotas.",
+        ),
+    ] = False,
+) -> None:
+    """Write a Philly trace in the rota-csv format (`rota replay --format rota-csv`)."""
+    from rota_policy.sim.hetero import hetero_jobs, hetero_quotas
+    from rota_policy.sim.rotacsv import write_rota_csv
+    from rota_policy.sim.workload import load_philly
+
+    jobs = load_philly(trace)
+    if hetero:
+        jobs = hetero_jobs(jobs)
+    count = write_rota_csv(jobs, out)
+    _err.print(f"wrote {count:,} jobs to {out}")
+    if hetero:
+        _out.print("teams:")
+        for team, quotas in hetero_quotas(jobs).items():
+            inner = ", ".join(f"{flavor}: {gpus}" for flavor, gpus in quotas.items())
+            _out.print(f'  "{team}": {{quota: {{{inner}}}}}')

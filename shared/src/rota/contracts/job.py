@@ -21,6 +21,9 @@ from rota.contracts.common import (
 )
 
 MAX_WORKERS = 1024
+MAX_FLAVORS = 16
+ANY_FLAVOR = "any"
+"""In `JobSpec.flavors`, the last entry that accepts every other flavor of the cluster."""
 MAX_GPUS_PER_WORKER = 16
 MAX_DECLARED_RUNTIME_S = 90 * 24 * 3600
 
@@ -79,6 +82,12 @@ class JobSpec(StrictModel):
     user: Name
     queue: Tier
     flavor: Name
+    flavors: Annotated[list[Name], Field(min_length=1, max_length=MAX_FLAVORS)] | None = Field(
+        None,
+        description="Every flavor the job accepts, in order of preference, `flavor` first; `any`"
+        " as the last entry accepts every other flavor of the cluster, in the order rota.yaml"
+        " lists them. Absent: `flavor` only.",
+    )
     workers: StrictInt = Field(1, ge=1, le=MAX_WORKERS)
     gpus_per_worker: StrictInt = Field(1, ge=1, le=MAX_GPUS_PER_WORKER)
     resumable: StrictBool = False
@@ -95,6 +104,28 @@ class JobSpec(StrictModel):
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @model_validator(mode="after")
+    def _flavors_start_with_flavor(self) -> JobSpec:
+        flavors = self.flavors
+        if flavors is None:
+            return self
+        if flavors[0] != self.flavor:
+            raise ValueError(f"flavors: must start with flavor {self.flavor!r}, the preferred one")
+        if len(set(flavors)) != len(flavors):
+            raise ValueError("flavors: names a flavor twice")
+        if ANY_FLAVOR in flavors[:-1] or self.flavor == ANY_FLAVOR:
+            raise ValueError(f"flavors: {ANY_FLAVOR!r} may only be the last entry, after `flavor`")
+        return self
+
+    def fallback_flavors(self, cluster: tuple[str, ...]) -> tuple[str, ...]:
+        """The flavors the job accepts after `flavor`, `any` expanded over `cluster`."""
+        if not self.flavors:
+            return ()
+        named = tuple(f for f in self.flavors[1:] if f != ANY_FLAVOR)
+        if self.flavors[-1] == ANY_FLAVOR:
+            named += tuple(f for f in cluster if f != self.flavor and f not in named)
+        return named
 
     @model_validator(mode="after")
     def _checkpointing_needs_resumable(self) -> JobSpec:
