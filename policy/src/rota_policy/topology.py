@@ -13,7 +13,9 @@ topology/block; DECISIONS 61).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from rota.contracts.job import RackAffinity
 
@@ -29,11 +31,11 @@ Need = tuple[str | None, str | None]
 Chain = tuple[tuple[str, ...], bool]
 """The levels to try, innermost first, and whether the last is required (no cluster-wide try)."""
 
-_RACK_NEED: dict[RackAffinity, Need] = {
+_RACK_NEED: Mapping[RackAffinity, Need] = MappingProxyType({
     RackAffinity.none: (None, None),
     RackAffinity.preferred: (None, RACK),
     RackAffinity.required: (RACK, None),
-}
+})
 
 
 @dataclass(frozen=True, slots=True)
