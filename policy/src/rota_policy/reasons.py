@@ -344,7 +344,7 @@ def _deep(
 def _in_one(layout: Layout, job: PendingJob) -> str:
     """" in one <level>" for a job bound to a level, else ""."""
     levels, hard = layout.chain(job.need)
-    return f" in one {levels[-1]}" if hard and job.workers > 1 else ""
+    return f" in one {levels[-1]}" if hard else ""
 
 
 def fragmentation(
