@@ -33,6 +33,7 @@ BASE = ["submit", "--team", "nlp", "--user", "alice", "--queue", "training", "--
         (["--gpus", "13"], "gpus"),
         (["--label", "novalue"], "labels"),
         (["--rack", "sometimes"], "rack"),
+        (["--workers", "2", "--gpus-per-worker", "8", "--topology-required", "Not A Level"], "topology.required"),
     ],
 )
 def test_invalid_submit_exits_2_and_names_the_field(args: list[str], field: str) -> None:

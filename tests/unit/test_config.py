@@ -112,3 +112,62 @@ def test_queue_protection_falls_back_to_the_global_values() -> None:
     assert not config.may_preempt(Tier.training, Tier.training)
     assert config.may_preempt(Tier.production, Tier.training)
     assert config.may_preempt(Tier.training, Tier.experiment)
+
+
+def _with_topology(levels: list[str], **pool: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(example())
+    doc["cluster"]["topology"] = {"levels": levels}
+    for p in doc["cluster"]["node_pools"]:
+        p.update(pool)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (_with_topology(["block", "rack"]), "cluster.node_pools.0.racks_per: needs block"),
+        (_with_topology(["block", "block"], racks_per={"block": 1}), "cluster.topology.levels: lists a level twice"),
+        (_with_topology(["rack", "node"]), "cluster.topology.levels: `node` is implicit, the innermost level"),
+        (_with_topology(["rack"], racks_per={"block": 1}),
+         "cluster.node_pools.0.racks_per.block: not a level of cluster.topology.levels (other than rack)"),
+        (_with_topology(["rack", "block"], racks_per={"block": 1}),
+         "cluster.node_pools.0.racks_per.block: groups racks, so it must be listed before rack"),
+        (mutate("cluster.node_pools.0.racks_per", {"block": 1}),
+         "cluster.node_pools.0.racks_per: needs cluster.topology.levels"),
+        (mutate("cluster.topology", {"levels": []}), "cluster.topology.levels: must have at least 1 item(s)"),
+        (mutate("cluster.topology", {"levels": ["rack"], "gangs": {"required": "block"}}),
+         "cluster.topology.gangs.required: not a level of cluster.topology.levels"),
+        (mutate("cluster.topology", {"levels": ["rack"], "gangs": {}}),
+         "cluster.topology.gangs: needs required or preferred"),
+    ],
+)
+def test_topology_errors_name_the_field(doc: dict[str, Any], expected: str) -> None:
+    assert expected in issues_of(doc)
+
+
+def test_racks_grouped_into_blocks_nest() -> None:
+    config = parse_config(_with_topology(["block", "rack"], racks_per={"block": 1}))
+    paths = {n.name: config.node_levels(n) for n in config.expanded_nodes()}
+    # h100: 4 nodes in 2 racks of 2, one rack per block.
+    assert paths["h100-1"] == (("block", "h100-block-0"), ("rack", "h100-rack-0"))
+    assert paths["h100-2"] == (("block", "h100-block-1"), ("rack", "h100-rack-1"))
+    assert paths["a100-3"] == (("block", "a100-block-0"), ("rack", "a100-rack-0"))
+
+
+def test_domains_that_do_not_nest_are_refused() -> None:
+    doc = copy.deepcopy(example())
+    doc["cluster"]["node_pools"] = []
+    doc["cluster"]["nodes"] = [
+        {"name": "a", "flavor": "h100", "gpus": 8, "rack": "r0", "topology": {"block": "b0"}},
+        {"name": "b", "flavor": "h100", "gpus": 8, "rack": "r0", "topology": {"block": "b1"}},
+        {"name": "c", "flavor": "a100", "gpus": 8, "rack": "r1", "topology": {"block": "b1"}},
+    ]
+    doc["cluster"]["topology"] = {"levels": ["block", "rack"]}
+    doc["teams"] = {"nlp": {"quota": {"h100": 8}}}
+    assert "cluster.topology.levels: rack r0 lies in two block domains (b0, b1)" in issues_of(doc)
+
+
+def test_a_cluster_without_levels_gives_the_policy_none() -> None:
+    config = load_config()
+    assert all(config.node_levels(n) == () for n in config.expanded_nodes())
+    assert policy_config_from(config).gang_topology is None

@@ -17,6 +17,7 @@ from rota_policy.config import (
     TeamLimits,
     TeamPolicy,
     TierPolicy,
+    gangs_of,
     policy_config_from,
 )
 from rota_policy.core import schedule
@@ -38,6 +39,7 @@ from rota_policy.model import (
     VictimChoice,
     group_pending,
 )
+from rota_policy.topology import TopologyNeed, job_topology
 
 SchedulePolicy = Callable[[Snapshot, float, PolicyConfig], Decisions]
 
@@ -68,8 +70,11 @@ __all__ = [
     "TeamLimits",
     "TeamPolicy",
     "TierPolicy",
+    "TopologyNeed",
     "VictimChoice",
+    "gangs_of",
     "group_pending",
+    "job_topology",
     "policy_config_from",
     "schedule",
 ]

@@ -6,16 +6,15 @@ then the run's key), and a node's offer is the prefix of its victims in that ord
 a worker's GPUs, so an offer is as bad as the last victim it needed: offers are made in the
 order of their worst victim. Once the offers made with a worst victim below the next one's
 seat every worker, no later offer can come before them in cost order, and the plan (made from
-the first offers that seat the gang) is known. Only for a job of no rack affinity: a rack-bound
-gang compares racks, and gets the reference. The differential test
-(`tests/unit/policy/test_cheapest.py`) checks both give the same plan.
+the first offers that seat the gang) is known. Only for a job that tries no topology level
+(none asked, none declared): a gang bound to a level compares its domains, and gets the
+reference. The differential test (`tests/unit/policy/test_cheapest.py`) checks both give the
+same plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from rota.contracts.job import RackAffinity
 
 from rota_policy.model import PendingJob, PreemptionPlan
 from rota_policy.preemption import (
@@ -39,7 +38,7 @@ __all__ = ["cheapest_plan"]
 
 def cheapest_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | None:
     """`rota_plan(job, ctx)`, costing only the victims that come before the plan is known."""
-    if job.rack is not RackAffinity.none:
+    if ctx.state.layout.chain(job.need)[0]:
         return rota_plan(job, ctx)
     may_reclaim = may_reclaim_for(job, ctx)
     if lower_tier_loses_too_much(job, ctx, may_reclaim):

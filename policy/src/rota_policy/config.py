@@ -13,6 +13,8 @@ from rota.budget import Exhaustion, Period
 from rota.config.model import RotaConfig
 from rota.contracts.common import TIER_ORDER, Tier
 
+from rota_policy.topology import TopologyNeed
+
 __all__ = [
     "NO_LIMITS",
     "BudgetLimit",
@@ -142,6 +144,9 @@ class PolicyConfig:
     anyone; a tier's `preemption_delay_s` overrides it."""
     budgets: dict[tuple[str, str], BudgetLimit] = field(default_factory=dict)
     """Per (team, flavor), its GPU-hour budget; a pair without one is never limited by use."""
+    gang_topology: TopologyNeed | None = None
+    """What a gang that asks for no topology gets (`cluster.topology.gangs`); read where jobs
+    are made (`job_topology`: the scheduler's view, the simulator), not by `schedule`."""
 
     _shares: dict[str, float] = field(init=False, repr=False, compare=False)
     _protection: dict[Tier, Protection] = field(init=False, repr=False, compare=False)
@@ -238,6 +243,7 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
         max_lost_gpu_s_per_plan=preemption.max_lost_gpu_s_per_plan,
         preemption_delay_s=preemption.delay_s,
         budgets=_budgets_from(config),
+        gang_topology=gangs_of(config),
     )
 
 
@@ -286,3 +292,10 @@ def _budgets_from(config: RotaConfig) -> dict[tuple[str, str], BudgetLimit]:
         for name, team in config.teams.items()
         for flavor, budget in team.budgets.items()
     }
+
+
+def gangs_of(config: RotaConfig) -> TopologyNeed | None:
+    """The topology a gang that asks for none gets: `cluster.topology.gangs` of rota.yaml."""
+    topology = config.cluster.topology
+    gangs = None if topology is None else topology.gangs
+    return None if gangs is None else TopologyNeed(gangs.required, gangs.preferred)

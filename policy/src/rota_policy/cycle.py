@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rota.contracts.common import Tier
-from rota.contracts.job import RackAffinity
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.backfill import ReservationBook
@@ -29,6 +28,7 @@ from rota_policy.ordering import Scorer, submit_key
 from rota_policy.placement import ClusterState
 from rota_policy.preemption import PreemptionContext
 from rota_policy.quota import QuotaBook
+from rota_policy.topology import Need
 
 __all__ = ["Cycle", "Order", "PlanHold", "Planner", "PlannerCache", "Rules"]
 
@@ -70,9 +70,9 @@ class Rules:
     False: whenever the job is blocked (Kueue, Slurm)."""
 
 
-MissKey = tuple[Tier, str, str, int, RackAffinity]
-"""A job's tier, team, flavor, GPUs per worker and rack affinity: what a failed search for
-victims depends on, but for the number of workers."""
+MissKey = tuple[Tier, str, str, int, Need]
+"""A job's tier, team, flavor, GPUs per worker and topology need (rack affinity included):
+what a failed search for victims depends on, but for the number of workers."""
 
 
 @dataclass(slots=True)

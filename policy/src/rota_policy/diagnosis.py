@@ -53,6 +53,8 @@ def diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) 
                 msg += f": quota {lim.quota}, borrowing limit {lim.borrowing_limit}"
             elif top is Code.PRIORITY:
                 msg += f": queue weight {cy.config.tier(tier).weight} ranks them behind other work"
+            elif top is Code.FRAGMENTATION:
+                msg += _blocking_levels(members)
         else:
             cause = "capacity"
             msg = f"{len(members)} long waiter(s) in {tier.value}/{team}: too few free {flavor} GPUs"
@@ -110,3 +112,15 @@ def _narrow_lists(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanatio
 def _span(seconds: float) -> str:
     minutes = int(seconds // 60)
     return f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{max(minutes, 1)}m"
+
+
+def _blocking_levels(members: list[tuple[PendingJob, PendingExplanation]]) -> str:
+    """Which topology level the fragmented waiters need whole, from their reasons' details."""
+    levels = Counter(
+        level for _, ex in members if ex.primary is Code.FRAGMENTATION
+        and isinstance(level := ex.reasons[0].detail("level"), str)
+    )
+    if not levels:
+        return ""
+    named = ", ".join(f"{n} need one {level}" for level, n in sorted(levels.items()))
+    return f" ({named}: the free GPUs are spread across that level's domains)"

@@ -17,6 +17,7 @@ from rota.contracts.job import RackAffinity
 from rota.contracts.messages import WaitReasonCode
 
 from rota_policy.layout import Layout
+from rota_policy.topology import Need, TopologyNeed, need_of
 
 __all__ = [
     "Admission",
@@ -59,6 +60,9 @@ class NodeState:
     gpus: int
     free: tuple[int, ...]
     """Indices of the GPUs that no run holds, ascending."""
+    levels: tuple[tuple[str, str], ...] = ()
+    """(level, value) for each topology level the cluster declares, outermost first, `rack`
+    included if declared; empty: the cluster declares none, and `rack` is the one level."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +128,18 @@ class PendingJob:
     fallback: tuple[str, ...] = ()
     """Further flavors the job accepts after `flavor`, in order of preference (DECISIONS 54).
     Empty: `flavor` only, exactly as a job that names one flavor."""
+    topology: TopologyNeed | None = None
+    """The levels its workers must or would best share (DECISIONS 61); None: `rack` says."""
     _on: dict[str, PendingJob] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def need(self) -> Need:
+        """(required, preferred) topology level: what placement reads, rack affinity included."""
+        return need_of(self.rack, self.topology)
 
     @property
     def flavors(self) -> tuple[str, ...]:

@@ -1,18 +1,21 @@
-"""Gang placement: all workers or none, best-fit, with rack affinity.
+"""Gang placement: all workers or none, best-fit, with topology levels (rack affinity is the
+level `rack`).
 
 Best-fit puts each worker on the node with the fewest free GPUs that still fits it, so whole
-nodes stay free for the large gangs that need them. Nodes are kept in buckets by free count,
-which makes the common case (no rack constraint) cost O(workers x GPUs per node).
+nodes stay free for the large gangs that need them. A gang that asks for a level goes to the
+domain of that level with the fewest free slots that still seats it, so whole domains stay
+free for the gangs that need them (Kueue TAS's BestFit). Nodes are kept in buckets by free
+count, which makes the common case (no level asked, none declared) cost O(workers x GPUs per
+node).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rota.contracts.job import RackAffinity
-
 from rota_policy.layout import Layout, layout_of
 from rota_policy.model import NodeState, PendingJob, Slot
+from rota_policy.topology import Need
 
 __all__ = ["ClusterState", "Fit", "fit_on_counts"]
 
@@ -36,28 +39,30 @@ def _fit_nodes(order: Sequence[int], counts: Sequence[int], workers: int, per_wo
 def fit_on_counts(
     counts: Sequence[int],
     nodes: Sequence[int],
-    racks: Sequence[str],
+    layout: Layout,
     workers: int,
     per_worker: int,
-    rack: RackAffinity,
+    need: Need,
 ) -> Fit | None:
-    """Best-fit over arbitrary free counts (the slow path: preemption trials, rack affinity)."""
+    """Best-fit over arbitrary free counts (the slow path: preemption trials, topology)."""
     usable = sorted((counts[n], n) for n in nodes if counts[n] >= per_worker)
     if sum(c // per_worker for c, _ in usable) < workers:
         return None
-    if rack is not RackAffinity.none:
-        by_rack: dict[str, list[int]] = {}
+    levels, hard = layout.chain(need)
+    for level in levels:
+        domains = layout.domains(level)
+        by_domain: dict[str, list[int]] = {}
         for _, n in usable:
-            by_rack.setdefault(racks[n], []).append(n)
+            by_domain.setdefault(domains[n], []).append(n)
         best: tuple[int, str] | None = None
-        for name, members in by_rack.items():
+        for name, members in by_domain.items():
             slots = sum(counts[n] // per_worker for n in members)
             if slots >= workers and (best is None or (slots, name) < best):
                 best = (slots, name)
         if best is not None:
-            return _fit_nodes(by_rack[best[1]], counts, workers, per_worker)
-        if rack is RackAffinity.required:
-            return None
+            return _fit_nodes(by_domain[best[1]], counts, workers, per_worker)
+    if hard:
+        return None
     return _fit_nodes([n for _, n in usable], counts, workers, per_worker)
 
 
@@ -93,18 +98,19 @@ class ClusterState:
 
     def can_ever_fit(self, job: PendingJob) -> bool:
         """Would the job fit on an empty cluster? False means EXCEEDS_CLUSTER."""
-        return self.layout.shape_fits(job.flavor, job.workers, job.gpus_per_worker, job.rack)
+        return self.layout.shape_fits(job.flavor, job.workers, job.gpus_per_worker, job.need)
 
-    def shape_fits(self, flavor: str, workers: int, per_worker: int, rack: RackAffinity) -> bool:
+    def shape_fits(self, flavor: str, workers: int, per_worker: int, need: Need) -> bool:
         """`can_ever_fit` for a job of this shape."""
-        return self.layout.shape_fits(flavor, workers, per_worker, rack)
+        return self.layout.shape_fits(flavor, workers, per_worker, need)
 
     def find(self, job: PendingJob) -> Fit | None:
         per_worker, workers = job.gpus_per_worker, job.workers
         buckets = self.buckets.get(job.flavor)
         if buckets is None or self.free_total.get(job.flavor, 0) < job.gpus:
             return None
-        if job.rack is RackAffinity.none or workers == 1:
+        layout = self.layout
+        if not layout.declared and (workers == 1 or not layout.chain(job.need)[0]):
             fit: Fit = []
             for count in range(per_worker, len(buckets)):
                 for node in buckets[count]:
@@ -115,8 +121,8 @@ class ClusterState:
                     if len(fit) == workers:
                         return fit
             return None
-        nodes, racks = self.layout.flavor_nodes[job.flavor], self.layout.racks
-        return fit_on_counts(self.counts(), nodes, racks, workers, per_worker, job.rack)
+        nodes = layout.flavor_nodes[job.flavor]
+        return fit_on_counts(self.counts(), nodes, layout, workers, per_worker, job.need)
 
     # ------------------------------------------------------------ changes
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from rota.contracts.common import TIER_ORDER, Tier
-from rota.contracts.job import RackAffinity
 
 from rota_policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, VictimChoice
 from rota_policy.placement import ClusterState, Fit, fit_on_counts
@@ -334,16 +333,16 @@ def best_plan(job: PendingJob, ctx: PreemptionContext, offers: list[Offer]) -> P
     """The cheapest admissible plan from the nodes' `offers` in cost order (all of them, or at
     least the first ones that seat every worker, for a job of no rack affinity)."""
     state = ctx.state
-    groups: list[list[Offer]]
-    if job.rack is RackAffinity.none:
-        groups = [offers]
-    else:
-        by_rack: dict[str, list[Offer]] = {}
+    groups: list[list[Offer]] = []
+    levels, hard = state.layout.chain(job.need)
+    for level in levels:
+        domains = state.layout.domains(level)
+        by_domain: dict[str, list[Offer]] = {}
         for offer in offers:
-            by_rack.setdefault(state.layout.racks[offer[1]], []).append(offer)
-        groups = list(by_rack.values())
-        if job.rack is RackAffinity.preferred:
-            groups.append(offers)
+            by_domain.setdefault(domains[offer[1]], []).append(offer)
+        groups.extend(by_domain.values())
+    if not hard:
+        groups.append(offers)
     per_worker = job.gpus_per_worker
     best: tuple[tuple[object, ...], Fit, list[Choice]] | None = None
     for group in groups:
@@ -426,7 +425,7 @@ def greedy_plan(
             return None
         if sum(counts[n] for n in nodes) < job.gpus:
             return None
-        return fit_on_counts(counts, nodes, state.layout.racks, workers, per_worker, job.rack)
+        return fit_on_counts(counts, nodes, state.layout, workers, per_worker, job.need)
 
     def apply(c: Candidate, sign: int) -> None:
         for slot in c.run.placement:

@@ -20,7 +20,9 @@ from rota_policy.cycle import Cycle
 from rota_policy.diagnosis import diagnose, wider_flavor
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
 from rota_policy.ladder import admission_block, choose
+from rota_policy.layout import Layout
 from rota_policy.model import (
+    DetailValue,
     Diagnosis,
     PendingExplanation,
     PendingJob,
@@ -29,6 +31,7 @@ from rota_policy.model import (
     ScoreBreakdown,
 )
 from rota_policy.ordering import QueueWalk, submit_key, tier_queues
+from rota_policy.placement import ClusterState
 from rota_policy.protection import Borrowers, delay_reason, protected_borrowers, reclaim_reason
 
 __all__ = ["explain"]
@@ -102,7 +105,7 @@ def _reasons(
         msg = f"no node offers flavor {f}; the cluster has {offered}"
     elif code is Code.EXCEEDS_CLUSTER:
         msg = (
-            f"needs {need} {f} GPUs{' in one rack' if job.rack.value == 'required' else ''}; the cluster"
+            f"needs {need} {f} GPUs{_in_one(state.layout, job)}; the cluster"
             f" has {cap} on nodes of at most {state.layout.max_node.get(f, 0)}: it can never start"
         )
     elif code is Code.QUOTA_EXCEEDED:
@@ -111,8 +114,8 @@ def _reasons(
     elif code is Code.INSUFFICIENT_CAPACITY:
         msg = ""  # the shared reason below
     elif code is Code.FRAGMENTATION:
-        where = "one rack" if job.rack.value == "required" else "the nodes"
-        msg = f"{free} {f} GPUs are free, but not as {need} on {where}"
+        msg, more = fragmentation(state, job, need, free)
+        details += more
     elif code is Code.RESERVED_FOR_HIGHER_PRIORITY:
         msg = (
             f"{free} {f} GPUs are free, but starting now would delay job {block.detail},"
@@ -336,3 +339,38 @@ def _deep(
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
         out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
     return out
+
+
+def _in_one(layout: Layout, job: PendingJob) -> str:
+    """" in one <level>" for a job bound to a level, else ""."""
+    levels, hard = layout.chain(job.need)
+    return f" in one {levels[-1]}" if hard else ""
+
+
+def fragmentation(
+    state: ClusterState, job: PendingJob, need: str, free: int
+) -> tuple[str, tuple[tuple[str, DetailValue], ...]]:
+    """FRAGMENTATION's message: which level blocks the job, the domain of that level with the
+    most room, and how the free room is spread (Kueue's "insufficient unused quota" style)."""
+    f = job.flavor
+    levels, hard = state.layout.chain(job.need)
+    if not hard:
+        return f"{free} {f} GPUs are free, but not as {need} on the nodes", ()
+    level = levels[-1]
+    domains, counts, per = state.layout.domains(level), state.counts(), job.gpus_per_worker
+    room: dict[str, int] = {}
+    nodes = 0
+    for n in state.layout.flavor_nodes.get(f, []):
+        slots = counts[n] // per
+        if slots:
+            room[domains[n]] = room.get(domains[n], 0) + slots
+            nodes += 1
+    if not room:
+        return f"{free} {f} GPUs are free, but no node has {per} free for one worker", (("level", level),)
+    best, most = max(room.items(), key=lambda kv: (kv[1], kv[0]))
+    msg = (
+        f"needs {need} {f} GPUs in one {level}; the {level} with the most room, {best}, seats"
+        f" {most} of {job.workers} workers; {nodes} node(s) with room for a worker are spread"
+        f" across {len(room)} {level}(s)"
+    )
+    return msg, (("level", level), ("best_domain", best), ("best_domain_workers", most))

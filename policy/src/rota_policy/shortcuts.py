@@ -130,7 +130,7 @@ def all_blocked(cy: Cycle, jobs: tuple[PendingJob, ...], book: ReservationBook, 
     # A job no larger than the largest node fits on it, whatever its shape: ask per shape
     # only when the run holds a bigger one.
     if largest > cy.state.layout.max_node.get(flavor, 0) and not all(
-        fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.rack) for j in jobs}
+        fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.need) for j in jobs}
     ):
         return False
     shortest = min([j.runtime_estimate_s or 0.0 for j in jobs])

@@ -18,6 +18,7 @@ from rota_policy import (
     TeamLimits,
     TeamPolicy,
     TierPolicy,
+    TopologyNeed,
     group_pending,
 )
 
@@ -38,8 +39,10 @@ def gpu_jobs(
     resumable: bool = True,
     name: str | None = None,
     fallback: tuple[str, ...] = (),
+    topology: tuple[str | None, str | None] | None = None,
 ) -> list[PendingJob]:
-    """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart."""
+    """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart;
+    `topology` is (required, preferred) level."""
     base = name or f"{team}-{tier[:4]}-{workers}x{gpus}"
     return [
         PendingJob(
@@ -54,6 +57,7 @@ def gpu_jobs(
             rack=RackAffinity(rack),
             resumable=resumable,
             fallback=fallback,
+            topology=None if topology is None else TopologyNeed(*topology),
         )
         for i in range(n)
     ]
@@ -111,6 +115,9 @@ class World:
     """GPU-seconds used this period per (team, flavor) with a budget; None: none passed."""
     flavors: dict[int, str] = field(default_factory=dict)
     """Nodes of another flavor than `flavor`, by index."""
+    blocks: int = 0
+    """Blocks the racks are grouped into, in order: the cluster declares levels block > rack;
+    0: it declares none (`rack` is the one level)."""
 
     def __post_init__(self) -> None:
         self.free = [list(range(self.gpus)) for _ in range(self.nodes)]
@@ -124,6 +131,12 @@ class World:
     def rack_of(self, node: int) -> str:
         per = -(-self.nodes // self.racks)
         return f"r{node // per}"
+
+    def levels_of(self, node: int) -> tuple[tuple[str, str], ...]:
+        if not self.blocks:
+            return ()
+        rack = node // -(-self.nodes // self.racks)
+        return (("block", f"b{rack // -(-self.racks // self.blocks)}"), ("rack", self.rack_of(node)))
 
     def run(
         self,
@@ -167,7 +180,8 @@ class World:
 
     def snapshot(self, pending: list[PendingJob], *, explain: frozenset[str] | None = None) -> Snapshot:
         nodes = tuple(
-            NodeState(self.name(i), self.flavor_of(i), self.rack_of(i), self.gpus, tuple(sorted(f)))
+            NodeState(self.name(i), self.flavor_of(i), self.rack_of(i), self.gpus, tuple(sorted(f)),
+                      self.levels_of(i))
             for i, f in enumerate(self.free)
         )
         return Snapshot(
@@ -210,13 +224,15 @@ def cluster(
     plans: tuple[PlanInFlight, ...] = (),
     budget_used: dict[str, float] | None = None,
     flavors: dict[int, str] | None = None,
+    blocks: int = 0,
 ) -> World:
     """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free;
     `budget_used` is GPU-hours per team used this period of the budgeted flavor; `flavors`
-    names the nodes of another flavor than `gpu`."""
+    names the nodes of another flavor than `gpu`; `blocks` groups the racks into that many
+    blocks, declaring the levels block > rack."""
     used = None if budget_used is None else {(team, FLAVOR): h * 3600.0 for team, h in budget_used.items()}
     world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans), budget_used=used,
-                  flavors=dict(flavors or {}))
+                  flavors=dict(flavors or {}), blocks=blocks)
     for r in runs:
         world.run(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,

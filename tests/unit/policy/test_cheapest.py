@@ -4,7 +4,8 @@
 gang; `preemption.rota_plan` costs every run the job may stop. On random clusters (runs of
 every tier, team, size and age, spanning nodes, resumable or not, some already victims) and
 random preemptors, both must give the same plan, or both none; with random per-queue
-protection too (who may preempt each queue, its minimum runtime and budget).
+protection too (who may preempt each queue, its minimum runtime and budget), and clusters that
+declare levels (block > rack) with preemptors that require or prefer one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.unit.policy.builders import World, gpu_jobs, team_config
 NOW = 50_000.0
 TEAMS = ("a", "b", "c")
 TIERS = ("production", "training", "experiment")
+TOPOLOGIES = (None, None, ("rack", None), ("block", None), (None, "block"), ("block", "rack"))
 
 
 def protections(base: TierPolicy) -> st.SearchStrategy[TierPolicy]:
@@ -41,7 +43,7 @@ def protections(base: TierPolicy) -> st.SearchStrategy[TierPolicy]:
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
     nodes = draw(st.integers(2, 8))
-    world = World(nodes=nodes, racks=draw(st.sampled_from((1, 2))))
+    world = World(nodes=nodes, racks=draw(st.sampled_from((1, 2, 4))), blocks=draw(st.sampled_from((0, 0, 1, 2))))
     for node in range(nodes):
         # Full nodes, but for a GPU or two: a job short of GPUs must stop someone.
         while len(world.free[node]) > draw(st.sampled_from((0, 0, 0, 1, 2))):
@@ -60,7 +62,8 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
         gpu_jobs(
             draw(st.sampled_from(TEAMS)), draw(st.sampled_from(TIERS[:2] if i % 2 else TIERS)),
             gpus=draw(st.sampled_from((1, 2, 4, 8))), workers=draw(st.sampled_from((1, 1, 2, 3))),
-            rack=draw(st.sampled_from(("none", "none", "preferred", "required"))), name=f"j{i}",
+            rack=(rack := draw(st.sampled_from(("none", "none", "preferred", "required")))), name=f"j{i}",
+            topology=None if rack != "none" else draw(st.sampled_from(TOPOLOGIES)),
         )[0]
         for i in range(draw(st.integers(1, 6)))
     ]  # fmt: skip

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rota.contracts.job import RackAffinity
 from rota_policy.layout import layout_of
 from rota_policy.model import NodeState
 from rota_policy.placement import ClusterState
@@ -14,15 +13,15 @@ def _nodes(count: int, free: int = 8, rack: str = "r0") -> tuple[NodeState, ...]
 
 def test_a_gang_that_never_fits_one_layout_fits_a_larger_one() -> None:
     small = ClusterState(_nodes(1))
-    assert not small.shape_fits("gpu", 2, 8, RackAffinity.none)
+    assert not small.shape_fits("gpu", 2, 8, (None, None))
     # A layout kept from the smaller cluster is not used for the larger one.
-    assert ClusterState(_nodes(2), small.layout).shape_fits("gpu", 2, 8, RackAffinity.none)
-    assert not ClusterState(_nodes(1), small.layout).shape_fits("gpu", 2, 8, RackAffinity.none)
+    assert ClusterState(_nodes(2), small.layout).shape_fits("gpu", 2, 8, (None, None))
+    assert not ClusterState(_nodes(1), small.layout).shape_fits("gpu", 2, 8, (None, None))
 
 
 def test_a_kept_layout_carries_over_while_only_free_gpus_change() -> None:
     busy = ClusterState(_nodes(2, free=0))
-    assert busy.shape_fits("gpu", 2, 8, RackAffinity.required)
+    assert busy.shape_fits("gpu", 2, 8, ("rack", None))
     idle = ClusterState(_nodes(2, free=8), busy.layout)
     assert idle.layout is busy.layout
     assert idle.free_total == {"gpu": 16} and busy.free_total == {"gpu": 0}
@@ -32,8 +31,8 @@ def test_a_kept_layout_carries_over_while_only_free_gpus_change() -> None:
     split = (NodeState("n0", "gpu", "r0", 8, ()), NodeState("n1", "gpu", "r1", 8, ()))
     apart = ClusterState(split, busy.layout)
     assert apart.layout is not busy.layout
-    assert not apart.shape_fits("gpu", 2, 8, RackAffinity.required)
-    assert apart.shape_fits("gpu", 2, 8, RackAffinity.preferred)
+    assert not apart.shape_fits("gpu", 2, 8, ("rack", None))
+    assert apart.shape_fits("gpu", 2, 8, (None, "rack"))
 
 
 def test_layout_of_keeps_only_a_matching_layout() -> None:

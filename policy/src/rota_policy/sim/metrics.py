@@ -118,7 +118,25 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         **_eta_quality(sim),
         **_budgets(sim),
         **_fallback(sim),
+        **_topology(sim),
     }
+
+
+def _topology(sim: Simulator) -> dict[str, Any]:
+    """Figures for gangs on a cluster that declares topology levels; nothing on one that does
+    not, so that such replays keep exactly the issue's keys."""
+    if not any(n.levels for n in sim.node_states):
+        return {}
+    gangs = [j for j in sim.jobs if j.t.workers > 1]
+    singles = [j for j in sim.jobs if j.t.workers <= 1]
+    fragmented = [j for j in sim.jobs if j.first_reason == "FRAGMENTATION"]
+    return {"topology": {
+        "gangs": len(gangs),
+        "gangs_avg_wait_s": _mean([j.wait for j in gangs]),
+        "singles_avg_wait_s": _mean([j.wait for j in singles]),
+        "fragmentation_waits": len(fragmented),
+        "gang_fragmentation_waits": sum(1 for j in fragmented if j.t.workers > 1),
+    }}
 
 
 def _budgets(sim: Simulator) -> dict[str, Any]:

@@ -57,7 +57,8 @@ def find_scenario(scenario: str | Path) -> Path:
 
 def nodes_from(config: RotaConfig) -> tuple[NodeState, ...]:
     return tuple(
-        NodeState(n.name, n.flavor, n.rack, n.gpus, tuple(range(n.gpus))) for n in config.expanded_nodes()
+        NodeState(n.name, n.flavor, n.rack, n.gpus, tuple(range(n.gpus)), config.node_levels(n))
+        for n in config.expanded_nodes()
     )
 
 

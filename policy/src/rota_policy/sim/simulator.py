@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from rota.contracts.common import Tier
+from rota.contracts.job import RackAffinity
 
 from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
 from rota_policy.fairshare import accrue, usage_share_gap, water_fill
@@ -36,6 +37,7 @@ from rota_policy.runtimes import RuntimeScale
 from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, CHECKPOINT_SAVE_S, RESTART_S, TraceJob
+from rota_policy.topology import job_topology
 
 __all__ = ["EVICTIONS", "Eviction", "SimJob", "Simulator"]
 
@@ -332,6 +334,7 @@ class Simulator:
             runtime_estimate_s=remaining or None,
             resumable=tj.resumable,
             preemptions=job.preemptions,
+            topology=job_topology(None, RackAffinity.none, tj.workers, self.config.gang_topology),
         )
         job.pending = pj
         job.pending_since = t
@@ -382,7 +385,8 @@ class Simulator:
 
     def _node_changed(self, idx: int) -> None:
         n = self.node_states[idx]
-        self.node_states[idx] = NodeState(n.name, n.flavor, n.rack, n.gpus, tuple(self.node_free[idx]))
+        self.node_states[idx] = NodeState(
+            n.name, n.flavor, n.rack, n.gpus, tuple(self.node_free[idx]), n.levels)
 
     def _start(self, job: SimJob, placement: tuple[Slot, ...], t: float, flavor: str) -> None:
         tj = job.t

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rota.contracts import Tier
-from rota_policy import PendingJob, PendingQueue, group_pending
+from rota_policy import PendingJob, PendingQueue, TopologyNeed, group_pending, job_topology
 
 if TYPE_CHECKING:
     from rota_scheduler.view import JobRecord
@@ -22,10 +22,15 @@ QueueKey = tuple[Tier, str, str]
 """(tier, team, flavor): one of the policy's queues."""
 
 
-def pending_job(job: JobRecord, cluster: tuple[str, ...] = ()) -> PendingJob:
+def pending_job(
+    job: JobRecord, cluster: tuple[str, ...] = (), gangs: TopologyNeed | None = None
+) -> PendingJob:
     """The job as the policy reads it; `cluster` (its flavors, as rota.yaml lists them) is
-    what `any` in its flavors stands for."""
+    what `any` in its flavors stands for, `gangs` the topology a gang that asks for none gets
+    (`cluster.topology.gangs`)."""
     spec = job.spec
+    asked = spec.topology
+    requested = None if asked is None else TopologyNeed(asked.required, asked.preferred)
     return PendingJob(
         job_id=job.job_id,
         team=spec.team,
@@ -39,6 +44,7 @@ def pending_job(job: JobRecord, cluster: tuple[str, ...] = ()) -> PendingJob:
         resumable=spec.resumable,
         preemptions=job.preemptions,
         fallback=spec.fallback_flavors(cluster),
+        topology=job_topology(requested, spec.rack, spec.workers, gangs),
     )
 
 
@@ -46,8 +52,10 @@ def waiting(job: JobRecord) -> bool:
     return job.state == "pending" and not job.cancelled
 
 
-def queues_from_scratch(jobs: Iterable[JobRecord], cluster: tuple[str, ...] = ()) -> tuple[PendingQueue, ...]:
-    return group_pending([pending_job(j, cluster) for j in jobs if waiting(j)])
+def queues_from_scratch(
+    jobs: Iterable[JobRecord], cluster: tuple[str, ...] = (), gangs: TopologyNeed | None = None
+) -> tuple[PendingQueue, ...]:
+    return group_pending([pending_job(j, cluster, gangs) for j in jobs if waiting(j)])
 
 
 def _key(job: PendingJob) -> QueueKey:
@@ -58,6 +66,8 @@ class PendingIndex:
     def __init__(self, cluster: tuple[str, ...] = ()) -> None:
         """`cluster`: the cluster's flavors, as rota.yaml lists them (what `any` stands for)."""
         self.cluster = cluster
+        self.gangs: TopologyNeed | None = None
+        """`cluster.topology.gangs` of rota.yaml, as the policy reads it."""
         self._members: dict[QueueKey, dict[str, PendingJob]] = {}
         self._where: dict[str, QueueKey] = {}
         self._built: dict[QueueKey, PendingQueue] = {}
@@ -66,7 +76,7 @@ class PendingIndex:
 
     def sync(self, job: JobRecord) -> None:
         """Take in whatever an event changed about this job: in, out, or a new shape."""
-        now = pending_job(job, self.cluster) if waiting(job) else None
+        now = pending_job(job, self.cluster, self.gangs) if waiting(job) else None
         key = self._where.get(job.job_id)
         if key is not None and (now is None or _key(now) != key
                                 or self._members[key][job.job_id] != now):

@@ -20,6 +20,7 @@ from rota_policy import (
     RunningRun,
     Slot,
     Snapshot,
+    gangs_of,
 )
 from rota_policy.runtimes import RuntimeScale
 
@@ -108,6 +109,7 @@ class ClusterView:
             for flavor, budget in team.budgets.items()
         })
         self.pending_index.cluster = tuple(f.name for f in self.config.cluster.flavors)
+        self.pending_index.gangs = gangs_of(self.config)
 
     # ------------------------------------------------------------ folding events
 
@@ -308,6 +310,7 @@ class ClusterView:
                 # A withdrawn node offers nothing: its GPUs are neither free nor held.
                 () if n.name in self.withdrawn
                 else tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())),
+                self.config.node_levels(n),
             )
             for n in self.config.expanded_nodes()
         )

@@ -128,6 +128,10 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
                 f"rack: required, but no {spec.flavor} rack holds {spec.workers} workers of"
                 f" {spec.gpus_per_worker} GPUs (at most {best})",
             )
+    if spec.topology is not None:
+        refused = _topology_rejection(spec, config)
+        if refused is not None:
+            return refused
     quota = team.quota.get(spec.flavor, 0)
     borrow = team.borrowing_limit.get(spec.flavor)
     if borrow is not None and spec.total_gpus > quota + borrow:
@@ -240,3 +244,33 @@ def apply_event(
         new_state = _TRANSITIONS[event_type]
         return new_state, {"ended": new_state in TERMINAL_STATES}
     return state, {}
+
+
+def _topology_rejection(spec: JobSpec, config: RotaConfig) -> Rejection | None:
+    """A level the cluster does not declare, or a required level no domain of which can ever
+    hold the gang on the job's flavor."""
+    assert spec.topology is not None
+    declared = config.cluster.topology
+    known = [*(declared.levels if declared is not None else ["rack"]), "node"]
+    for key in ("required", "preferred"):
+        level = getattr(spec.topology, key)
+        if level is not None and level not in known:
+            return Rejection("UNKNOWN_TOPOLOGY_LEVEL", f"topology.{key}",
+                             f"no topology level {level!r}; the cluster's levels: {', '.join(known)}")
+    level = spec.topology.required
+    if level is None:
+        return None
+    per_domain: dict[str, int] = {}
+    for node in config.expanded_nodes():
+        if node.flavor == spec.flavor:
+            domain = (node.rack if level == "rack" else node.name if level == "node"
+                      else node.topology.get(level, node.name))
+            per_domain[domain] = per_domain.get(domain, 0) + node.gpus // spec.gpus_per_worker
+    best = max(per_domain.values(), default=0)
+    if spec.workers > best:
+        return Rejection(
+            "EXCEEDS_CLUSTER", "topology.required",
+            f"topology.required: {level}, but no {spec.flavor} {level} holds {spec.workers} workers"
+            f" of {spec.gpus_per_worker} GPUs (at most {best})",
+        )
+    return None

@@ -77,6 +77,10 @@ def submit(
     runtime: Annotated[int | None, typer.Option(
         "--runtime", help="Declared runtime in seconds (helps backfill and ETAs).")] = None,
     rack: Annotated[str | None, typer.Option(help="required, preferred or none.")] = None,
+    topology_required: Annotated[str | None, typer.Option(
+        help="A topology level all workers must share, e.g. rack or block.")] = None,
+    topology_preferred: Annotated[str | None, typer.Option(
+        help="A topology level tried first, then each level outward of it.")] = None,
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE; repeatable.")] = None,
     submission_id: Annotated[str | None, typer.Option(
         help="Idempotency key: resubmitting it returns the same job. Random if unset.")] = None,
@@ -105,6 +109,9 @@ def submit(
             raise InvalidInput("names no flavor", "flavors")
         doc["flavors"] = listed
         doc.setdefault("flavor", listed[0])
+    if topology_required is not None or topology_preferred is not None:
+        asked = {"required": topology_required, "preferred": topology_preferred}
+        doc["topology"] = {**doc.get("topology", {}), **{k: v for k, v in asked.items() if v is not None}}
     if label:
         doc["labels"] = {**doc.get("labels", {}), **_parse_labels(label)}
     if gpus is not None:

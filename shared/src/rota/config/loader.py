@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ def semantic_issues(config: RotaConfig) -> list[ConfigIssue]:
     names = [n.name for n in config.expanded_nodes()]
     if len(names) != len(set(names)):
         issues.append(ConfigIssue("cluster.nodes", "node names must be unique"))
+    issues.extend(_topology_issues(config))
     capacity = config.capacity()
     for team_name, team in config.teams.items():
         for field in ("quota", "borrowing_limit", "lending_limit", "budgets"):
@@ -150,3 +152,63 @@ def load_config(path: Path | None = None) -> RotaConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError(str(path), [ConfigIssue("", f"{where}invalid YAML")]) from None
     return parse_config(doc, source=str(path))
+
+
+def _topology_issues(config: RotaConfig) -> list[ConfigIssue]:
+    """Every node carries a domain for each declared level, and the levels nest: each domain of
+    an inner level lies within one domain of each outer level."""
+    cluster = config.cluster
+    topology = cluster.topology
+    pools, nodes = cluster.node_pools, cluster.nodes
+    if topology is None:
+        issues = [ConfigIssue(f"cluster.node_pools.{i}.racks_per", "needs cluster.topology.levels")
+                  for i, p in enumerate(pools) if p.racks_per]
+        issues += [ConfigIssue(f"cluster.nodes.{i}.topology", "needs cluster.topology.levels")
+                   for i, n in enumerate(nodes) if n.topology]
+        return issues
+    levels = topology.levels
+    issues = []
+    if len(set(levels)) != len(levels):
+        issues.append(ConfigIssue("cluster.topology.levels", "lists a level twice"))
+    if "node" in levels:
+        issues.append(ConfigIssue("cluster.topology.levels", "`node` is implicit, the innermost level"))
+    others = [level for level in levels if level != "rack"]
+    for i, pool in enumerate(pools):
+        for level in pool.racks_per:
+            if level not in others:
+                issues.append(ConfigIssue(f"cluster.node_pools.{i}.racks_per.{level}",
+                                          "not a level of cluster.topology.levels (other than rack)"))
+            elif "rack" in levels and levels.index(level) > levels.index("rack"):
+                issues.append(ConfigIssue(f"cluster.node_pools.{i}.racks_per.{level}",
+                                          "groups racks, so it must be listed before rack"))
+        for level in others:
+            if level not in pool.racks_per:
+                issues.append(ConfigIssue(f"cluster.node_pools.{i}.racks_per", f"needs {level}"))
+    for i, node in enumerate(nodes):
+        for level in others:
+            if level not in node.topology:
+                issues.append(ConfigIssue(f"cluster.nodes.{i}.topology", f"needs {level}"))
+        for level in node.topology:
+            if level not in others:
+                issues.append(ConfigIssue(f"cluster.nodes.{i}.topology.{level}",
+                                          "not a level of cluster.topology.levels (other than rack)"))
+    if issues:
+        return issues
+    for outer, inner in pairwise(levels):
+        parent: dict[str, str] = {}
+        for node in config.expanded_nodes():
+            path = dict(config.node_levels(node))
+            if parent.setdefault(path[inner], path[outer]) != path[outer]:
+                issues.append(ConfigIssue("cluster.topology.levels", f"{inner} {path[inner]} lies in"
+                                          f" two {outer} domains ({parent[path[inner]]}, {path[outer]})"))
+                break
+    gangs = topology.gangs
+    if gangs is not None:
+        if gangs.required is None and gangs.preferred is None:
+            issues.append(ConfigIssue("cluster.topology.gangs", "needs required or preferred"))
+        for key in ("required", "preferred"):
+            level = getattr(gangs, key)
+            if level is not None and level not in (*levels, "node"):
+                issues.append(ConfigIssue(f"cluster.topology.gangs.{key}",
+                                          "not a level of cluster.topology.levels"))
+    return issues

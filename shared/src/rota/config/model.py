@@ -31,6 +31,11 @@ class NodePool(_Strict):
     gpus_per_node: int = Field(ge=1, le=64)
     racks: int = Field(1, ge=1, le=10_000)
     nodes_per_rack: int | None = Field(None, ge=1)
+    racks_per: dict[Name, Annotated[int, Field(ge=1, le=10_000)]] = Field(
+        default_factory=dict,
+        description="Per topology level outside `rack`: how many consecutive racks share one"
+        " domain, named `<pool>-<level>-<i>` (e.g. {block: 4}).",
+    )
 
 
 class Node(_Strict):
@@ -38,12 +43,31 @@ class Node(_Strict):
     flavor: Name
     gpus: int = Field(ge=1, le=64)
     rack: Name = "rack-0"
+    topology: dict[Name, Name] = Field(
+        default_factory=dict, description="The node's domain per topology level other than `rack`."
+    )
+
+
+class GangTopology(_Strict):
+    """What a job of several workers that asks for no topology (and no rack affinity) gets."""
+
+    required: Name | None = None
+    preferred: Name | None = None
+
+
+class Topology(_Strict):
+    """The cluster's topology levels, outermost first; `rack` is one of them if listed, and the
+    node is the implicit innermost level."""
+
+    levels: Annotated[list[Name], Field(min_length=1, max_length=8)]
+    gangs: GangTopology | None = None
 
 
 class Cluster(_Strict):
     flavors: Annotated[list[Flavor], Field(min_length=1)]
     node_pools: list[NodePool] = Field(default_factory=list)
     nodes: list[Node] = Field(default_factory=list)
+    topology: Topology | None = None
 
 
 class Queue(_Strict):
@@ -180,10 +204,23 @@ class RotaConfig(_Strict):
                     flavor=pool.flavor,
                     gpus=pool.gpus_per_node,
                     rack=f"{pool.name}-rack-{i // per_rack}",
+                    topology={
+                        level: f"{pool.name}-{level}-{i // per_rack // racks}"
+                        for level, racks in pool.racks_per.items()
+                    },
                 )
                 for i in range(pool.count)
             )
         return tuple(nodes)
+
+    def node_levels(self, node: Node) -> tuple[tuple[str, str], ...]:
+        """(level, domain) per declared topology level, outermost first, for the policy's
+        `NodeState.levels`; empty when the cluster declares none (`rack` is then the one level)."""
+        topology = self.cluster.topology
+        if topology is None:
+            return ()
+        return tuple((level, node.rack if level == "rack" else node.topology.get(level, ""))
+                     for level in topology.levels)
 
     def capacity(self) -> dict[str, int]:
         total: dict[str, int] = {f.name: 0 for f in self.cluster.flavors}

@@ -16,7 +16,7 @@ from rota.contracts.envelope import (
     parse,
     parse_any,
 )
-from rota.contracts.job import JobSpec, RackAffinity, WorkerPlacement
+from rota.contracts.job import JobSpec, RackAffinity, TopologyRequest, WorkerPlacement
 
 __all__ = [
     "COMMAND_TYPES",
@@ -30,6 +30,7 @@ __all__ = [
     "JobSpec",
     "RackAffinity",
     "Tier",
+    "TopologyRequest",
     "WorkerPlacement",
     "envelope",
     "parse",

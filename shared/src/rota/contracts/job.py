@@ -36,6 +36,22 @@ class RackAffinity(StrEnum):
     none = "none"
 
 
+class TopologyRequest(StrictModel):
+    """Which topology level the job's workers must share, and which they would best share
+    (Kueue TAS's podset-required-topology / preferred-topology). Levels are the cluster's
+    (`cluster.topology.levels` in rota.yaml, e.g. block, rack), or `node`."""
+
+    required: Name | None = Field(None, description="All workers in one domain of this level.")
+    preferred: Name | None = Field(
+        None, description="Tried first, then each level outward of it (up to `required`).")
+
+    @model_validator(mode="after")
+    def _one_level(self) -> TopologyRequest:
+        if self.required is None and self.preferred is None:
+            raise ValueError("topology: give required, preferred or both")
+        return self
+
+
 class LocalRun(StrictModel):
     """A subprocess on the executor's host, with `CUDA_VISIBLE_DEVICES` set to its GPUs."""
 
@@ -93,6 +109,11 @@ class JobSpec(StrictModel):
     resumable: StrictBool = False
     declared_runtime_s: StrictInt | None = Field(None, ge=1, le=MAX_DECLARED_RUNTIME_S)
     rack: RackAffinity = RackAffinity.none
+    topology: TopologyRequest | None = Field(
+        None,
+        description="Topology levels its workers must or would best share; replaces `rack`"
+        " (`rack: required` is `topology: {required: rack}`). Absent: `rack` says.",
+    )
     labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=32)] = Field(
         default_factory=dict
     )
@@ -104,6 +125,12 @@ class JobSpec(StrictModel):
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @model_validator(mode="after")
+    def _topology_or_rack(self) -> JobSpec:
+        if self.topology is not None and self.rack is not RackAffinity.none:
+            raise ValueError("topology: replaces rack; give one of them")
+        return self
 
     @model_validator(mode="after")
     def _flavors_start_with_flavor(self) -> JobSpec:
