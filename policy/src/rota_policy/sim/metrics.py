@@ -37,7 +37,8 @@ from typing import Any
 
 from rota.contracts.common import TIER_ORDER
 
-from rota_policy.sim.simulator import SimJob, Simulator
+from rota_policy.sim.simjob import SimJob
+from rota_policy.sim.simulator import Simulator
 
 __all__ = ["METRIC_KEYS", "metrics"]
 

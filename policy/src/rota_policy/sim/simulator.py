@@ -9,13 +9,9 @@ submitted since the last cycle: that is what the ETA-at-submit metric needs.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import TypeVar
+from collections.abc import Callable
 
 from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
@@ -27,7 +23,6 @@ from rota_policy.model import (
     Decisions,
     NodeState,
     PendingJob,
-    PendingQueue,
     PlanInFlight,
     RunningRun,
     Slot,
@@ -36,109 +31,16 @@ from rota_policy.model import (
 from rota_policy.runtimes import RuntimeScale
 from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
-from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, CHECKPOINT_SAVE_S, RESTART_S, TraceJob
+from rota_policy.sim.queues import QueueKey, SimQueues, count
+from rota_policy.sim.simjob import EVICTIONS, Mean, SimJob
+from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, RESTART_S, TraceJob
 from rota_policy.topology import job_topology
 
-__all__ = ["EVICTIONS", "Eviction", "SimJob", "Simulator"]
+__all__ = ["Simulator"]
 
 FAIRNESS_SAMPLE_S = 300.0
 TIMELINE_S = 3600.0
 _FINISH, _STOP, _CYCLE = 0, 1, 2
-_V = TypeVar("_V", bound=Hashable)
-
-
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    """What happens to a victim between the notice (or SIGTERM) and the stop."""
-
-    resumable_stop_s: float
-    resumable_saves: bool
-    """True: the job saves its progress on the notice; False: it keeps its last periodic one."""
-    other_stop_s: float
-
-
-EVICTIONS: Mapping[str, Eviction] = MappingProxyType({
-    # Rota: notice -> save in checkpoint_save_s -> acknowledge -> stop. A job that cannot
-    # checkpoint has nothing to wait for, so the coordinator stops it at once.
-    "rota": Eviction(CHECKPOINT_SAVE_S, True, 0.0),
-    # Kueue: SIGTERM, 30 s grace; the job does not save on SIGTERM.
-    "kueue": Eviction(30.0, False, 30.0),
-    # Slurm REQUEUE with GraceTime=300: a resumable job saves in its 60 s and exits; another exits.
-    "slurm": Eviction(CHECKPOINT_SAVE_S, True, 0.0),
-    "fifo": Eviction(0.0, False, 0.0),
-})
-
-
-def _count(counts: dict[_V, int], value: _V, delta: int) -> None:
-    """Add `delta` to a multiset kept as value -> count; a count that reaches 0 goes."""
-    left = counts.get(value, 0) + delta
-    if left:
-        counts[value] = left
-    else:
-        del counts[value]
-
-
-class Mean:
-    """A running mean of samples, each taken `count` times."""
-
-    __slots__ = ("count", "total")
-
-    def __init__(self) -> None:
-        self.total, self.count = 0.0, 0
-
-    def add(self, value: float, count: int = 1) -> None:
-        self.total += value * count
-        self.count += count
-
-    @property
-    def value(self) -> float:
-        return self.total / self.count if self.count else 0.0
-
-
-class SimJob:
-    __slots__ = (
-        "attempt",
-        "epoch",
-        "fallback_starts",
-        "finish",
-        "first_reason",
-        "first_start",
-        "lost_s",
-        "pending",
-        "pending_since",
-        "preemptions",
-        "progress",
-        "run",
-        "run_base",
-        "run_overhead",
-        "run_start",
-        "saved",
-        "stop_at",
-        "t",
-        "wait",
-    )
-
-    def __init__(self, t: TraceJob) -> None:
-        self.t = t
-        self.progress = 0.0
-        self.pending: PendingJob | None = None
-        self.pending_since = t.submit
-        self.wait = 0.0
-        self.first_start: float | None = None
-        self.first_reason = ""
-        self.finish: float | None = None
-        self.preemptions = 0
-        self.attempt = 0
-        self.epoch = 0
-        self.run: RunningRun | None = None
-        self.run_start = 0.0
-        self.run_base = 0.0
-        self.run_overhead = 0.0
-        self.saved = 0.0
-        self.stop_at: float | None = None
-        self.lost_s = 0.0
-        self.fallback_starts = 0
-        """Starts on another flavor than the first it lists."""
 
 
 class Simulator:
@@ -176,19 +78,10 @@ class Simulator:
         self.capacity = sum(n.gpus for n in nodes)
         self.runs: dict[str, RunningRun] = {}
         self.plans: dict[str, PlanInFlight] = {}
-        self.queues: dict[tuple[Tier, str, str], list[PendingJob]] = {}
-        self.queue_sizes: dict[tuple[Tier, str, str], dict[int, int]] = {}
-        """Per queue, how many jobs ask for each GPU count (the queue's smallest request)."""
-        self.queue_runtimes: dict[tuple[Tier, str, str], dict[float, int]] = {}
-        """Per queue, how many jobs have each runtime estimate, 0 for none (its shortest)."""
-        self.queue_fallback: dict[tuple[Tier, str, str], dict[str, int]] = {}
-        """Per queue, how many jobs accept each flavor beyond the queue's (`PendingQueue.fallback`)."""
-        self.queue_cache: dict[tuple[Tier, str, str], PendingQueue] = {}
-        self.dirty_queues: set[tuple[Tier, str, str]] = set()
+        self.queues = SimQueues()
         self.new_ids: set[str] = set()
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
-        self.pending_count = 0
         self._init_accounting(trace, quotas or {})
         self.etas = etas or EtaLog()
         self.cycle_times: list[float] = []
@@ -260,7 +153,7 @@ class Simulator:
                 else:
                     self._stop(job, t)
                 dirty = True
-            if dirty and (self.pending_count or self.plans):
+            if dirty and (self.queues.count or self.plans):
                 if self.cycle_s > 0:
                     at = math.ceil(t / self.cycle_s) * self.cycle_s
                     if at <= t:
@@ -270,7 +163,7 @@ class Simulator:
                         self._push(at, _CYCLE, -1, 0)
                 else:
                     run_cycle = True
-            if run_cycle and (self.pending_count or self.plans):
+            if run_cycle and (self.queues.count or self.plans):
                 self._cycle(t)
         if self.progress_cb is not None:
             self.progress_cb(1.0)
@@ -315,7 +208,7 @@ class Simulator:
         flavors = tj.flavors or self.any_flavor
         return flavors[:1] if self.first_flavor else flavors
 
-    def _queue_key(self, job: SimJob) -> tuple[Tier, str, str]:
+    def _queue_key(self, job: SimJob) -> QueueKey:
         return (job.t.tier, job.t.team, self.flavors_of(job.t)[0])
 
     def _enqueue(self, job: SimJob, t: float) -> None:
@@ -338,18 +231,7 @@ class Simulator:
         )
         job.pending = pj
         job.pending_since = t
-        key = self._queue_key(job)
-        queue = self.queues.setdefault(key, [])
-        if not queue or (queue[-1].submitted_at, queue[-1].job_id) <= (pj.submitted_at, pj.job_id):
-            queue.append(pj)
-        else:
-            bisect.insort(queue, pj, key=lambda p: (p.submitted_at, p.job_id))
-        _count(self.queue_sizes.setdefault(key, {}), tj.gpus, +1)
-        _count(self.queue_runtimes.setdefault(key, {}), pj.runtime_estimate_s or 0.0, +1)
-        for flavor in pj.fallback:
-            _count(self.queue_fallback.setdefault(key, {}), flavor, +1)
-        self.dirty_queues.add(key)
-        self.pending_count += 1
+        self.queues.add(self._queue_key(job), pj)
         self.pending_gpus[tj.team] += tj.gpus
         if self.budgets is not None:
             self.budgets.enqueued(tj.team, pj.flavor, tj.job_id)
@@ -357,19 +239,8 @@ class Simulator:
     def _dequeue(self, job: SimJob) -> None:
         pj = job.pending
         assert pj is not None
-        key = self._queue_key(job)
-        queue = self.queues[key]
-        if queue[0] is pj:
-            del queue[0]
-        else:
-            queue.remove(pj)
-        _count(self.queue_sizes[key], job.t.gpus, -1)
-        _count(self.queue_runtimes[key], pj.runtime_estimate_s or 0.0, -1)
-        for flavor in pj.fallback:
-            _count(self.queue_fallback[key], flavor, -1)
-        self.dirty_queues.add(key)
+        self.queues.remove(self._queue_key(job), pj)
         job.pending = None
-        self.pending_count -= 1
         self.pending_gpus[job.t.team] -= job.t.gpus
 
     def _submit(self, job: SimJob, t: float) -> None:
@@ -380,7 +251,7 @@ class Simulator:
         value, since = self.usage[team]
         self.usage[team] = (accrue(value, self.running_gpus[team], t - since, self.config.half_life_s), t)
         self.running_gpus[team] += delta
-        _count(self.in_use, (team, flavor), delta)
+        count(self.in_use, (team, flavor), delta)
         self.busy += delta
 
     def _node_changed(self, idx: int) -> None:
@@ -492,22 +363,6 @@ class Simulator:
     # ------------------------------------------------------------ the cycle
 
     def _snapshot(self, t: float) -> Snapshot:
-        for key in self.dirty_queues:
-            queue = self.queues[key]
-            sizes = self.queue_sizes[key]
-            if queue:
-                jobs, least = tuple(queue), min(sizes)
-                shortest = min(self.queue_runtimes[key])
-                fallback = tuple(sorted(self.queue_fallback.get(key, ())))
-                before = self.queue_cache.get(key)
-                self.queue_cache[key] = (
-                    before.followed_by(jobs, least, shortest, fallback)
-                    if before is not None
-                    else PendingQueue(key[0], key[1], key[2], jobs, least, shortest, fallback)
-                )
-            else:
-                self.queue_cache.pop(key, None)
-        self.dirty_queues.clear()
         hl = self.config.half_life_s
         usage = {
             team: accrue(value, self.running_gpus[team], t - since, hl)
@@ -519,7 +374,7 @@ class Simulator:
         return Snapshot(
             nodes=tuple(self.node_states),
             running=tuple(self.runs.values()),
-            pending=tuple(self.queue_cache.values()),
+            pending=self.queues.pending(),
             usage=usage,
             plans=tuple(self.plans.values()),
             explain=explain,
@@ -532,7 +387,8 @@ class Simulator:
     def _budget_used(self, t: float) -> dict[tuple[str, str], float] | None:
         if self.budgets is None:
             return None
-        pending = (((team, flavor), [j.job_id for j in q]) for (_, team, flavor), q in self.queues.items())
+        pending = (((team, flavor), [j.job_id for j in q])
+                   for (_, team, flavor), q in self.queues.jobs.items())
         return self.budgets.used(t, pending)
 
     def _cycle(self, t: float) -> None:
@@ -598,4 +454,4 @@ class Simulator:
         free: dict[str, int] = dict.fromkeys(self.any_flavor, 0)
         for flavor, gpus in zip(self.node_flavor, self.node_free, strict=True):
             free[flavor] += len(gpus)
-        return free, self.runs.values(), self.queues
+        return free, self.runs.values(), self.queues.jobs
