@@ -21,22 +21,24 @@ from rota_policy.config import (
     policy_config_from,
 )
 from rota_policy.core import schedule
-from rota_policy.model import (
+from rota_policy.decisions import (
     Admission,
     Decisions,
     Diagnosis,
-    NodeState,
     PendingExplanation,
+    PreemptionPlan,
+    Reason,
+    ScoreBreakdown,
+    VictimChoice,
+)
+from rota_policy.model import (
+    NodeState,
     PendingJob,
     PendingQueue,
     PlanInFlight,
-    PreemptionPlan,
-    Reason,
     RunningRun,
-    ScoreBreakdown,
     Slot,
     Snapshot,
-    VictimChoice,
     group_pending,
 )
 from rota_policy.topology import TopologyNeed, job_topology

@@ -7,8 +7,9 @@ from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import Block
 from rota_policy.cycle import Cycle
+from rota_policy.decisions import Reason
 from rota_policy.ladder import budget_block
-from rota_policy.model import PendingJob, Reason
+from rota_policy.model import PendingJob
 
 __all__ = ["block_of", "budget_details", "budget_start", "idle_only_reasons"]
 

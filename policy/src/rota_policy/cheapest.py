@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rota_policy.model import PendingJob, PreemptionPlan
+from rota_policy.decisions import PreemptionPlan
+from rota_policy.model import PendingJob
 from rota_policy.preemption import (
     LOWER_TIER,
     Choice,

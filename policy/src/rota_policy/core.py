@@ -11,8 +11,9 @@ from dataclasses import replace
 
 from rota_policy.cheapest import cheapest_plan
 from rota_policy.config import PolicyConfig
+from rota_policy.decisions import Decisions, PreemptionPlan
 from rota_policy.engine import Cycle, Rules, run_cycle
-from rota_policy.model import Decisions, PendingJob, PreemptionPlan, Snapshot
+from rota_policy.model import PendingJob, Snapshot
 from rota_policy.preemption import PreemptionContext, victim_pool
 
 __all__ = ["ROTA_RULES", "schedule"]

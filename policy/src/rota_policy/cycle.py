@@ -14,16 +14,9 @@ from rota_policy.backfill import ReservationBook
 from rota_policy.block import NO_ETA, Block
 from rota_policy.budget import BudgetState
 from rota_policy.config import PolicyConfig
+from rota_policy.decisions import Admission, PreemptionPlan
 from rota_policy.fairshare import fairshare_factors
-from rota_policy.model import (
-    Admission,
-    PendingJob,
-    PreemptionPlan,
-    RunningRun,
-    Slot,
-    Snapshot,
-    expected_ends,
-)
+from rota_policy.model import PendingJob, RunningRun, Slot, Snapshot, expected_ends
 from rota_policy.ordering import Scorer, submit_key
 from rota_policy.placement import ClusterState
 from rota_policy.preemption import PreemptionContext

@@ -12,8 +12,9 @@ from rota.contracts.common import TIER_ORDER
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.cycle import Cycle
+from rota_policy.decisions import Diagnosis, PendingExplanation
 from rota_policy.ladder import admission_block, within_quota
-from rota_policy.model import Diagnosis, PendingExplanation, PendingJob
+from rota_policy.model import PendingJob
 
 __all__ = ["diagnose", "wider_flavor"]
 

@@ -19,7 +19,8 @@ from dataclasses import replace
 
 from rota_policy.config import PolicyConfig
 from rota_policy.cycle import Cycle, PlanHold, Planner, Rules
-from rota_policy.model import Decisions, Snapshot
+from rota_policy.decisions import Decisions
+from rota_policy.model import Snapshot
 from rota_policy.reasons import explain
 from rota_policy.walk import walk
 

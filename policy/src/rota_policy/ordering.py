@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterator, Sequence, Set
 from rota.contracts.common import TIER_ORDER, Tier
 
 from rota_policy.config import PolicyConfig
+from rota_policy.decisions import ScoreBreakdown
 from rota_policy.fairshare import fairshare_factors
-from rota_policy.model import PendingJob, PendingQueue, ScoreBreakdown
+from rota_policy.model import PendingJob, PendingQueue
 from rota_policy.quota import QuotaBook
 
 __all__ = ["QueueWalk", "Scorer", "tier_queues"]

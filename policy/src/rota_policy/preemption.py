@@ -31,7 +31,8 @@ from types import MappingProxyType
 
 from rota.contracts.common import TIER_ORDER, Tier
 
-from rota_policy.model import PendingJob, PreemptionPlan, RunningRun, Slot, VictimChoice
+from rota_policy.decisions import PreemptionPlan, VictimChoice
+from rota_policy.model import PendingJob, RunningRun, Slot
 from rota_policy.placement import ClusterState, Fit, fit_on_counts
 from rota_policy.quota import QuotaBook
 from rota_policy.victimpool import (

@@ -15,7 +15,8 @@ from rota.contracts.common import TIER_ORDER, Tier
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.cycle import Cycle
-from rota_policy.model import PendingJob, Reason
+from rota_policy.decisions import Reason
+from rota_policy.model import PendingJob
 from rota_policy.preemption import may_reclaim_for, victim_category, victim_pool
 from rota_policy.victimpool import rota_loss
 

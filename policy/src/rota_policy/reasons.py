@@ -17,19 +17,12 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy.block import NO_ETA, Block
 from rota_policy.budget_reasons import block_of, budget_details, budget_start, idle_only_reasons
 from rota_policy.cycle import Cycle
+from rota_policy.decisions import DetailValue, Diagnosis, PendingExplanation, Reason, ScoreBreakdown
 from rota_policy.diagnosis import diagnose, wider_flavor
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
 from rota_policy.ladder import admission_block, choose
 from rota_policy.layout import Layout
-from rota_policy.model import (
-    DetailValue,
-    Diagnosis,
-    PendingExplanation,
-    PendingJob,
-    PendingQueue,
-    Reason,
-    ScoreBreakdown,
-)
+from rota_policy.model import PendingJob, PendingQueue
 from rota_policy.ordering import QueueWalk, submit_key, tier_queues
 from rota_policy.placement import ClusterState
 from rota_policy.protection import Borrowers, delay_reason, protected_borrowers, reclaim_reason

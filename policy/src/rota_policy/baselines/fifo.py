@@ -7,8 +7,9 @@ Gangs are still placed best-fit, all or nothing.
 from __future__ import annotations
 
 from rota_policy.config import PolicyConfig
+from rota_policy.decisions import Decisions
 from rota_policy.engine import Rules, run_cycle
-from rota_policy.model import Decisions, Snapshot
+from rota_policy.model import Snapshot
 
 __all__ = ["FIFO_RULES", "schedule_fifo"]
 

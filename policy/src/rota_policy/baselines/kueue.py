@@ -20,8 +20,9 @@
 from __future__ import annotations
 
 from rota_policy.config import PolicyConfig
+from rota_policy.decisions import Decisions, PreemptionPlan
 from rota_policy.engine import Cycle, Rules, run_cycle
-from rota_policy.model import Decisions, PendingJob, PreemptionPlan, Snapshot
+from rota_policy.model import PendingJob, Snapshot
 from rota_policy.preemption import Candidate, PreemptionContext, expected_loss, greedy_plan
 
 __all__ = ["KUEUE_RULES", "schedule_kueue"]

@@ -17,17 +17,10 @@ from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 
 from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
+from rota_policy.decisions import Decisions
 from rota_policy.fairshare import accrue, usage_share_gap, water_fill
 from rota_policy.layout import layout_of
-from rota_policy.model import (
-    Decisions,
-    NodeState,
-    PendingJob,
-    PlanInFlight,
-    RunningRun,
-    Slot,
-    Snapshot,
-)
+from rota_policy.model import NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
 from rota_policy.runtimes import RuntimeScale
 from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
