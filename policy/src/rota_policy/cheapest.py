@@ -19,20 +19,18 @@ from collections.abc import Iterator
 from rota_policy.decisions import PreemptionPlan
 from rota_policy.model import PendingJob
 from rota_policy.preemption import (
-    LOWER_TIER,
     Choice,
     Offer,
     best_plan,
     credit,
     free_offers,
     lower_tier_loses_too_much,
-    may_reclaim_for,
     offer_cost,
     rota_plan,
-    victim_category,
     worst,
 )
 from rota_policy.victimpool import PreemptionContext, ordered_bucket, pool_buckets
+from rota_policy.victimrules import LOWER_TIER, may_reclaim_for, victim_category
 
 __all__ = ["cheapest_plan"]
 

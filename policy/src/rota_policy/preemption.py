@@ -4,17 +4,11 @@ A plan is made only if the preemptor really fits once its victims stop, gang and
 the plan names the preemptor's exact placement (`target`), and the GPUs of that target are held
 for it while the victims save and stop.
 
-Rota's victim order (DESIGN §4):
-  1. lower-tier work: resumable before not resumable, lowest tier first, then the least work
-     since the last checkpoint;
-  2. borrowed capacity that its owner reclaims (the preemptor's team stays within its quota);
-  3. production work, as a last resort, and only borrowed production work of another team.
-A run younger than its queue's minimum runtime, or out of its queue's preemption budget, is
-never a victim, nor is a run whose queue's `preemptible_by` leaves out the preemptor's tier.
-Another team's in-quota training or production work is never a victim: only what that team
-borrowed is reclaimable. Experiment work is never guaranteed (DESIGN §1: it "uses idle GPUs"),
-so any higher tier may stop it, in quota or not; nor is the work of a team past a GPU-hour
-budget that keeps it to idle GPUs (`idle_only`), which ranks below every tier.
+Rota's victim order (DESIGN §4): lower-tier work, resumable before not resumable, lowest tier
+first, then the least work since the last checkpoint; then borrowed capacity that its owner
+reclaims; then, as a last resort, borrowed production work. Who may be a victim of whom is
+`victimrules`; which runs are protected whoever the preemptor (minimum runtime, preemption
+budget) is `victimpool`.
 
 Rota's victims get a notice and save before they stop, so a resumable victim loses nothing:
 its expected loss is 0 and only a victim that cannot checkpoint loses its run. No plan may
@@ -25,18 +19,15 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from rota.contracts.common import TIER_ORDER, Tier
+from rota.contracts.common import Tier
 
 from rota_policy.decisions import PreemptionPlan, VictimChoice
 from rota_policy.model import PendingJob, RunningRun, Slot
 from rota_policy.placement import ClusterState, Fit, fit_on_counts
-from rota_policy.quota import QuotaBook
 from rota_policy.victimpool import (
-    OVER_BUDGET,
     PoolRun,
     PreemptionContext,
     Ranked,
@@ -45,6 +36,14 @@ from rota_policy.victimpool import (
     ranked_run,
     rota_loss,
     victim_pool,
+)
+from rota_policy.victimrules import (
+    LAST_RESORT,
+    RECLAIM,
+    WHY,
+    below_within_cap,
+    may_reclaim_for,
+    victim_category,
 )
 
 __all__ = [
@@ -55,18 +54,12 @@ __all__ = [
     "expected_loss",
     "greedy_plan",
     "lower_tier_loses_too_much",
-    "may_reclaim_for",
     "offer_cost",
     "rota_plan",
-    "victim_category",
     "victim_pool",
     "worst",
 ]
 
-LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
-WHY: Mapping[int, str] = MappingProxyType(
-    {LOWER_TIER: "lower_tier", RECLAIM: "reclaim", LAST_RESORT: "last_resort"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,55 +126,6 @@ def _plan(
 # ---------------------------------------------------------------- Rota
 
 
-def _below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float) -> dict[int, int]:
-    """GPUs per node of the pool runs of a tier below `rank` that lose at most `cap` if stopped
-    (memoized per cycle): without reclaim, every victim a capped plan could keep is among them."""
-    key = (flavor, rank, cap)
-    held = ctx.below.get(key)
-    if held is None:
-        held = ctx.below[key] = {}
-        now, index = ctx.now, ctx.state.layout.index
-        shielded = ctx.config.protection(TIER_ORDER[rank]).shielded_from
-        for run, run_rank in victim_pool(ctx, flavor):
-            if (run_rank > rank and (run.tier not in shielded or run_rank == OVER_BUDGET)
-                    and rota_loss(run, now) <= cap):
-                gpus_by_node(run, index, held)
-    return held
-
-
-def victim_category(
-    job: PendingJob, run: RunningRun, run_rank: int, may_reclaim: bool, borrowing: dict[str, int],
-    quota: QuotaBook, shielded: Container[Tier],
-) -> int | None:
-    """The category `run` has as a victim of `job`, or None if no rule lets `job` stop it.
-    `borrowing` memoizes per team what it borrows of the flavor, for one search; `shielded` are
-    the tiers whose queues do not let `job`'s tier stop them (`Protection.shielded_from`), unless
-    the run's team is past an idle_only budget (`OVER_BUDGET`), which lets anyone stop it."""
-    if run.tier in shielded and run_rank != OVER_BUDGET:
-        return None
-    lower = run_rank > job.tier.rank
-    if run.team == job.team:
-        return LOWER_TIER if lower else None
-    # Another team's in-quota work is guaranteed, except experiment work, which only ever
-    # uses idle GPUs: otherwise only what the team borrowed is fair game.
-    lent = borrowing.get(run.team)
-    if lent is None:
-        lent = borrowing[run.team] = quota.borrowing(run.team, job.flavor)
-    borrowed = lent >= run.gpus
-    if lower and (borrowed or run.tier is Tier.experiment or run_rank == OVER_BUDGET):
-        return LOWER_TIER
-    if not borrowed or not may_reclaim:
-        return None
-    return LAST_RESORT if run.tier is Tier.production else RECLAIM
-
-
-def may_reclaim_for(job: PendingJob, ctx: PreemptionContext) -> bool:
-    """Whether `job` stays within its team's quota: only then may it take back what others
-    borrowed."""
-    quota = ctx.quota
-    return quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
-
-
 def lower_tier_loses_too_much(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> bool:
     """A job that cannot reclaim stops only lower-tier work, and `_must_lose_too_much` would
     refuse unless such runs within the cap make room. Asked of all of them (whichever team,
@@ -191,7 +135,7 @@ def lower_tier_loses_too_much(job: PendingJob, ctx: PreemptionContext, may_recla
     return (
         cap is not None
         and not may_reclaim
-        and _too_few_slots(job, ctx, _below_within_cap(ctx, job.flavor, job.tier.rank, cap))
+        and _too_few_slots(job, ctx, below_within_cap(ctx, job.flavor, job.tier.rank, cap))
     )
 
 

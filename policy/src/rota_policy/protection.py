@@ -17,8 +17,8 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy.cycle import Cycle
 from rota_policy.decisions import Reason
 from rota_policy.model import PendingJob
-from rota_policy.preemption import may_reclaim_for, victim_category, victim_pool
-from rota_policy.victimpool import rota_loss
+from rota_policy.victimpool import rota_loss, victim_pool
+from rota_policy.victimrules import may_reclaim_for, victim_category
 
 __all__ = ["Borrowers", "clock", "delay_reason", "protected_borrowers", "reclaim_reason"]
 
