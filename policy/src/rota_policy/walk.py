@@ -137,21 +137,7 @@ def _preempt_many(
         if b.code not in _FINAL and b.code is not Code.RESERVED_FOR_HIGHER_PRIORITY
         and _may_search(cy, v, b.code)
     ]
-    if not candidates:
-        return False
-    w.attempts -= 1
-    plan = None
-    for variant in candidates:
-        plan = w.planner(variant, cy.preemption, cy)
-        if plan is not None:
-            cy.accept_plan(variant, plan)
-            break
-    if w.unsure:
-        w.log_change(group, order)
-    if plan is None:
-        return False
-    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
-    return True
+    return _search(w, job, candidates, group, order)
 
 
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
@@ -201,10 +187,24 @@ def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: Queue
     cy = w.cy
     if not _may_search(cy, job, code):
         return False
+    return _search(w, job, [job], group, order)
+
+
+def _search(
+    w: WalkState, job: PendingJob, candidates: list[PendingJob], group: int, order: QueueWalk
+) -> bool:
+    """One attempt: a search for victims on each candidate (the job on one of its flavors) in
+    order, until one gives a plan. True if one did."""
+    cy, planner = w.cy, w.planner
+    if not candidates or planner is None:
+        return False
     w.attempts -= 1
-    plan = w.planner(job, cy.preemption, cy)
-    if plan is not None:
-        cy.accept_plan(job, plan)
+    plan = None
+    for variant in candidates:
+        plan = planner(variant, cy.preemption, cy)
+        if plan is not None:
+            cy.accept_plan(variant, plan)
+            break
     if w.unsure:
         w.log_change(group, order)
     if plan is None:
