@@ -19,11 +19,10 @@ class SimBudgets:
     passes no use, so a replay decides as it did before budgets existed.
     """
 
-    __slots__ = ("_exhausted", "_limits", "_periods", "held", "meter", "peaks", "woken_at")
+    __slots__ = ("_exhausted", "_limits", "held", "meter", "peaks", "woken_at")
 
     def __init__(self, config: PolicyConfig) -> None:
         self._limits = {key: lim.gpu_s for key, lim in config.budgets.items() if not lim.idle_only}
-        self._periods = {key: lim.period for key, lim in config.budgets.items()}
         self.woken_at: set[float] = set()
         """Resets at which the simulator already has a cycle queued."""
         self.meter = BudgetMeter({key: lim.period for key, lim in config.budgets.items()})
@@ -42,7 +41,7 @@ class SimBudgets:
         used = self.meter.used(now)
         peaks = self.peaks
         for (team, flavor), spent in used.items():
-            label = f"{team}/{flavor} {period_label(self._periods[(team, flavor)], now)}"
+            label = f"{team}/{flavor} {period_label(self.meter.periods[(team, flavor)], now)}"
             hours = spent / 3600.0
             if hours > peaks.get(label, 0.0):
                 peaks[label] = hours
@@ -58,7 +57,7 @@ class SimBudgets:
     def next_reset(self, now: float) -> float | None:
         """The earliest reset of a pair whose jobs wait for it: the replay runs a cycle then, as
         nothing else might happen at that moment."""
-        ends = [period_bounds(self._periods[key], now)[1] for key in self._exhausted]
+        ends = [period_bounds(self.meter.periods[key], now)[1] for key in self._exhausted]
         return min(ends) if ends else None
 
     def enqueued(self, team: str, flavor: str, job_id: str) -> None:
