@@ -101,7 +101,7 @@ async def _run(server: tuple[EmbeddedNats, AuthDir], tmp: Path, run_id: str) -> 
 
 
 FORGED_EVENTS = ["RunFinished", "AllocationGranted", "JobSubmitted", "AllocationReleased",
-                 "PreemptionCompleted", "RunStarted"]
+                 "PreemptionCompleted", "RunStarted", "BudgetUsageRecorded"]
 
 
 @pytest.mark.parametrize("event", FORGED_EVENTS)
