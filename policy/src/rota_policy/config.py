@@ -144,6 +144,9 @@ class PolicyConfig:
     anyone; a tier's `preemption_delay_s` overrides it."""
     budgets: dict[tuple[str, str], BudgetLimit] = field(default_factory=dict)
     """Per (team, flavor), its GPU-hour budget; a pair without one is never limited by use."""
+    shareable: frozenset[str] = frozenset()
+    """The flavors whose GPUs GPU shares may split (`cluster.flavors.<f>.shareable`, DECISIONS
+    66); a share asking for any other flavor waits with NO_MATCHING_FLAVOR."""
     gang_topology: TopologyNeed | None = None
     """What a gang that asks for no topology gets (`cluster.topology.gangs`); read where jobs
     are made (`job_topology`: the scheduler's view, the simulator), not by `schedule`."""

@@ -86,6 +86,8 @@ def _reasons(
     f, g, state = job.flavor, job.gpus, cy.state
     free, cap = state.free_total.get(f, 0), state.layout.capacity.get(f, 0)
     need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
+    if job.share:
+        need = f"{job.demand:g} of one"  # a GPU share (DECISIONS 66): "needs 0.5 of one a100 GPU"
     if block is None:
         # No turn recorded a block (the walk never reached it, or it was not asked about):
         # the ladder answers now; a job that could start waits only on those ahead of it.
@@ -93,9 +95,11 @@ def _reasons(
     code = block.code
     msg: str
     details = shared.base(g, free, cap)
+    if job.share:
+        details += (("gpu_share", job.demand),)
     if code is Code.NO_MATCHING_FLAVOR:
         offered = ", ".join(sorted(state.layout.flavors)) or "none"
-        msg = f"no node offers flavor {f}; the cluster has {offered}"
+        msg = block.detail or f"no node offers flavor {f}; the cluster has {offered}"
     elif code is Code.EXCEEDS_CLUSTER:
         msg = (
             f"needs {need} {f} GPUs{_in_one(state.layout, job)}; the cluster"

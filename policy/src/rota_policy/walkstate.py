@@ -115,6 +115,8 @@ class WalkState:
         """The most GPUs a job of `q` could start on now: free, and allowed by quota. Both only
         shrink within a cycle, and quota refuses every size above one it refuses, so the largest
         size allowed is found by bisection, and a job above it stays unable to start."""
+        if q.shares:  # a share may start on a GPU already shared, with no GPU free
+            return 1 << 30
         if q.fallback:  # a job of it may start on any flavor its jobs accept
             return max(self._room(q.team, f) for f in (q.flavor, *(q.fallback or ())))
         return self._room(q.team, q.flavor)
@@ -149,5 +151,6 @@ class WalkState:
             self.attempts <= 0
             and not self.ready
             and not any(cy.state.free_total.values())
+            and not (cy.shares and cy.state.parts)
             and (cy.rules.backfill != "reserve" or all(map(self.reservations_full, cy.state.layout.flavors)))
         )
