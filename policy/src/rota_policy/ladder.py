@@ -84,7 +84,7 @@ def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | B
 
 
 def _not_shareable(flavor: str) -> str:
-    return f"flavor {flavor} does not allow GPU shares (cluster.flavors.{flavor}.shareable)"
+    return f"flavor {flavor} does not allow GPU shares (set shareable: true on {flavor} in cluster.flavors)"
 
 
 def _share_fit(cy: Cycle, job: PendingJob) -> Fit | Block:

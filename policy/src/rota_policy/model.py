@@ -293,11 +293,14 @@ class PendingQueue:
         min_gpus: int = 0,
         min_runtime_s: float = -1.0,
         fallback: tuple[str, ...] | None = None,
+        shares: bool | None = None,
     ) -> PendingQueue:
         """The same queue after some jobs left its head and others joined its tail: the prefix
         sums carry over instead of being computed again (under overload a queue holds
         thousands of jobs and changes a little in each cycle). Any other change: a new queue."""
-        queue = PendingQueue(self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s, fallback)
+        queue = PendingQueue(
+            self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s, fallback, shares
+        )
         sums, old = self._sums, self.jobs
         if sums is None or not jobs:
             return queue
@@ -372,7 +375,7 @@ class Snapshot:
     """
     runtime_scale: float = 1.0
     """Observed actual ÷ declared runtime, learned from finished jobs; scales ETA estimates only."""
-    in_use: Mapping[tuple[str, str], int] | None = None
+    in_use: Mapping[tuple[str, str], float] | None = None
     """GPUs that `running` holds per (team, flavor); None: the cycle adds them up. A caller
     that keeps these totals as runs start and stop (the simulator) passes them, so that a
     cycle's cost does not grow with the number of runs just to count them again."""

@@ -76,7 +76,7 @@ ROWS: list[Row] = [
     Row("share on a flavor that does not allow shares waits with NO_MATCHING_FLAVOR naming the field",
         cluster(1), gpu_jobs("nlp", share=2, name="half"),
         team_config({"nlp": 8}), admits=(), reasons={"half": (Code.NO_MATCHING_FLAVOR,)},
-        says={"half": "cluster.flavors.gpu.shareable"}),
+        says={"half": "shareable: true on gpu in cluster.flavors"}),
     Row("quota counts fractions: a team with a quota of 1 and no borrowing runs two halves, not three",
         cluster(1),
         gpu_jobs("nlp", share=2, n=3, name="half"),
