@@ -20,10 +20,11 @@ from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
 from rota_policy.decisions import Decisions
 from rota_policy.fairshare import accrue, usage_share_gap, water_fill
 from rota_policy.layout import layout_of
-from rota_policy.model import QUARTERS, NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
+from rota_policy.model import NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
 from rota_policy.runtimes import RuntimeScale
 from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
+from rota_policy.sim.nodebook import NodeBook
 from rota_policy.sim.queues import QueueKey, SimQueues
 from rota_policy.sim.simjob import EVICTIONS, Mean, SimJob
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, RESTART_S, TraceJob
@@ -60,16 +61,14 @@ class Simulator:
         self.eviction = EVICTIONS[policy]
         self.cycle_s = cycle_s
         self.progress_cb = progress
-        self.node_states = list(nodes)
+        self.nodes = NodeBook(nodes)
+        self.node_states = self.nodes.states
         self.layout = layout_of(nodes)
         """Kept for every cycle: the nodes' shape never changes in a replay."""
-        self.node_free = [list(n.free) for n in nodes]
-        self.node_parts: list[dict[int, int]] = [dict(n.shared) for n in nodes]
-        """Per node, the GPUs that shares hold in part: GPU index -> quarters (DECISIONS 66)."""
+        self.node_free = self.nodes.free
         self.any_flavor = tuple(dict.fromkeys(n.flavor for n in nodes))
         """What a job that accepts any flavor accepts: the cluster's, in the order nodes list them."""
         self.node_flavor = [n.flavor for n in nodes]
-        self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self.capacity = sum(n.gpus for n in nodes)
         self.runs: dict[str, RunningRun] = {}
         self.plans: dict[str, PlanInFlight] = {}
@@ -92,8 +91,6 @@ class Simulator:
         self.weights = {team: float(quotas.get(team, 0) or 1) for team in teams}
         self.busy: float = 0
         self.busy_gpu_s = 0.0
-        self.held = 0
-        """GPUs not free: held whole, or by one share or more."""
         self.held_gpu_s = 0.0
         """GPU-seconds held over the whole replay (a shared GPU counts whole)."""
         self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
@@ -174,7 +171,7 @@ class Simulator:
         if hi > lo:
             self.busy_gpu_s += self.busy * (hi - lo)
         if t > self.clock:
-            self.held_gpu_s += self.held * (t - self.clock)
+            self.held_gpu_s += self.nodes.held * (t - self.clock)
         if t >= self.next_sample:
             count = int((t - self.next_sample) // FAIRNESS_SAMPLE_S) + 1
             self.next_sample += count * FAIRNESS_SAMPLE_S
@@ -260,26 +257,10 @@ class Simulator:
             del self.in_use[(team, flavor)]
         self.busy += delta
 
-    def _node_changed(self, idx: int) -> None:
-        n = self.node_states[idx]
-        parts = self.node_parts[idx]
-        self.node_states[idx] = NodeState(
-            n.name, n.flavor, n.rack, n.gpus, tuple(self.node_free[idx]), n.levels,
-            tuple(sorted(parts.items())) if parts else ())
-
     def _start(self, job: SimJob, placement: tuple[Slot, ...], t: float, flavor: str) -> None:
         tj = job.t
         self._dequeue(job)
-        for slot in placement:
-            idx = self.node_index[slot.node]
-            free = self.node_free[idx]
-            if slot.share:
-                self._book_share(idx, slot.gpus[0], slot.share)
-            else:
-                for g in slot.gpus:
-                    free.remove(g)
-                self.held += len(slot.gpus)
-            self._node_changed(idx)
+        self.nodes.take(placement)
         resumed = tj.resumable and job.progress > 0
         overhead = RESTART_S if resumed else 0.0
         if resumed and job.preemptions:
@@ -319,43 +300,12 @@ class Simulator:
     def _release(self, job: SimJob, t: float) -> None:
         run = job.run
         assert run is not None
-        for slot in run.placement:
-            idx = self.node_index[slot.node]
-            free = self.node_free[idx]
-            if slot.share and self._free_share(idx, slot.gpus[0], slot.share):
-                self._node_changed(idx)
-                continue  # other shares still hold the GPU
-            self.held -= len(slot.gpus)
-            free.extend(slot.gpus)
-            free.sort()
-            self._node_changed(idx)
+        self.nodes.give(run.placement)
         del self.runs[run.run_id]
         if self.budgets is not None:
             self.budgets.meter.stopped(run.run_id, t)
         job.run = None
         self._set_usage(job.t.team, run.flavor, t, -job.t.demand)
-
-    def _book_share(self, idx: int, gpu: int, share: int) -> None:
-        """A share starts on GPU `gpu`: it leaves the free GPUs with its first share, and the
-        shares on it never exceed four quarters (as the ledger's rows guarantee)."""
-        parts = self.node_parts[idx]
-        if gpu not in parts:
-            self.node_free[idx].remove(gpu)
-            self.held += 1
-        held = parts.get(gpu, 0) + share
-        if held > QUARTERS:
-            raise AssertionError(f"GPU {gpu} of node {idx} would hold {held} quarters")
-        parts[gpu] = held
-
-    def _free_share(self, idx: int, gpu: int, share: int) -> bool:
-        """A share ends; True while other shares still hold the GPU, False when it is free."""
-        parts = self.node_parts[idx]
-        left = parts[gpu] - share
-        if left:
-            parts[gpu] = left
-            return True
-        del parts[gpu]
-        return False
 
     def _finish(self, job: SimJob, t: float) -> None:
         self._release(job, t)
