@@ -36,8 +36,8 @@ def hopeless(w: WalkState, q: PendingQueue) -> bool:
     if (not q.fallback and cy.budget.waiting and cy.budget.waits(q.team, q.flavor)
             and cy.planned.keys().isdisjoint(q.ids())):
         return True  # rung 2b blocks every job of the queue all cycle, and ends their turns
-    if w.attempts > 0 or w.ready or q.shares:
-        return False  # (a share may start on a GPU already shared, with no GPU free)
+    if w.attempts > 0 or w.ready:
+        return False
     if q.fallback:
         return _hopeless_on(w, q, q.flavor) and all(_hopeless_on(w, q, f) for f in q.fallback)
     return _hopeless_on(w, q, q.flavor)
@@ -45,6 +45,9 @@ def hopeless(w: WalkState, q: PendingQueue) -> bool:
 
 def _hopeless_on(w: WalkState, q: PendingQueue, flavor: str) -> bool:
     cy, backfill = w.cy, w.cy.rules.backfill
+    if q.shares and cy.state.share_room(flavor, 1):
+        return False  # a share may start on a GPU already shared (no free GPU, no reservation)
+    # Else a share is a 1-GPU job on every rung that follows (`ladder._share_fit`).
     if q.min_gpus <= cy.state.free_total.get(flavor, 0):
         return backfill == "reserve" and w.reservations_full(flavor) and _reserved_out(cy, q, flavor)
     if backfill == "none":

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota_policy import POLICIES, PendingJob, PolicyConfig, RunningRun, Snapshot
+from rota_policy import walk as walk_module
 from rota_policy.core import ROTA_RULES
 from rota_policy.engine import run_cycle
 
@@ -116,3 +118,19 @@ def test_shortcuts_decide_as_the_reference_walk_with_shares(
     reference = run_cycle(snap, NOW, config, replace(ROTA_RULES, pass_over=False))
     assert (fast.admissions, fast.plans) == (reference.admissions, reference.plans)
     assert fast.pending == reference.pending
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds(), st.sampled_from(sorted(POLICIES)))
+def test_dropping_hopeless_queues_with_shares_changes_no_decision(
+    world_of: tuple[World, list[PendingJob], PolicyConfig], policy: str
+) -> None:
+    """`shortcuts.hopeless` keeps a queue with a share while some GPU of its flavor is shared
+    with room: without the shortcut, the walk decides the same."""
+    world, pending, config = world_of
+    snap = world.snapshot(pending)
+    fast = POLICIES[policy](snap, NOW, config)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(walk_module, "hopeless", lambda w, q: False)
+        reference = POLICIES[policy](snap, NOW, config)
+    assert (fast.admissions, fast.plans) == (reference.admissions, reference.plans)

@@ -104,6 +104,12 @@ ROWS: list[Row] = [
         + gpu_jobs("nlp", "training", gpus=1, name="one", submitted=6, runtime=86_400.0),
         team_config({"nlp": 16, "cv": 16}, shareable=SHAREABLE), admits=("half",),
         reasons={"big": (Code.INSUFFICIENT_CAPACITY,), "one": (Code.RESERVED_FOR_HIGHER_PRIORITY,)}),
+    Row("a share behind a full window of blocked jobs in its queue still gets its turn on a shared GPU",
+        cluster(1, Run("cv", "training", gpus=7), Run("cv", "training", share=2, gpu=7)),
+        gpu_jobs("nlp", "experiment", gpus=8, n=70, name="big")
+        + gpu_jobs("nlp", "experiment", share=2, name="half", submitted=100),
+        team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), admits=("half",),
+        check=_placed("half", Slot(0, "n0", (7,), 2))),
 ]
 
 
