@@ -52,7 +52,7 @@ def _lower_tier(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> I
     """The lower-tier runs `job` may stop, in Rota's victim order, as they are met: from the
     buckets of lower tiers in order, each ranked only as far as read."""
     taken, quota, flavor, rank = ctx.taken, ctx.quota, job.flavor, job.tier.rank
-    borrowing: dict[str, int] = {}
+    borrowing: dict[str, float] = {}
     shielded = ctx.config.protection(job.tier).shielded_from
     for bucket, runs in pool_buckets(ctx, flavor):
         if -bucket[1] <= rank:

@@ -144,6 +144,9 @@ class PolicyConfig:
     anyone; a tier's `preemption_delay_s` overrides it."""
     budgets: dict[tuple[str, str], BudgetLimit] = field(default_factory=dict)
     """Per (team, flavor), its GPU-hour budget; a pair without one is never limited by use."""
+    shareable: frozenset[str] = frozenset()
+    """The flavors whose GPUs GPU shares may split (`shareable: true` on the flavor in
+    `cluster.flavors`, DECISIONS 66); a share asking for another waits with NO_MATCHING_FLAVOR."""
     gang_topology: TopologyNeed | None = None
     """What a gang that asks for no topology gets (`cluster.topology.gangs`); read where jobs
     are made (`job_topology`: the scheduler's view, the simulator), not by `schedule`."""
@@ -243,6 +246,7 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
         max_lost_gpu_s_per_plan=preemption.max_lost_gpu_s_per_plan,
         preemption_delay_s=preemption.delay_s,
         budgets=_budgets_from(config),
+        shareable=frozenset(f.name for f in config.cluster.flavors if f.shareable),
         gang_topology=gangs_of(config),
     )
 

@@ -107,6 +107,9 @@ class Cycle:
         self.many = any(q.fallback for q in snapshot.pending)
         """Some pending job accepts several flavors: the shortcuts that read one flavor per
         queue step aside for its queue (`shortcuts`)."""
+        self.shares = any(q.shares for q in snapshot.pending)
+        """Some GPU share waits: the shortcuts that count whole GPUs step aside for the queues
+        with shares (`shortcuts`, DECISIONS 67)."""
         self.asked: Container[str] = _EVERY_JOB if snapshot.explain is None else snapshot.explain
         """The jobs explain will answer for (`Snapshot.explain`)."""
         self.no_eta: list[PendingJob] = []
@@ -127,6 +130,10 @@ class Cycle:
         """The job that blocks all behind it, under policies without backfill."""
         self.free_at_start = dict(self.state.free_total)
         self._runs_by_flavor: dict[str, list[RunningRun]] | None = None
+        self._share_runs: dict[str, list[RunningRun]] = {}
+        """Per flavor, the runs that hold GPU shares (filled with `runs_by_flavor`)."""
+        self._fresh: dict[str, int] = {}
+        """Per admitted share, 1 if it took a free GPU, 0 if it joined a GPU already shared."""
         self._fs: dict[str, float] | None = None
         self._preemption: PreemptionContext | None = None
         self.planner_cache = PlannerCache()
@@ -165,11 +172,14 @@ class Cycle:
             running = self.snapshot.running
             flavors = {run.flavor for run in running}
             out: dict[str, list[RunningRun]] = {}
-            if len(flavors) == 1:  # the common case, in one step
+            if len(flavors) == 1 and not any(r.share for r in running):  # the common case, in one step
                 out[flavors.pop()] = list(running)
             else:
                 for run in running:
-                    out.setdefault(run.flavor, []).append(run)
+                    if not run.share:  # a share frees no whole GPU alone: no victim (DECISIONS 68)
+                        out.setdefault(run.flavor, []).append(run)
+                    else:
+                        self._share_runs.setdefault(run.flavor, []).append(run)
             self._runs_by_flavor = out
         return self._runs_by_flavor
 
@@ -204,10 +214,18 @@ class Cycle:
             ends = expected_ends(runs, self.now, self.config.default_runtime_s)
             releases = list(zip(ends, [r.gpus for r in runs], strict=True))
             releases.extend(
-                (self.now + self.runtime(job), job.gpus)
+                (self.now + self.runtime(job), self._fresh.get(job.job_id, 1) if job.share else job.gpus)
                 for job in self._admitted_jobs
                 if job.flavor == flavor
             )
+            shared = self._share_runs.get(flavor)
+            if shared:  # a shared GPU comes back whole when its last share ends
+                last: dict[tuple[str, int], float] = {}
+                for run, end in zip(shared, expected_ends(shared, self.now, self.config.default_runtime_s),
+                                    strict=True):
+                    key = (run.placement[0].node, run.placement[0].gpus[0])
+                    last[key] = max(last.get(key, end), end)
+                releases.extend((end, 1) for end in last.values())
             book = ReservationBook(releases)
             self.books[flavor] = book
         return book
@@ -246,14 +264,20 @@ class Cycle:
         return block
 
     def admit(self, job: PendingJob, placement: tuple[Slot, ...], via_plan: bool) -> None:
-        borrowed = self.quota.check(job.team, job.flavor, job.gpus).borrowed if not via_plan else 0
+        demand = job.demand
+        borrowed = self.quota.check(job.team, job.flavor, demand).borrowed if not via_plan else 0
         if not via_plan:
-            self.quota.add(job.team, job.flavor, job.gpus)
+            self.quota.add(job.team, job.flavor, demand)
         self.admissions.append(Admission(job.job_id, placement, borrowed, via_plan, job.flavor))
         self._admitted_jobs.append(job)
+        taken = job.gpus
+        if job.share:  # it took a free GPU if the GPU now holds it alone
+            slot = placement[0]
+            held = self.state.parts[self.state.layout.index[slot.node]][slot.gpus[0]]
+            taken = self._fresh[job.job_id] = 1 if held == job.share else 0
         book = self.books.get(job.flavor)
-        if book is not None:
-            book.commit(job.gpus, self.now + self.runtime(job))
+        if book is not None and taken:
+            book.commit(taken, self.now + self.runtime(job))
 
     def release_plan_quota(self, job_id: str, back: bool = False) -> None:
         """Take a plan's quota off its team (or put it `back`), to ask whether its preemptor

@@ -30,7 +30,7 @@ DetailValue = int | float | str
 class Admission:
     job_id: str
     placement: tuple[Slot, ...]
-    borrowed_gpus: int = 0
+    borrowed_gpus: float = 0
     via_plan: bool = False
     """True when the GPUs were freed by this job's own preemption plan."""
     flavor: str = ""

@@ -7,7 +7,9 @@
     -  the line     no blocked job ahead holds the line             else PRIORITY
                     (only policies without backfill; the walk says which job holds it)
     3. quota        its team's quota allows its GPUs                else QUOTA_EXCEEDED
-    4. free GPUs    enough GPUs of its flavor are free              else INSUFFICIENT_CAPACITY
+    1b. shares      a GPU share asks for a shareable flavor          else NO_MATCHING_FLAVOR
+    4. free GPUs    enough GPUs of its flavor are free (a share: or
+                    room on a GPU already shared)                   else INSUFFICIENT_CAPACITY
     5. reservation  starting now delays no backfill reservation     else RESERVED_FOR_HIGHER_PRIORITY
     6. fit          a best-fit gang placement exists now            else FRAGMENTATION
 
@@ -57,6 +59,8 @@ def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | B
     state, flavor = cy.state, job.flavor
     if flavor not in state.layout.flavors:
         return _NO_FLAVOR
+    if job.share and flavor not in cy.config.shareable:
+        return cy.shared_block(Code.NO_MATCHING_FLAVOR, _not_shareable(flavor))
     if not state.can_ever_fit(job):
         return _NEVER_FITS
     if cy.budget.waiting:
@@ -68,12 +72,32 @@ def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | B
     refused = quota_block(cy, job)
     if refused is not None:
         return refused
+    if job.share:
+        return _share_fit(cy, job)
     if state.free_total.get(flavor, 0) < job.gpus:
         return _SHORT
     reserved = reservation_block(cy, job) if cy.books else None
     if reserved is not None:
         return reserved
     fit = state.find(job)
+    return fit if fit is not None else _FRAGMENTED
+
+
+def _not_shareable(flavor: str) -> str:
+    return f"flavor {flavor} does not allow GPU shares (set shareable: true on {flavor} in cluster.flavors)"
+
+
+def _share_fit(cy: Cycle, job: PendingJob) -> Fit | Block:
+    """Rungs 4-6 for a GPU share (DECISIONS 67): room on a GPU already shared needs no free GPU
+    and delays no reservation (it takes no whole GPU); else it is a 1-GPU job."""
+    state = cy.state
+    if not state.share_room(job.flavor, job.share):
+        if state.free_total.get(job.flavor, 0) < 1:
+            return _SHORT
+        reserved = reservation_block(cy, job) if cy.books else None
+        if reserved is not None:
+            return reserved
+    fit = state.find_share(job)
     return fit if fit is not None else _FRAGMENTED
 
 
@@ -113,7 +137,7 @@ class Choice(NamedTuple):
     """Each flavor that refused it, in order of preference, with its block (multi-flavor only)."""
 
 
-def within_quota(cy: Cycle, team: str, flavor: str, gpus: int) -> bool:
+def within_quota(cy: Cycle, team: str, flavor: str, gpus: float) -> bool:
     """Whether `gpus` more of `flavor` keep the team within its nominal quota (no borrowing)."""
     return cy.quota.in_use(team, flavor) + gpus <= cy.quota.limits(team, flavor).quota
 
@@ -130,7 +154,7 @@ def choose(cy: Cycle, job: PendingJob, held: Callable[[str], str | None] | None 
         outcome = admission(cy, variant, held(flavor) if held is not None else None)
         if isinstance(outcome, Block):
             tried.append((variant, outcome))
-        elif not cy.rules.quotas or within_quota(cy, job.team, flavor, job.gpus):
+        elif not cy.rules.quotas or within_quota(cy, job.team, flavor, job.demand):
             return Choice(variant, outcome, tuple(tried))
         elif borrowing is None:
             borrowing = Choice(variant, outcome)
@@ -143,9 +167,10 @@ def choose(cy: Cycle, job: PendingJob, held: Callable[[str], str | None] | None 
 def quota_block(cy: Cycle, job: PendingJob) -> Block | None:
     """Rung 3: QUOTA_EXCEEDED with quota's message, if the policy has quotas and they refuse."""
     quota = cy.quota
-    if not cy.rules.quotas or quota.allows(job.team, job.flavor, job.gpus):
+    demand = job.demand
+    if not cy.rules.quotas or quota.allows(job.team, job.flavor, demand):
         return None
-    return cy.shared_block(Code.QUOTA_EXCEEDED, quota.check(job.team, job.flavor, job.gpus).message)
+    return cy.shared_block(Code.QUOTA_EXCEEDED, quota.check(job.team, job.flavor, demand).message)
 
 
 def reservation_block(cy: Cycle, job: PendingJob) -> Block | None:

@@ -18,6 +18,7 @@ from rota_policy.layout import Layout
 from rota_policy.topology import Need, TopologyNeed, need_of
 
 __all__ = [
+    "QUARTERS",
     "NodeState",
     "PendingJob",
     "PendingQueue",
@@ -30,6 +31,10 @@ __all__ = [
     "group_pending",
 ]
 
+QUARTERS = 4
+"""A GPU share is a whole number of quarters of one GPU (DECISIONS 66): sums stay exact."""
+
+
 @dataclass(frozen=True, slots=True)
 class Slot:
     """One gang member's share of a placement: a node and the GPU indices on it."""
@@ -37,6 +42,9 @@ class Slot:
     worker: int
     node: str
     gpus: tuple[int, ...]
+    share: int = 0
+    """Quarters (1-3) of the one GPU in `gpus` that this worker holds (a GPU share, DECISIONS
+    66); 0: it holds the GPUs in `gpus` whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,9 @@ class NodeState:
     levels: tuple[tuple[str, str], ...] = ()
     """(level, value) for each topology level the cluster declares, outermost first, `rack`
     included if declared; empty: the cluster declares none, and `rack` is the one level."""
+    shared: tuple[tuple[int, int], ...] = ()
+    """(GPU index, quarters held) of each GPU that GPU shares hold in part, ascending; such a
+    GPU is not in `free`, so no whole-GPU placement ever meets a share (DECISIONS 66)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +87,14 @@ class RunningRun:
     checkpoint_interval_s: float | None = None
     """If set, the run also checkpoints every interval after `last_checkpoint_at`, so a caller
     need not rebuild the snapshot at every periodic checkpoint."""
+    share: int = 0
+    """Quarters (1-3) of one GPU that the run holds (a GPU share, DECISIONS 66), with `gpus` 0:
+    it holds no whole GPU, and stopping it frees none. 0: it holds `gpus` whole GPUs."""
+
+    @property
+    def demand(self) -> float:
+        """What quota and fair share count: its whole GPUs, or its share as a fraction."""
+        return self.share / QUARTERS if self.share else self.gpus
 
     def last_checkpoint(self, now: float) -> float | None:
         last, every = self.last_checkpoint_at, self.checkpoint_interval_s
@@ -117,11 +136,20 @@ class PendingJob:
     Empty: `flavor` only, exactly as a job that names one flavor."""
     topology: TopologyNeed | None = None
     """The levels its workers must or would best share (DECISIONS 61); None: `rack` says."""
+    share: int = 0
+    """Quarters (1-3) of one GPU it asks for (a GPU share, DECISIONS 66), with one worker of one
+    GPU: what it holds is at most one GPU, which is what every GPU count reads (`gpus`). 0: it
+    asks for `gpus` whole GPUs."""
     _on: dict[str, PendingJob] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def demand(self) -> float:
+        """What quota and fair share count: `gpus`, or its share as a fraction of one GPU."""
+        return self.share / QUARTERS if self.share else self.workers * self.gpus_per_worker
 
     @property
     def need(self) -> Need:
@@ -215,6 +243,9 @@ class PendingQueue:
     fallback: tuple[str, ...] | None = None
     """The flavors its jobs accept beyond the queue's `flavor`, sorted; None: unknown (computed
     on construction). Empty, the common case, lets every shortcut treat the queue as one flavor."""
+    shares: bool | None = None
+    """Whether some job of it asks for a GPU share; None: unknown (computed on construction).
+    The shortcuts that count whole free GPUs step aside for such a queue (DECISIONS 67)."""
 
     _sums: QueueSums | None = field(default=None, init=False, repr=False, compare=False)
     _ids: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
@@ -262,11 +293,14 @@ class PendingQueue:
         min_gpus: int = 0,
         min_runtime_s: float = -1.0,
         fallback: tuple[str, ...] | None = None,
+        shares: bool | None = None,
     ) -> PendingQueue:
         """The same queue after some jobs left its head and others joined its tail: the prefix
         sums carry over instead of being computed again (under overload a queue holds
         thousands of jobs and changes a little in each cycle). Any other change: a new queue."""
-        queue = PendingQueue(self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s, fallback)
+        queue = PendingQueue(
+            self.tier, self.team, self.flavor, jobs, min_gpus, min_runtime_s, fallback, shares
+        )
         sums, old = self._sums, self.jobs
         if sums is None or not jobs:
             return queue
@@ -295,6 +329,8 @@ class PendingQueue:
             )
         if self.fallback is None:
             object.__setattr__(self, "fallback", tuple(sorted({f for j in self.jobs for f in j.fallback})))
+        if self.shares is None:
+            object.__setattr__(self, "shares", any(j.share for j in self.jobs))
 
 
 def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[PendingQueue, ...]:
@@ -339,7 +375,7 @@ class Snapshot:
     """
     runtime_scale: float = 1.0
     """Observed actual ÷ declared runtime, learned from finished jobs; scales ETA estimates only."""
-    in_use: Mapping[tuple[str, str], int] | None = None
+    in_use: Mapping[tuple[str, str], float] | None = None
     """GPUs that `running` holds per (team, flavor); None: the cycle adds them up. A caller
     that keeps these totals as runs start and stop (the simulator) passes them, so that a
     cycle's cost does not grow with the number of runs just to count them again."""

@@ -309,8 +309,8 @@ def _none_from(
     least: int,
     shortest: float,
 ) -> bool:
-    if least > most or holds_back_all is None:
-        return least > most
+    if least > most or holds_back_all is None or queue.shares:
+        return least > most  # (a share may start on a GPU already shared: no reservation holds it)
     if not holds_back_all(queue.flavor, least, shortest):
         return False
     return all(holds_back_all(f, least, shortest) for f in queue.fallback) if queue.fallback else True

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rota_policy.layout import Layout, layout_of
-from rota_policy.model import NodeState, PendingJob, Slot
+from rota_policy.model import QUARTERS, NodeState, PendingJob, Slot
 from rota_policy.topology import Need
 
 __all__ = ["ClusterState", "Fit", "fit_on_counts"]
@@ -69,12 +69,14 @@ def fit_on_counts(
 class ClusterState:
     """A mutable working copy of the nodes for one cycle."""
 
-    __slots__ = ("buckets", "free", "free_total", "layout")
+    __slots__ = ("buckets", "free", "free_total", "layout", "parts")
 
     def __init__(self, nodes: tuple[NodeState, ...], layout: Layout | None = None) -> None:
         """`layout`, if given, is used only if it is the layout of `nodes` (compared in full)."""
         self.layout = layout_of(nodes, layout)
         free = self.free = [list(n.free) for n in nodes]
+        self.parts: dict[int, dict[int, int]] = {i: dict(n.shared) for i, n in enumerate(nodes) if n.shared}
+        """Per node index with GPUs that shares hold in part: GPU index -> quarters held."""
         self.free_total: dict[str, int] = {}
         self.buckets: dict[str, list[dict[int, None]]] = {}
         max_node = self.layout.max_node
@@ -124,7 +126,59 @@ class ClusterState:
         nodes = layout.flavor_nodes[job.flavor]
         return fit_on_counts(self.counts(), nodes, layout, workers, per_worker, job.need)
 
+    def find_share(self, job: PendingJob) -> Fit | None:
+        """Where a GPU share goes (DECISIONS 67): onto the GPU already shared that it fills the
+        most and still fits (best fit; ties: the lowest node, then GPU, index), else onto a
+        free GPU where a 1-GPU job would go (the node with the fewest free GPUs), so that whole
+        nodes stay free for gangs. The fit names the node; `allocate` picks the same GPU."""
+        room = QUARTERS - job.share
+        best: tuple[int, int] | None = None
+        node_flavor = self.layout.node_flavor
+        for node, held in self.parts.items():
+            if node_flavor[node] != job.flavor:
+                continue
+            for used in held.values():
+                if used <= room and (best is None or used > best[0] or (used == best[0] and node < best[1])):
+                    best = (used, node)
+        if best is not None:
+            return [(best[1], 1)]
+        return self.find(job)
+
+    def share_room(self, flavor: str, share: int) -> bool:
+        """Whether some GPU of `flavor` already shared has room for `share` more quarters."""
+        room = QUARTERS - share
+        node_flavor = self.layout.node_flavor
+        return any(
+            used <= room
+            for node, held in self.parts.items()
+            if node_flavor[node] == flavor
+            for used in held.values()
+        )
+
     # ------------------------------------------------------------ changes
+
+    def take_share(self, node: int, share: int) -> int:
+        """Book `share` quarters on `node`: on its fullest shared GPU that has room, else on its
+        lowest free GPU, which becomes shared (it leaves `free`). Returns the GPU index."""
+        held = self.parts.get(node)
+        room = QUARTERS - share
+        if held:
+            fits = [(-used, gpu) for gpu, used in held.items() if used <= room]
+            if fits:
+                gpu = min(fits)[1]
+                held[gpu] += share
+                return gpu
+        gpu = self.take(node, 1)[0]
+        self.parts.setdefault(node, {})[gpu] = share
+        return gpu
+
+    def place(self, job: PendingJob, fit: Fit) -> tuple[Slot, ...]:
+        """Book the ladder's fit for `job`: its share, or its whole GPUs."""
+        return self.allocate_share(fit, job.share) if job.share else self.allocate(fit)
+
+    def allocate_share(self, fit: Fit, share: int) -> tuple[Slot, ...]:
+        node = fit[0][0]
+        return (Slot(0, self.layout.names[node], (self.take_share(node, share),), share),)
 
     def _move(self, node: int, before: int) -> None:
         buckets = self.buckets[self.layout.node_flavor[node]]

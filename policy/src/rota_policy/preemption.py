@@ -147,7 +147,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
     cap = ctx.config.max_lost_gpu_s_per_plan
     if lower_tier_loses_too_much(job, ctx, may_reclaim):
         return []
-    borrowing: dict[str, int] = {}
+    borrowing: dict[str, float] = {}
     shielded = ctx.config.protection(job.tier).shielded_from
     picked: list[tuple[RunningRun, int, int]] = []
     picked_gpus = 0

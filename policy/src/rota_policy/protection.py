@@ -43,7 +43,7 @@ def delay_reason(cy: Cycle, job: PendingJob, start: float | None) -> tuple[float
     ctx = cy.preemption
     may_reclaim = may_reclaim_for(job, ctx)
     shielded = cfg.protection(job.tier).shielded_from
-    borrowing: dict[str, int] = {}
+    borrowing: dict[str, float] = {}
     cap, now = cfg.max_lost_gpu_s_per_plan, cy.now
     # The runs a search could stop alone without exceeding the loss cap: what a plan at the
     # delay's end could be made of, if they are still running then.

@@ -19,17 +19,18 @@ __all__ = ["QuotaBook", "QuotaCheck"]
 @dataclass(frozen=True, slots=True)
 class QuotaCheck:
     ok: bool
-    borrowed: int = 0
+    borrowed: float = 0
     """GPUs of the request above the team's nominal quota."""
     message: str = ""
-    limit: int = 0
+    limit: float = 0
 
 
 _OK = QuotaCheck(True)
 
 
 class QuotaBook:
-    """Per (team, flavor) GPUs in use, updated as the cycle admits and plans."""
+    """Per (team, flavor) GPUs in use, updated as the cycle admits and plans. A GPU share counts
+    as its fraction (quarters: float sums of them are exact); with none, every count is an int."""
 
     __slots__ = ("_capacity", "_config", "_limits", "_protected", "_total", "_used", "_version")
 
@@ -38,20 +39,20 @@ class QuotaBook:
         config: PolicyConfig,
         running: tuple[RunningRun, ...],
         capacity: dict[str, int],
-        in_use: Mapping[tuple[str, str], int] | None = None,
+        in_use: Mapping[tuple[str, str], float] | None = None,
     ) -> None:
         """`in_use`, if given, is what `running` holds per (team, flavor) (`Snapshot.in_use`)."""
         self._config = config
         self._capacity = capacity
         self._version = 0
         if in_use is not None:
-            self._used: dict[tuple[str, str], int] = dict(in_use)
+            self._used: dict[tuple[str, str], float] = dict(in_use)
         else:
             used = self._used = {}
             for run in running:
                 key = (run.team, run.flavor)
-                used[key] = used.get(key, 0) + run.gpus
-        self._total: dict[str, int] = {}
+                used[key] = used.get(key, 0) + run.demand
+        self._total: dict[str, float] = {}
         for (_, flavor), gpus in self._used.items():
             self._total[flavor] = self._total.get(flavor, 0) + gpus
         self._limits: dict[tuple[str, str], TeamLimits] = {}
@@ -77,18 +78,18 @@ class QuotaBook:
             self._limits[key] = found
         return found
 
-    def in_use(self, team: str, flavor: str) -> int:
+    def in_use(self, team: str, flavor: str) -> float:
         return self._used.get((team, flavor), 0)
 
-    def total(self, flavor: str) -> int:
+    def total(self, flavor: str) -> float:
         return self._total.get(flavor, 0)
 
-    def borrowing(self, team: str, flavor: str) -> int:
+    def borrowing(self, team: str, flavor: str) -> float:
         """GPUs the team uses above its nominal quota (what its owners may reclaim)."""
         above = self._used.get((team, flavor), 0) - self.limits(team, flavor).quota
         return above if above > 0 else 0
 
-    def allows(self, team: str, flavor: str, gpus: int) -> bool:
+    def allows(self, team: str, flavor: str, gpus: float) -> bool:
         """`check(team, flavor, gpus).ok` without building the answer: the admission walk asks
         this of every job it looks at, and most are within quota or freely borrowing."""
         lim = self.limits(team, flavor)
@@ -104,7 +105,7 @@ class QuotaBook:
         keeps part of its quota back from lending."""
         return self.limits(team, flavor).borrowing_limit is None and not self._protected
 
-    def check(self, team: str, flavor: str, gpus: int, released: int = 0) -> QuotaCheck:
+    def check(self, team: str, flavor: str, gpus: float, released: float = 0) -> QuotaCheck:
         """May `team` take `gpus` more, after `released` of its own GPUs are given back?"""
         lim = self.limits(team, flavor)
         after = self.in_use(team, flavor) - released + gpus
@@ -141,7 +142,7 @@ class QuotaBook:
                 )
         return QuotaCheck(True, borrowed)
 
-    def add(self, team: str, flavor: str, gpus: int) -> None:
+    def add(self, team: str, flavor: str, gpus: float) -> None:
         key = (team, flavor)
         self._version += 1
         self._used[key] = self._used.get(key, 0) + gpus

@@ -80,22 +80,30 @@ class _Shared:
         return found
 
 
+def _need(job: PendingJob) -> str:
+    """What the job asks for, as its reasons say it: "2x8", "8", or a GPU share, "0.5 of one"
+    (DECISIONS 66)."""
+    if job.share:
+        return f"{job.demand:g} of one"
+    return f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{job.gpus}"
+
+
 def _reasons(
     cy: Cycle, shared: _Shared, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
 ) -> tuple[Reason, ...]:
     f, g, state = job.flavor, job.gpus, cy.state
     free, cap = state.free_total.get(f, 0), state.layout.capacity.get(f, 0)
-    need = f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{g}"
+    need = _need(job)
     if block is None:
         # No turn recorded a block (the walk never reached it, or it was not asked about):
         # the ladder answers now; a job that could start waits only on those ahead of it.
         block = admission_block(cy, job) or _PRIORITY
     code = block.code
     msg: str
-    details = shared.base(g, free, cap)
+    details = shared.base(g, free, cap) + ((("gpu_share", job.demand),) if job.share else ())
     if code is Code.NO_MATCHING_FLAVOR:
         offered = ", ".join(sorted(state.layout.flavors)) or "none"
-        msg = f"no node offers flavor {f}; the cluster has {offered}"
+        msg = block.detail or f"no node offers flavor {f}; the cluster has {offered}"
     elif code is Code.EXCEEDS_CLUSTER:
         msg = (
             f"needs {need} {f} GPUs{_in_one(state.layout, job)}; the cluster"

@@ -45,6 +45,9 @@ def hopeless(w: WalkState, q: PendingQueue) -> bool:
 
 def _hopeless_on(w: WalkState, q: PendingQueue, flavor: str) -> bool:
     cy, backfill = w.cy, w.cy.rules.backfill
+    if q.shares and cy.state.share_room(flavor, 1):
+        return False  # a share may start on a GPU already shared (no free GPU, no reservation)
+    # Else a share is a 1-GPU job on every rung that follows (`ladder._share_fit`).
     if q.min_gpus <= cy.state.free_total.get(flavor, 0):
         return backfill == "reserve" and w.reservations_full(flavor) and _reserved_out(cy, q, flavor)
     if backfill == "none":
@@ -71,7 +74,7 @@ def pass_over(w: WalkState, job: PendingJob, missed: int, group: int, order: Que
     the miss, unless it is their turn at preempting: with attempts left, that happens only if
     free GPUs fall below their size before their turn, which `confirm` checks at the end."""
     cy, f = w.cy, job.flavor
-    if missed >= w.depth or job.fallback or not w.reservations_full(f):
+    if missed >= w.depth or job.fallback or job.share or not w.reservations_full(f):
         return
     if w.attempts > 0 and cy.rules.quotas and not cy.quota.never_refuses(job.team, f):
         return
@@ -105,7 +108,7 @@ def behind(cy: Cycle, most: int | None) -> Callable[[PendingJob], bool]:
     most = most if most is not None else 1 << 62
 
     def blocked(job: PendingJob) -> bool:
-        if job.gpus > most or job.fallback or job.job_id in planned or not can_ever_fit(job):
+        if job.gpus > most or job.fallback or job.share or job.job_id in planned or not can_ever_fit(job):
             return False
         return reservation_block(cy, job) is not None
 
@@ -118,7 +121,7 @@ def all_blocked(cy: Cycle, jobs: tuple[PendingJob, ...], book: ReservationBook, 
     at the shortest runtime, hence all. Told from a few columns at C speed, not job by job:
     under overload the walk passes over hundreds of jobs per cycle, nearly all behind the one
     reservation. False sends the caller job by job."""
-    if not jobs or (cy.many and any(j.fallback for j in jobs)):
+    if not jobs or (cy.many and any(j.fallback for j in jobs)) or (cy.shares and any(j.share for j in jobs)):
         return False
     if cy.planned and not cy.planned.keys().isdisjoint([j.job_id for j in jobs]):
         return False

@@ -56,7 +56,7 @@ def below_within_cap(ctx: PreemptionContext, flavor: str, rank: int, cap: float)
 
 
 def victim_category(
-    job: PendingJob, run: RunningRun, run_rank: int, may_reclaim: bool, borrowing: dict[str, int],
+    job: PendingJob, run: RunningRun, run_rank: int, may_reclaim: bool, borrowing: dict[str, float],
     quota: QuotaBook, shielded: Container[Tier],
 ) -> int | None:
     """The category `run` has as a victim of `job`, or None if no rule lets `job` stop it.

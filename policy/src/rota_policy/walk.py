@@ -52,7 +52,7 @@ def walk(cy: Cycle) -> bool:
                 held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
                 outcome = admission(cy, job, held)
                 if not isinstance(outcome, Block):
-                    cy.admit(job, cy.state.allocate(outcome), via_plan=False)
+                    cy.admit(job, cy.state.place(job, outcome), via_plan=False)
                     if w.unsure:  # only `confirm` reads the log, and only past its first entry
                         w.log_change(group, order)
                     continue
@@ -93,7 +93,7 @@ def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -
     choice = choose(cy, job, held)
     chosen, outcome = choice.job, choice.outcome
     if not isinstance(outcome, Block):
-        cy.admit(chosen, cy.state.allocate(outcome), via_plan=False)
+        cy.admit(chosen, cy.state.place(chosen, outcome), via_plan=False)
         if w.unsure:
             w.log_change(group, order)
         return None, True
@@ -170,7 +170,7 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
         cy.release_plan_quota(job.job_id)
         outcome = admission(cy, job)
         if not isinstance(outcome, Block):
-            placement = cy.state.allocate(outcome)
+            placement = cy.state.place(job, outcome)
             cy.give_up_plan(job.job_id)
             cy.admit(job, placement, via_plan=False)
             if w.unsure:  # it took free GPUs, as any admission does
@@ -215,6 +215,8 @@ def _search(
 
 def _may_search(cy: Cycle, job: PendingJob, code: Code) -> bool:
     """Whether the job, on its flavor, may search for victims now that `code` blocks it."""
+    if job.share:
+        return False  # a share takes idle room only, never anyone's GPUs (DECISIONS 68)
     if cy.budget.only_idle(job.team, job.flavor) is not None:
         return False  # past its budget a job takes idle GPUs only, never anyone's
     patient = cy.rules.preempt_for_wait_target and code is Code.INSUFFICIENT_CAPACITY

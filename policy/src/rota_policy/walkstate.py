@@ -100,6 +100,8 @@ class WalkState:
         """Whether a reservation keeps `job` from starting now (the ladder's reservation rung).
         Within a cycle reservations are only added and their spare only shrinks, so a job
         held back stays held back."""
+        if job.share:
+            return False  # room on a GPU already shared may open later in the cycle, and takes no whole GPU
         if job.fallback:
             return all(self.held_back(job.on(f)) for f in job.flavors)
         book = self.cy.books.get(job.flavor)
@@ -116,8 +118,12 @@ class WalkState:
         shrink within a cycle, and quota refuses every size above one it refuses, so the largest
         size allowed is found by bisection, and a job above it stays unable to start."""
         if q.fallback:  # a job of it may start on any flavor its jobs accept
-            return max(self._room(q.team, f) for f in (q.flavor, *(q.fallback or ())))
-        return self._room(q.team, q.flavor)
+            room = max(self._room(q.team, f) for f in (q.flavor, *(q.fallback or ())))
+        else:
+            room = self._room(q.team, q.flavor)
+        # A share (one GPU at most, as every count reads it) may start on a GPU already
+        # shared with no GPU free, or within quota by its fraction: it keeps its turn.
+        return max(room, 1) if q.shares else room
 
     def _room(self, team: str, flavor: str) -> int:
         cy = self.cy
@@ -149,5 +155,6 @@ class WalkState:
             self.attempts <= 0
             and not self.ready
             and not any(cy.state.free_total.values())
+            and not (cy.shares and cy.state.parts)
             and (cy.rules.backfill != "reserve" or all(map(self.reservations_full, cy.state.layout.flavors)))
         )

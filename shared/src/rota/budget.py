@@ -92,7 +92,7 @@ class _Account:
     end: float
     closed: float = 0.0
     """GPU-seconds of stopped runs within the period."""
-    gpus: int = 0
+    gpus: float = 0
     """GPUs of the open runs."""
     weighted_start: float = 0.0
     """Sum of gpus x max(started, period start) over the open runs."""
@@ -109,7 +109,7 @@ class BudgetMeter:
 
     periods: dict[tuple[str, str], Period]
     _accounts: dict[tuple[str, str], _Account] = field(default_factory=dict)
-    _open: dict[str, tuple[tuple[str, str], int, float]] = field(default_factory=dict)
+    _open: dict[str, tuple[tuple[str, str], float, float]] = field(default_factory=dict)
 
     def _account(self, key: tuple[str, str], at: float) -> _Account | None:
         period = self.periods.get(key)
@@ -122,7 +122,7 @@ class BudgetMeter:
             acc = self._accounts[key] = _Account(start, end, 0.0, gpus, gpus * start)
         return acc
 
-    def started(self, run_id: str, team: str, flavor: str, gpus: int, at: float) -> None:
+    def started(self, run_id: str, team: str, flavor: str, gpus: float, at: float) -> None:
         key = (team, flavor)
         acc = self._account(key, at)
         if acc is None or run_id in self._open:

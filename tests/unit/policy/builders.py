@@ -40,9 +40,11 @@ def gpu_jobs(
     name: str | None = None,
     fallback: tuple[str, ...] = (),
     topology: tuple[str | None, str | None] | None = None,
+    share: int = 0,
 ) -> list[PendingJob]:
     """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart;
-    `topology` is (required, preferred) level."""
+    `topology` is (required, preferred) level; `share` quarters of one GPU make each a GPU
+    share (one worker of one GPU)."""
     base = name or f"{team}-{tier[:4]}-{workers}x{gpus}"
     return [
         PendingJob(
@@ -50,14 +52,15 @@ def gpu_jobs(
             team=team,
             tier=Tier(tier),
             flavor=flavor,
-            workers=workers,
-            gpus_per_worker=gpus,
+            workers=1 if share else workers,
+            gpus_per_worker=1 if share else gpus,
             submitted_at=submitted + i,
             runtime_estimate_s=runtime,
             rack=RackAffinity(rack),
             resumable=resumable,
             fallback=fallback,
             topology=None if topology is None else TopologyNeed(*topology),
+            share=share,
         )
         for i in range(n)
     ]
@@ -118,9 +121,23 @@ class World:
     blocks: int = 0
     """Blocks the racks are grouped into, in order: the cluster declares levels block > rack;
     0: it declares none (`rack` is the one level)."""
+    parts: dict[int, dict[int, int]] = field(default_factory=dict)
+    """Per node, the GPUs that shares hold in part: GPU index -> quarters held."""
 
     def __post_init__(self) -> None:
         self.free = [list(range(self.gpus)) for _ in range(self.nodes)]
+
+    def _take_share(self, node: int, share: int, gpu: int | None) -> int:
+        held = self.parts.setdefault(node, {})
+        if gpu is None:
+            gpu = next((g for g, used in sorted(held.items()) if used + share <= 4), None)
+        if gpu is None or gpu not in held:
+            gpu = self.free[node][0] if gpu is None else gpu
+            self.free[node].remove(gpu)
+            held[gpu] = 0
+        assert held[gpu] + share <= 4, f"GPU {gpu} of node {node} has no room for {share} quarters"
+        held[gpu] += share
+        return gpu
 
     def name(self, node: int) -> str:
         return f"n{node}"
@@ -151,11 +168,17 @@ class World:
         end: float | None = None,
         run_id: str | None = None,
         checkpoint: float | None = None,
+        share: int = 0,
+        gpu: int | None = None,
     ) -> RunningRun:
-        """A run holding `gpus` GPUs on each of `node` (one node or several)."""
+        """A run holding `gpus` GPUs on each of `node` (one node or several); with `share`, a
+        GPU share of that many quarters on `node` (on GPU `gpu`, else the first with room)."""
         nodes = [node] if isinstance(node, int) else node
         placement = []
-        for w, n in enumerate(nodes):
+        if share:
+            placement.append(Slot(0, self.name(nodes[0]), (self._take_share(nodes[0], share, gpu),), share))
+            gpus, nodes = 0, nodes[:1]
+        for w, n in enumerate(nodes if not share else ()):
             taken = tuple(self.free[n][:gpus])
             assert len(taken) == gpus, f"node {n} has only {len(self.free[n])} free"
             del self.free[n][:gpus]
@@ -174,6 +197,7 @@ class World:
             resumable=resumable,
             preemptions=preemptions,
             expected_end=end,
+            share=share,
         )
         self.runs.append(run)
         return run
@@ -181,7 +205,7 @@ class World:
     def snapshot(self, pending: list[PendingJob], *, explain: frozenset[str] | None = None) -> Snapshot:
         nodes = tuple(
             NodeState(self.name(i), self.flavor_of(i), self.rack_of(i), self.gpus, tuple(sorted(f)),
-                      self.levels_of(i))
+                      self.levels_of(i), tuple(sorted((g, u) for g, u in self.parts.get(i, {}).items() if u)))
             for i, f in enumerate(self.free)
         )
         return Snapshot(
@@ -193,7 +217,14 @@ class World:
         """The run stops: its GPUs come back."""
         self.runs = [r for r in self.runs if r.run_id != run.run_id]
         for slot in run.placement:
-            self.free[int(slot.node[1:])].extend(slot.gpus)
+            node = int(slot.node[1:])
+            if slot.share:
+                held = self.parts[node]
+                held[slot.gpus[0]] -= slot.share
+                if held[slot.gpus[0]]:
+                    continue
+                del held[slot.gpus[0]]
+            self.free[node].extend(slot.gpus)
 
     def with_run(self, run: RunningRun) -> RunningRun:
         return replace(run)
@@ -213,6 +244,8 @@ class Run:
     end: float | None = None
     run_id: str | None = None
     checkpoint: float | None = None
+    share: int = 0
+    gpu: int | None = None
 
 
 def cluster(
@@ -237,6 +270,7 @@ def cluster(
         world.run(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,
             preemptions=r.preemptions, end=r.end, run_id=r.run_id, checkpoint=r.checkpoint,
+            share=r.share, gpu=r.gpu,
         )  # fmt: skip
     for node in drained:
         world.free[node] = []

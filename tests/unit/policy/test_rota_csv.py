@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rota.config import load_config
 from rota.contracts.common import Tier
-from rota_policy.sim.hetero import hetero_jobs, hetero_quotas
+from rota_policy.sim.hetero import hetero_jobs, hetero_quotas, hetero_shares, whole_gpus
 from rota_policy.sim.replay import find_scenario, load, replay_run
 from rota_policy.sim.rotacsv import HEADER, TraceFormatError, load_rota_csv, write_rota_csv
 from rota_policy.sim.workload import load_philly
@@ -65,7 +65,11 @@ def test_rows_are_taken_by_submit_time_ties_in_file_order(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("row", "words"),
     [
-        ("j1,0,3600,1,0.5,a100,experiment,nlp,true\n", "line 2, field gpus_per_worker: '0.5' is not a whole number"),
+        ("j1,0,3600,1,1.5,a100,experiment,nlp,true\n", "line 2, field gpus_per_worker: '1.5' is not a whole number"),
+        ("j1,0,3600,1,0.3,a100,experiment,nlp,true\n",
+         "line 2, field gpus_per_worker: '0.3' is not a share of 0.25, 0.5 or 0.75 of one GPU"),
+        ("j1,0,3600,2,0.5,a100,experiment,nlp,true\n",
+         "line 2, field gpus_per_worker: a share of one GPU (0.5) needs workers 1, not 2"),
         ("j1,0,3600,1,0,a100,experiment,nlp,true\n", "line 2, field gpus_per_worker: '0' must be at least 1"),
         ("j1,0,3600,x,1,a100,experiment,nlp,true\n", "line 2, field workers: 'x' is not a number"),
         ("j1,0,0,1,1,a100,experiment,nlp,true\n", "line 2, field duration_s: '0' must be above 0"),
@@ -112,3 +116,37 @@ def test_multi_flavor_jobs_start_on_their_second_flavor_and_first_flavor_turns_t
     assert with_fallback["flavor_fallback"]["started_on_fallback"] > 0
     assert without["flavor_fallback"]["started_on_fallback"] == 0
     assert with_fallback["completed"] == without["completed"] == len(jobs)
+
+
+@pytest.mark.parametrize(("text", "quarters"), [("0.25", 1), ("0.5", 2), ("0.75", 3)])
+def test_a_fraction_below_one_is_a_gpu_share_in_quarters(tmp_path: Path, text: str, quarters: int) -> None:
+    (job,) = load_rota_csv(_csv(tmp_path, f"j1,0,3600,1,{text},a100,experiment,nlp,true\n"))
+    assert (job.share, job.workers, job.gpus_per_worker, job.gpus, job.demand) == (
+        quarters, 1, 1, 1, quarters / 4)
+    path = tmp_path / "again.csv"
+    write_rota_csv([job], path)
+    assert load_rota_csv(path) == [job]
+
+
+def test_the_share_rule_is_deterministic_and_picks_about_20_percent_of_1_gpu_experiment_jobs() -> None:
+    jobs = hetero_jobs(load_philly(HEAD))
+    shared = hetero_shares(jobs)
+    assert shared == hetero_shares(jobs)
+    eligible = [j for j in jobs if j.gpus == 1 and j.tier is Tier.experiment]
+    halves = [j for j in shared if j.share]
+    assert all(j.share == 2 and j.gpus == 1 and j.tier is Tier.experiment for j in halves)
+    assert 0.10 * len(eligible) <= len(halves) <= 0.30 * len(eligible)
+    assert whole_gpus(shared) == jobs
+
+
+def test_shares_replay_on_the_hetero_cluster_and_whole_gpus_give_the_same_jobs_a_gpu_each(tmp_path: Path) -> None:
+    jobs = hetero_shares(hetero_jobs(load_philly(HEAD)))
+    path = tmp_path / "shares.csv"
+    write_rota_csv(jobs, path)
+    trace, config = load(path, "philly-hetero", "rota-csv")
+    with_shares = replay_run(trace, config, "rota").result
+    without = replay_run(whole_gpus(trace), config, "rota").result
+    assert with_shares["gpu_shares"]["share_jobs"] > 0 and without["gpu_shares"]["share_jobs"] == 0
+    assert with_shares["completed"] == without["completed"] == len(jobs)
+    # A half GPU is counted as half in the busy GPU-seconds: the same work, less of it.
+    assert with_shares["utilization"] < without["utilization"]

@@ -11,6 +11,12 @@ derived trace is the same on every run:
   second flavor     when k % 10 in (1, 4, 8), 30% of jobs: a100 -> v100, v100 -> a100,
                     t4 -> v100
 
+With `--shares` (`hetero_shares`), 20% of the 1-GPU experiment jobs ask for half a GPU
+instead (DECISIONS 69), by a second fixed rule on k, so the same jobs are chosen on every run:
+
+  v = (k x 2246822519 mod 2^32) / 2^32 (a second multiplicative hash, independent of u)
+  a share of 0.5    when the job has one worker of one GPU, its tier is experiment, and v < 0.20
+
 Team quotas per flavor follow the Philly rule per flavor, in whole nodes of that flavor (n_f GPUs):
 floor(C_f x the team's share of the GPU-hours preferring f / n_f) x n_f, at least n_f; 0 for
 teams with fewer than 10 jobs.
@@ -24,9 +30,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from rota.contracts.common import Tier
+
 from rota_policy.sim.workload import GPUS_PER_NODE, MIN_JOBS_FOR_QUOTA, TraceJob
 
-__all__ = ["HETERO_CAPACITY", "hetero_jobs", "hetero_quotas"]
+__all__ = ["HETERO_CAPACITY", "SHARE_FRACTION", "hetero_jobs", "hetero_quotas", "hetero_shares", "whole_gpus"]
 
 HETERO_CAPACITY: Mapping[str, int] = MappingProxyType({"a100": 320, "v100": 320, "t4": 128})
 T4_NODE = 4
@@ -58,6 +66,27 @@ def hetero_jobs(jobs: list[TraceJob]) -> list[TraceJob]:
         flavors = (first, _SECOND[first]) if job.k % 10 in _TWO_FLAVORS else (first,)
         out.append(replace(job, flavors=flavors))
     return out
+
+
+SHARE_FRACTION = 0.20
+"""The part of the 1-GPU experiment jobs that `hetero_shares` turns into half-GPU shares."""
+_HALF = 2
+
+
+def hetero_shares(jobs: list[TraceJob]) -> list[TraceJob]:
+    """The jobs with the share rule: 20% of the 1-GPU experiment jobs ask for 0.5 of a GPU."""
+    return [
+        replace(job, share=_HALF)
+        if job.workers == 1 and job.gpus_per_worker == 1 and job.tier is Tier.experiment
+        and (job.k * 2246822519 % 2**32) / 2**32 < SHARE_FRACTION
+        else job
+        for job in jobs
+    ]
+
+
+def whole_gpus(jobs: list[TraceJob]) -> list[TraceJob]:
+    """The same jobs with every share asking for its one GPU whole (shares off)."""
+    return [replace(job, share=0) if job.share else job for job in jobs]
 
 
 def hetero_quotas(jobs: list[TraceJob]) -> dict[str, dict[str, int]]:

@@ -24,6 +24,9 @@ eta_before_start  the same, for the ETA of the last cycle 10 minutes or more bef
 squeue_eta_*  the same two, for what `squeue --start` would have printed (`sim.squeue`);
           None, too, without ETA probes
 eta       median over jobs of |ETA at submit - actual start| / max(actual wait, 60 s)
+gpu_shares  only on a cluster with a shareable flavor: the jobs asking for a share and their
+          average wait, the GPU-hours held (a shared GPU whole), the completed jobs per GPU-hour
+          held, and the makespan (last finish - first submit)
 flavor_fallback  only for a trace where some job lists several flavors: how many do, their
           average wait, how many started on another flavor than their first at least once, and
           the average wait of the jobs that list one flavor
@@ -120,7 +123,28 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         **_budgets(sim),
         **_fallback(sim),
         **_topology(sim),
+        **_shares(sim),
     }
+
+
+def _shares(sim: Simulator) -> dict[str, Any]:
+    """Figures for a cluster with flavors that allow GPU shares (DECISIONS 69); nothing on one
+    without, so that such replays keep exactly the issue's keys. `jobs_per_gpu_hour` is the
+    completed jobs over the GPU-hours held in the whole replay, a GPU that shares hold counting
+    whole: packing two halves onto one GPU raises it, a lone half on a GPU does not."""
+    if not sim.config.shareable:
+        return {}
+    shares = [j for j in sim.jobs if j.t.share]
+    done = [j for j in sim.jobs if j.finish is not None]
+    held_h = sim.held_gpu_s / 3600.0
+    last = max((j.finish for j in done if j.finish is not None), default=sim.window[0])
+    return {"gpu_shares": {
+        "share_jobs": len(shares),
+        "share_jobs_avg_wait_s": _mean([j.wait for j in shares]),
+        "held_gpu_hours": held_h,
+        "jobs_per_gpu_hour": len(done) / held_h if held_h > 0 else 0.0,
+        "makespan_s": last - sim.window[0],
+    }}
 
 
 def _topology(sim: Simulator) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class SimQueues:
         """Per queue, how many jobs have each runtime estimate, 0 for none (its shortest)."""
         self.fallback: dict[QueueKey, dict[str, int]] = {}
         """Per queue, how many jobs accept each flavor beyond the queue's (`PendingQueue.fallback`)."""
+        self.shares: dict[QueueKey, int] = {}
+        """Per queue, how many of its jobs ask for a GPU share (`PendingQueue.shares`)."""
         self.built: dict[QueueKey, PendingQueue] = {}
         self.dirty: set[QueueKey] = set()
         self.count = 0
@@ -67,6 +69,8 @@ class SimQueues:
         count(self.runtimes.setdefault(key, {}), job.runtime_estimate_s or 0.0, delta)
         for flavor in job.fallback:
             count(self.fallback.setdefault(key, {}), flavor, delta)
+        if job.share:
+            self.shares[key] = self.shares.get(key, 0) + delta
         self.dirty.add(key)
         self.count += delta
 
@@ -78,11 +82,12 @@ class SimQueues:
                 jobs, least = tuple(queue), min(self.sizes[key])
                 shortest = min(self.runtimes[key])
                 fallback = tuple(sorted(self.fallback.get(key, ())))
+                shares = self.shares.get(key, 0) > 0
                 before = self.built.get(key)
                 self.built[key] = (
-                    before.followed_by(jobs, least, shortest, fallback)
+                    before.followed_by(jobs, least, shortest, fallback, shares)
                     if before is not None
-                    else PendingQueue(key[0], key[1], key[2], jobs, least, shortest, fallback)
+                    else PendingQueue(key[0], key[1], key[2], jobs, least, shortest, fallback, shares)
                 )
             else:
                 self.built.pop(key, None)

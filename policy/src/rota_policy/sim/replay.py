@@ -68,7 +68,7 @@ class ReplayRun:
 
     result: dict[str, Any]
     waits_by_tier: dict[str, list[float]] = field(default_factory=dict)
-    busy_timeline: list[tuple[float, int]] = field(default_factory=list)
+    busy_timeline: list[tuple[float, float]] = field(default_factory=list)
     capacity: int = 0
 
 

@@ -11,7 +11,8 @@ then one row per job:
                      replay takes them by submit time, ties in file order)
     duration_s       how long the job runs when nothing stops it, > 0
     workers          gang size, an integer >= 1
-    gpus_per_worker  an integer >= 1 (fractions of a GPU are not supported yet)
+    gpus_per_worker  an integer >= 1, or for a job of one worker a GPU share: 0.25, 0.5 or 0.75
+                     of one GPU (DECISIONS 66), which runs only on a flavor that allows shares
     flavors          the flavors it accepts, preferred first, separated by `|`; empty or `any`:
                      any flavor of the scenario, in the order its node pools list them
     tier             production, training or experiment
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from rota.contracts.common import Tier
 
+from rota_policy.model import QUARTERS
 from rota_policy.sim.workload import TraceJob
 
 __all__ = ["HEADER", "TraceFormatError", "load_rota_csv", "write_rota_csv"]
@@ -61,11 +63,28 @@ def _number(line: int, field: str, text: str) -> float:
 def _count(line: int, field: str, text: str) -> int:
     value = _number(line, field, text)
     if value != int(value):
-        extra = " (fractions of a GPU are not supported yet)" if field == "gpus_per_worker" else ""
-        raise TraceFormatError(f"line {line}, field {field}: {text!r} is not a whole number{extra}")
+        raise TraceFormatError(f"line {line}, field {field}: {text!r} is not a whole number")
     if value < 1:
         raise TraceFormatError(f"line {line}, field {field}: {text!r} must be at least 1")
     return int(value)
+
+
+def _per_worker(line: int, text: str, workers: int) -> tuple[int, int]:
+    """GPUs per worker and the share in quarters (0: whole GPUs)."""
+    value = _number(line, "gpus_per_worker", text)
+    if 0 < value < 1:
+        quarters = value * QUARTERS
+        if quarters != int(quarters):
+            raise TraceFormatError(
+                f"line {line}, field gpus_per_worker: {text!r} is not a share of 0.25, 0.5 or 0.75 of one GPU"
+            )
+        if workers != 1:
+            raise TraceFormatError(
+                f"line {line}, field gpus_per_worker: a share of one GPU ({text}) needs workers 1,"
+                f" not {workers}"
+            )
+        return 1, int(quarters)
+    return _count(line, "gpus_per_worker", text), 0
 
 
 def _row(line: int, row: dict[str, str]) -> TraceJob:
@@ -80,7 +99,7 @@ def _row(line: int, row: dict[str, str]) -> TraceJob:
     if duration <= 0:
         raise TraceFormatError(f"line {line}, field duration_s: {row['duration_s']!r} must be above 0")
     workers = _count(line, "workers", row["workers"])
-    per_worker = _count(line, "gpus_per_worker", row["gpus_per_worker"])
+    per_worker, share = _per_worker(line, row["gpus_per_worker"], workers)
     text = row["flavors"].strip()
     flavors: tuple[str, ...] = () if text.lower() in _ANY else tuple(f.strip() for f in text.split("|"))
     if any(not f for f in flavors):
@@ -113,6 +132,7 @@ def _row(line: int, row: dict[str, str]) -> TraceJob:
         resumable=resumable == "true",
         declared_runtime_s=math.ceil(2 * duration / 3600.0) * 3600.0,
         flavors=flavors,
+        share=share,
     )
 
 
@@ -149,7 +169,8 @@ def write_rota_csv(jobs: Iterable[TraceJob], path: Path) -> int:
         out = csv.writer(fh, lineterminator="\n")
         out.writerow(HEADER)
         for j in jobs:
-            out.writerow((j.job_id, repr(j.submit), repr(j.duration), j.workers, j.gpus_per_worker,
+            per_worker = repr(j.share / QUARTERS) if j.share else j.gpus_per_worker
+            out.writerow((j.job_id, repr(j.submit), repr(j.duration), j.workers, per_worker,
                           "|".join(j.flavors), j.tier.value, j.team, "true" if j.resumable else "false"))
             count += 1
     return count

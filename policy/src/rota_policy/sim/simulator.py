@@ -24,7 +24,8 @@ from rota_policy.model import NodeState, PendingJob, PlanInFlight, RunningRun, S
 from rota_policy.runtimes import RuntimeScale
 from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
-from rota_policy.sim.queues import QueueKey, SimQueues, count
+from rota_policy.sim.nodebook import NodeBook
+from rota_policy.sim.queues import QueueKey, SimQueues
 from rota_policy.sim.simjob import EVICTIONS, Mean, SimJob
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, RESTART_S, TraceJob
 from rota_policy.topology import job_topology
@@ -60,14 +61,14 @@ class Simulator:
         self.eviction = EVICTIONS[policy]
         self.cycle_s = cycle_s
         self.progress_cb = progress
-        self.node_states = list(nodes)
+        self.nodes = NodeBook(nodes)
+        self.node_states = self.nodes.states
         self.layout = layout_of(nodes)
         """Kept for every cycle: the nodes' shape never changes in a replay."""
-        self.node_free = [list(n.free) for n in nodes]
+        self.node_free = self.nodes.free
         self.any_flavor = tuple(dict.fromkeys(n.flavor for n in nodes))
         """What a job that accepts any flavor accepts: the cluster's, in the order nodes list them."""
         self.node_flavor = [n.flavor for n in nodes]
-        self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self.capacity = sum(n.gpus for n in nodes)
         self.runs: dict[str, RunningRun] = {}
         self.plans: dict[str, PlanInFlight] = {}
@@ -82,20 +83,22 @@ class Simulator:
 
     def _init_accounting(self, trace: list[TraceJob], quotas: dict[str, int]) -> None:
         teams = sorted({t.team for t in trace})
-        self.running_gpus = dict.fromkeys(teams, 0)
-        self.in_use: dict[tuple[str, str], int] = {}
-        """GPUs that runs hold per (team, flavor)."""
-        self.pending_gpus = dict.fromkeys(teams, 0)
+        self.running_gpus: dict[str, float] = dict.fromkeys(teams, 0)
+        self.in_use: dict[tuple[str, str], float] = {}
+        """GPUs that runs hold per (team, flavor), a share as its fraction."""
+        self.pending_gpus: dict[str, float] = dict.fromkeys(teams, 0)
         self.usage = {team: (0.0, 0.0) for team in teams}  # (decayed GPU-s, as of time)
         self.weights = {team: float(quotas.get(team, 0) or 1) for team in teams}
-        self.busy = 0
+        self.busy: float = 0
         self.busy_gpu_s = 0.0
+        self.held_gpu_s = 0.0
+        """GPU-seconds held over the whole replay (a shared GPU counts whole)."""
         self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
         self.fairness, self.long_term_fairness = Mean(), Mean()
         self.teams_waiting_samples = 0
         """Samples of the long-term error at which two or more teams had unmet demand."""
         self.next_sample = 0.0
-        self.timeline: list[tuple[float, int]] = []
+        self.timeline: list[tuple[float, float]] = []
         self.next_timeline = 0.0
         self.clock = 0.0
         self.preemptions = 0
@@ -167,6 +170,8 @@ class Simulator:
         lo, hi = max(self.clock, start), min(t, end)
         if hi > lo:
             self.busy_gpu_s += self.busy * (hi - lo)
+        if t > self.clock:
+            self.held_gpu_s += self.nodes.held * (t - self.clock)
         if t >= self.next_sample:
             count = int((t - self.next_sample) // FAIRNESS_SAMPLE_S) + 1
             self.next_sample += count * FAIRNESS_SAMPLE_S
@@ -221,11 +226,12 @@ class Simulator:
             resumable=tj.resumable,
             preemptions=job.preemptions,
             topology=job_topology(None, RackAffinity.none, tj.workers, self.config.gang_topology),
+            share=tj.share,
         )
         job.pending = pj
         job.pending_since = t
         self.queues.add(self._queue_key(job), pj)
-        self.pending_gpus[tj.team] += tj.gpus
+        self.pending_gpus[tj.team] += tj.demand
         if self.budgets is not None:
             self.budgets.enqueued(tj.team, pj.flavor, tj.job_id)
 
@@ -234,37 +240,31 @@ class Simulator:
         assert pj is not None
         self.queues.remove(self._queue_key(job), pj)
         job.pending = None
-        self.pending_gpus[job.t.team] -= job.t.gpus
+        self.pending_gpus[job.t.team] -= job.t.demand
 
     def _submit(self, job: SimJob, t: float) -> None:
         self._enqueue(job, t)
         self.new_ids.add(job.t.job_id)
 
-    def _set_usage(self, team: str, flavor: str, t: float, delta: int) -> None:
+    def _set_usage(self, team: str, flavor: str, t: float, delta: float) -> None:
         value, since = self.usage[team]
         self.usage[team] = (accrue(value, self.running_gpus[team], t - since, self.config.half_life_s), t)
         self.running_gpus[team] += delta
-        count(self.in_use, (team, flavor), delta)
+        left = self.in_use.get((team, flavor), 0) + delta
+        if left:
+            self.in_use[(team, flavor)] = left
+        else:
+            del self.in_use[(team, flavor)]
         self.busy += delta
-
-    def _node_changed(self, idx: int) -> None:
-        n = self.node_states[idx]
-        self.node_states[idx] = NodeState(
-            n.name, n.flavor, n.rack, n.gpus, tuple(self.node_free[idx]), n.levels)
 
     def _start(self, job: SimJob, placement: tuple[Slot, ...], t: float, flavor: str) -> None:
         tj = job.t
         self._dequeue(job)
-        for slot in placement:
-            idx = self.node_index[slot.node]
-            free = self.node_free[idx]
-            for g in slot.gpus:
-                free.remove(g)
-            self._node_changed(idx)
+        self.nodes.take(placement)
         resumed = tj.resumable and job.progress > 0
         overhead = RESTART_S if resumed else 0.0
         if resumed and job.preemptions:
-            self.overhead_gpu_s += tj.gpus * overhead
+            self.overhead_gpu_s += tj.demand * overhead
         job.wait += t - job.pending_since
         if job.first_start is None:
             job.first_start = t
@@ -278,38 +278,34 @@ class Simulator:
             tier=tj.tier,
             flavor=flavor,
             placement=placement,
-            gpus=tj.gpus,
+            gpus=0 if tj.share else tj.gpus,
             started_at=t,
             last_checkpoint_at=t + overhead if tj.resumable else None,
             resumable=tj.resumable,
             preemptions=job.preemptions,
             expected_end=t + overhead + max(0.0, tj.declared_runtime_s - job.progress),
             checkpoint_interval_s=CHECKPOINT_INTERVAL_S if tj.resumable else None,
+            share=tj.share,
         )
         job.run = run
         if flavor != self.flavors_of(tj)[0]:
             job.fallback_starts += 1
         self.runs[run.run_id] = run
-        self._set_usage(tj.team, flavor, t, tj.gpus)
+        self._set_usage(tj.team, flavor, t, tj.demand)
         if self.budgets is not None:
-            self.budgets.meter.started(run.run_id, tj.team, flavor, tj.gpus, t)
+            self.budgets.meter.started(run.run_id, tj.team, flavor, tj.demand, t)
         job.epoch += 1
         self._push(t + overhead + (tj.duration - job.progress), _FINISH, tj.k, job.epoch)
 
     def _release(self, job: SimJob, t: float) -> None:
         run = job.run
         assert run is not None
-        for slot in run.placement:
-            idx = self.node_index[slot.node]
-            free = self.node_free[idx]
-            free.extend(slot.gpus)
-            free.sort()
-            self._node_changed(idx)
+        self.nodes.give(run.placement)
         del self.runs[run.run_id]
         if self.budgets is not None:
             self.budgets.meter.stopped(run.run_id, t)
         job.run = None
-        self._set_usage(job.t.team, run.flavor, t, -job.t.gpus)
+        self._set_usage(job.t.team, run.flavor, t, -job.t.demand)
 
     def _finish(self, job: SimJob, t: float) -> None:
         self._release(job, t)
@@ -342,8 +338,8 @@ class Simulator:
         job.preemptions += 1
         job.saved = saved
         job.lost_s += done - saved
-        self.lost_gpu_s += tj.gpus * (done - saved)
-        self.overhead_gpu_s += tj.gpus * delay
+        self.lost_gpu_s += tj.demand * (done - saved)
+        self.overhead_gpu_s += tj.demand * delay
         job.epoch += 1
         job.stop_at = t + delay
         self._push(t + delay, _STOP, tj.k, job.epoch)

@@ -56,6 +56,15 @@ class TraceJob:
     declared_runtime_s: float
     flavors: tuple[str, ...] = (FLAVOR,)
     """The flavors it accepts, the preferred first; empty: any flavor of the cluster."""
+    share: int = 0
+    """Quarters (1-3) of one GPU it asks for, a GPU share (DECISIONS 66), with one worker of one
+    GPU; 0: it holds `gpus` whole GPUs."""
+
+    @property
+    def demand(self) -> float:
+        """What it uses: `gpus`, or its share as a fraction of one GPU (busy time, quota, usage,
+        lost work)."""
+        return self.share / 4 if self.share else self.gpus
 
 
 def _tier(k: int) -> Tier:

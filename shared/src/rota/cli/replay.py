@@ -84,6 +84,14 @@ def replay_command(
             " on the same jobs.",
         ),
     ] = False,
+    whole_gpus: Annotated[
+        bool,
+        typer.Option(
+            "--whole-gpus",
+            help="Each job that asks for a share of a GPU asks for that GPU whole: GPU shares off,"
+            " to compare on the same jobs.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a GPU-cluster trace through Rota's policy (or a baseline) on a virtual clock."""
     from rota_policy.sim.replay import POLICY_NAMES, PROBE_LABEL, load, replay_run
@@ -96,6 +104,10 @@ def replay_command(
         except TraceFormatError as exc:
             _err.print(f"[red]{trace}: {exc}[/red]")
             raise typer.Exit(2) from None
+    if whole_gpus:
+        from rota_policy.sim.hetero import whole_gpus as without_shares
+
+        jobs = without_shares(jobs)
     # The collector would scan, again and again, every object alive before the replay starts
     # (the modules the `rota` command imports, the trace): about 5% of the replay's time.
     gc.collect()
@@ -142,15 +154,28 @@ def convert_trace_command(
             " two) and print that scenario's team quotas.",
         ),
     ] = False,
+    shares: Annotated[
+        bool,
+        typer.Option(
+            "--shares",
+            help="With --hetero: 20% of the 1-GPU experiment jobs ask for half a GPU (a fixed rule;"
+            " `rota replay --whole-gpus` gives them their GPU whole, for a comparison).",
+        ),
+    ] = False,
 ) -> None:
     """Write a Philly trace in the rota-csv format (`rota replay --format rota-csv`)."""
-    from rota_policy.sim.hetero import hetero_jobs, hetero_quotas
+    from rota_policy.sim.hetero import hetero_jobs, hetero_quotas, hetero_shares
     from rota_policy.sim.rotacsv import write_rota_csv
     from rota_policy.sim.workload import load_philly
 
     jobs = load_philly(trace)
+    if shares and not hetero:
+        _err.print("[red]--shares needs --hetero (the flavors that allow shares)[/red]")
+        raise typer.Exit(2)
     if hetero:
         jobs = hetero_jobs(jobs)
+    if shares:
+        jobs = hetero_shares(jobs)
     count = write_rota_csv(jobs, out)
     _err.print(f"wrote {count:,} jobs to {out}")
     if hetero:

@@ -20,6 +20,11 @@ class _Strict(BaseModel):
 class Flavor(_Strict):
     name: Name
     description: str = ""
+    shareable: bool = Field(
+        False,
+        description="Whether single-worker jobs may ask for a share of one GPU of this flavor"
+        " (0.25, 0.5 or 0.75); the shares on one GPU never exceed 1.",
+    )
 
 
 class NodePool(_Strict):
