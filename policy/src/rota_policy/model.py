@@ -76,6 +76,8 @@ class RunningRun:
     checkpoint_interval_s: float | None = None
     """If set, the run also checkpoints every interval after `last_checkpoint_at`, so a caller
     need not rebuild the snapshot at every periodic checkpoint."""
+    workers_range: tuple[int, int] | None = None
+    """An elastic gang's (min, max) workers (DECISIONS 70); None: a rigid gang."""
 
     def last_checkpoint(self, now: float) -> float | None:
         last, every = self.last_checkpoint_at, self.checkpoint_interval_s
@@ -117,11 +119,26 @@ class PendingJob:
     Empty: `flavor` only, exactly as a job that names one flavor."""
     topology: TopologyNeed | None = None
     """The levels its workers must or would best share (DECISIONS 61); None: `rack` says."""
+    workers_max: int = 0
+    """An elastic gang (DECISIONS 70): `workers` is its min, what every rung, reason, ETA and
+    reservation reads; the ladder then admits it at the largest size up to this that fits now
+    (`ladder.widest`). 0 (or `workers`): a rigid gang of `workers`."""
     _on: dict[str, PendingJob] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def elastic(self) -> bool:
+        return self.workers_max > self.workers
+
+    def sized(self, workers: int) -> PendingJob:
+        """The elastic job as a rigid gang of `workers`, its runtime estimate scaled linearly
+        from its min's (the declared runtime is for `workers`, the min: DECISIONS 71)."""
+        est = self.runtime_estimate_s
+        scaled = None if est is None else est * self.workers / workers
+        return replace(self, workers=workers, workers_max=0, runtime_estimate_s=scaled)
 
     @property
     def need(self) -> Need:

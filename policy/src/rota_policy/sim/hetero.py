@@ -10,6 +10,10 @@ derived trace is the same on every run:
                     4 GPUs (a t4 node's size): then a100 if u < 0.90, else v100
   second flavor     when k % 10 in (1, 4, 8), 30% of jobs: a100 -> v100, v100 -> a100,
                     t4 -> v100
+  elastic gang      the i-th training job of 2 workers or more (i = 0, 1, ... in trace order)
+                    when i % 10 in (2, 5, 8), 30% of them: min = workers // 2, max = workers,
+                    its trace size (DECISIONS 72); off with `elastic=False` (`rota
+                    convert-trace --hetero --no-elastic`), which gives the same jobs rigid
 
 Team quotas per flavor follow the Philly rule per flavor, in whole nodes of that flavor (n_f GPUs):
 floor(C_f x the team's share of the GPU-hours preferring f / n_f) x n_f, at least n_f; 0 for
@@ -24,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from rota.contracts.common import Tier
+
 from rota_policy.sim.workload import GPUS_PER_NODE, MIN_JOBS_FOR_QUOTA, TraceJob
 
 __all__ = ["HETERO_CAPACITY", "hetero_jobs", "hetero_quotas"]
@@ -33,10 +39,15 @@ T4_NODE = 4
 NODE_SIZE: Mapping[str, int] = MappingProxyType({"a100": GPUS_PER_NODE, "v100": GPUS_PER_NODE, "t4": T4_NODE})
 _SECOND: Mapping[str, str] = MappingProxyType({"a100": "v100", "v100": "a100", "t4": "v100"})
 _TWO_FLAVORS = (1, 4, 8)
+_ELASTIC = (2, 5, 8)
 
 
 def _unit(k: int) -> float:
     return (k * 2654435761 % 2**32) / 2**32
+
+
+def _gang_of_training(job: TraceJob) -> bool:
+    return job.tier is Tier.training and job.workers >= 2
 
 
 def _preferred(job: TraceJob) -> str:
@@ -50,13 +61,18 @@ def _preferred(job: TraceJob) -> str:
     return "a100" if u < 0.90 else "v100"
 
 
-def hetero_jobs(jobs: list[TraceJob]) -> list[TraceJob]:
-    """The jobs with the rule's flavors."""
+def hetero_jobs(jobs: list[TraceJob], *, elastic: bool = True) -> list[TraceJob]:
+    """The jobs with the rule's flavors, and (`elastic`) its elastic gangs."""
     out = []
+    gangs = 0
     for job in jobs:
         first = _preferred(job)
         flavors = (first, _SECOND[first]) if job.k % 10 in _TWO_FLAVORS else (first,)
-        out.append(replace(job, flavors=flavors))
+        least = 0
+        if _gang_of_training(job):
+            least = job.workers // 2 if elastic and gangs % 10 in _ELASTIC else 0
+            gangs += 1
+        out.append(replace(job, flavors=flavors, workers_min=least))
     return out
 
 

@@ -66,11 +66,14 @@ class SimJob:
         "pending_since",
         "preemptions",
         "progress",
+        "rate",
         "run",
         "run_base",
         "run_overhead",
         "run_start",
         "saved",
+        "size_sum",
+        "starts",
         "stop_at",
         "t",
         "wait",
@@ -97,3 +100,9 @@ class SimJob:
         self.lost_s = 0.0
         self.fallback_starts = 0
         """Starts on another flavor than the first it lists."""
+        self.rate = 1.0
+        """Progress (seconds of the trace's run at `t.workers`) per second of its current run:
+        its workers over the trace's, as an elastic gang's work scales linearly (DECISIONS 72)."""
+        self.starts = 0
+        self.size_sum = 0
+        """Workers summed over its starts (an elastic gang's mean size)."""

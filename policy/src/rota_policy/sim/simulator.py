@@ -49,9 +49,13 @@ class Simulator:
         progress: Callable[[float], None] | None = None,
         etas: EtaLog | None = None,
         first_flavor: bool = False,
+        rigid: bool = False,
     ) -> None:
-        """`first_flavor`: each job accepts only the first flavor it lists (fallback off)."""
+        """`first_flavor`: each job accepts only the first flavor it lists (fallback off).
+        `rigid`: an elastic job runs as a rigid gang of its max, the size the trace recorded
+        (the baselines always do: DECISIONS 72)."""
         self.first_flavor = first_flavor
+        self.elastic = not rigid and policy == "rota"
         self.jobs = [SimJob(t) for t in trace]
         self.by_id = {j.t.job_id: j for j in self.jobs}
         self.config = config
@@ -99,6 +103,9 @@ class Simulator:
         self.next_timeline = 0.0
         self.clock = 0.0
         self.preemptions = 0
+        self.shrinks = 0
+        """Elastic runs shrunk instead of stopped (not modelled yet: DECISIONS 73)."""
+        self.grows = 0
         self.victims_by_tier = dict.fromkeys((t.value for t in Tier), 0)
         self.deferred_jobs: set[str] = set()
         """Jobs whose queue's preemption delay kept them from searching for victims, once or more."""
@@ -208,14 +215,18 @@ class Simulator:
         tj = job.t
         remaining = max(0.0, tj.declared_runtime_s - job.progress)
         flavors = self.flavors_of(tj)
+        elastic = self.elastic and tj.elastic
+        workers = tj.workers_min if elastic else tj.workers
+        remaining *= tj.workers / workers  # its declared runtime at its min
         pj = PendingJob(
             job_id=tj.job_id,
             team=tj.team,
             tier=tj.tier,
             flavor=flavors[0],
             fallback=flavors[1:],
-            workers=tj.workers,
+            workers=workers,
             gpus_per_worker=tj.gpus_per_worker,
+            workers_max=tj.workers if elastic else 0,
             submitted_at=tj.submit,
             runtime_estimate_s=remaining or None,
             resumable=tj.resumable,
@@ -263,8 +274,12 @@ class Simulator:
             self._node_changed(idx)
         resumed = tj.resumable and job.progress > 0
         overhead = RESTART_S if resumed else 0.0
+        gpus = len(placement) * tj.gpus_per_worker
+        job.rate = len(placement) / tj.workers
+        job.starts += 1
+        job.size_sum += len(placement)
         if resumed and job.preemptions:
-            self.overhead_gpu_s += tj.gpus * overhead
+            self.overhead_gpu_s += gpus * overhead
         job.wait += t - job.pending_since
         if job.first_start is None:
             job.first_start = t
@@ -278,23 +293,24 @@ class Simulator:
             tier=tj.tier,
             flavor=flavor,
             placement=placement,
-            gpus=tj.gpus,
+            gpus=gpus,
             started_at=t,
             last_checkpoint_at=t + overhead if tj.resumable else None,
             resumable=tj.resumable,
             preemptions=job.preemptions,
-            expected_end=t + overhead + max(0.0, tj.declared_runtime_s - job.progress),
+            expected_end=t + overhead + max(0.0, tj.declared_runtime_s - job.progress) / job.rate,
             checkpoint_interval_s=CHECKPOINT_INTERVAL_S if tj.resumable else None,
+            workers_range=(tj.workers_min, tj.workers) if self.elastic and tj.elastic else None,
         )
         job.run = run
         if flavor != self.flavors_of(tj)[0]:
             job.fallback_starts += 1
         self.runs[run.run_id] = run
-        self._set_usage(tj.team, flavor, t, tj.gpus)
+        self._set_usage(tj.team, flavor, t, gpus)
         if self.budgets is not None:
-            self.budgets.meter.started(run.run_id, tj.team, flavor, tj.gpus, t)
+            self.budgets.meter.started(run.run_id, tj.team, flavor, gpus, t)
         job.epoch += 1
-        self._push(t + overhead + (tj.duration - job.progress), _FINISH, tj.k, job.epoch)
+        self._push(t + overhead + (tj.duration - job.progress) / job.rate, _FINISH, tj.k, job.epoch)
 
     def _release(self, job: SimJob, t: float) -> None:
         run = job.run
@@ -309,7 +325,7 @@ class Simulator:
         if self.budgets is not None:
             self.budgets.meter.stopped(run.run_id, t)
         job.run = None
-        self._set_usage(job.t.team, run.flavor, t, -job.t.gpus)
+        self._set_usage(job.t.team, run.flavor, t, -run.gpus)
 
     def _finish(self, job: SimJob, t: float) -> None:
         self._release(job, t)
@@ -318,7 +334,7 @@ class Simulator:
         self.runtime_scale.finished(job.t.duration, job.t.declared_runtime_s)
 
     def _progress_at(self, job: SimJob, t: float) -> float:
-        return min(job.t.duration, job.run_base + max(0.0, t - job.run_start - job.run_overhead))
+        return min(job.t.duration, job.run_base + job.rate * max(0.0, t - job.run_start - job.run_overhead))
 
     def _notice(self, job: SimJob, t: float) -> None:
         """A victim is told to stop (Rota's notice, or the baselines' SIGTERM)."""
@@ -327,23 +343,24 @@ class Simulator:
         if tj.resumable and ev.resumable_saves:
             saved, delay = done, ev.resumable_stop_s
         elif tj.resumable:
-            ran = max(0.0, done - job.run_base)
+            ran = max(0.0, done - job.run_base) / job.rate  # seconds of this run
             saved, delay = (
-                job.run_base + (ran // CHECKPOINT_INTERVAL_S) * CHECKPOINT_INTERVAL_S,
+                job.run_base + (ran // CHECKPOINT_INTERVAL_S) * CHECKPOINT_INTERVAL_S * job.rate,
                 ev.resumable_stop_s,
             )
         else:
             saved, delay = 0.0, ev.other_stop_s
-        finish_at = job.run_start + job.run_overhead + (tj.duration - job.run_base)
+        finish_at = job.run_start + job.run_overhead + (tj.duration - job.run_base) / job.rate
         if finish_at <= t + delay:
             return  # it ends on its own before it would have stopped: nothing is lost
         self.preemptions += 1
         self.victims_by_tier[tj.tier.value] += 1
         job.preemptions += 1
         job.saved = saved
-        job.lost_s += done - saved
-        self.lost_gpu_s += tj.gpus * (done - saved)
-        self.overhead_gpu_s += tj.gpus * delay
+        job.lost_s += (done - saved) / job.rate
+        self.lost_gpu_s += tj.gpus * (done - saved)  # = its GPUs x the seconds they ran for it
+        assert job.run is not None
+        self.overhead_gpu_s += job.run.gpus * delay
         job.epoch += 1
         job.stop_at = t + delay
         self._push(t + delay, _STOP, tj.k, job.epoch)

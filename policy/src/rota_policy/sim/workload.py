@@ -56,6 +56,13 @@ class TraceJob:
     declared_runtime_s: float
     flavors: tuple[str, ...] = (FLAVOR,)
     """The flavors it accepts, the preferred first; empty: any flavor of the cluster."""
+    workers_min: int = 0
+    """An elastic gang's fewest workers, `workers` its most (DECISIONS 72); 0: a rigid gang.
+    `duration` is its run time at `workers`, the size the trace recorded."""
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.workers_min < self.workers
 
 
 def _tier(k: int) -> Tier:

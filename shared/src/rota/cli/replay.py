@@ -84,6 +84,14 @@ def replay_command(
             " on the same jobs.",
         ),
     ] = False,
+    rigid: Annotated[
+        bool,
+        typer.Option(
+            "--rigid",
+            help="Each elastic gang runs as a rigid gang of its max, the size the trace recorded"
+            " (as the baselines always do): elasticity off, to compare on the same jobs.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a GPU-cluster trace through Rota's policy (or a baseline) on a virtual clock."""
     from rota_policy.sim.replay import POLICY_NAMES, PROBE_LABEL, load, replay_run
@@ -116,7 +124,7 @@ def replay_command(
 
         for name in policies:
             runs.append(replay_run(jobs, config, name, progress=progress, eta_probes=eta_probes,
-                                   first_flavor=first_flavor))
+                                   first_flavor=first_flavor, rigid=rigid))
     results = [run.result for run in runs]
     _out.print(_table(results, f"{trace.name} on {scenario}: {len(jobs):,} jobs"))
     if json_out is not None:
@@ -142,6 +150,15 @@ def convert_trace_command(
             " two) and print that scenario's team quotas.",
         ),
     ] = False,
+    elastic: Annotated[
+        bool,
+        typer.Option(
+            "--elastic/--no-elastic",
+            help="With --hetero: 30% of multi-worker training jobs become elastic gangs of half"
+            " their workers to all of them (`min-max` in the workers column); --no-elastic keeps"
+            " every job rigid.",
+        ),
+    ] = True,
 ) -> None:
     """Write a Philly trace in the rota-csv format (`rota replay --format rota-csv`)."""
     from rota_policy.sim.hetero import hetero_jobs, hetero_quotas
@@ -150,7 +167,7 @@ def convert_trace_command(
 
     jobs = load_philly(trace)
     if hetero:
-        jobs = hetero_jobs(jobs)
+        jobs = hetero_jobs(jobs, elastic=elastic)
     count = write_rota_csv(jobs, out)
     _err.print(f"wrote {count:,} jobs to {out}")
     if hetero:
