@@ -40,9 +40,11 @@ def gpu_jobs(
     name: str | None = None,
     fallback: tuple[str, ...] = (),
     topology: tuple[str | None, str | None] | None = None,
+    workers_max: int = 0,
 ) -> list[PendingJob]:
     """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart;
-    `topology` is (required, preferred) level."""
+    `topology` is (required, preferred) level; `workers_max` above `workers` makes each an
+    elastic gang of `workers` to `workers_max`."""
     base = name or f"{team}-{tier[:4]}-{workers}x{gpus}"
     return [
         PendingJob(
@@ -58,6 +60,7 @@ def gpu_jobs(
             resumable=resumable,
             fallback=fallback,
             topology=None if topology is None else TopologyNeed(*topology),
+            workers_max=workers_max,
         )
         for i in range(n)
     ]
@@ -151,8 +154,10 @@ class World:
         end: float | None = None,
         run_id: str | None = None,
         checkpoint: float | None = None,
+        elastic_min: int = 0,
     ) -> RunningRun:
-        """A run holding `gpus` GPUs on each of `node` (one node or several)."""
+        """A run holding `gpus` GPUs on each of `node` (one node or several); with
+        `elastic_min`, an elastic gang of that min to 8 workers."""
         nodes = [node] if isinstance(node, int) else node
         placement = []
         for w, n in enumerate(nodes):
@@ -174,6 +179,7 @@ class World:
             resumable=resumable,
             preemptions=preemptions,
             expected_end=end,
+            workers_range=(elastic_min, 8) if elastic_min else None,
         )
         self.runs.append(run)
         return run
@@ -213,6 +219,7 @@ class Run:
     end: float | None = None
     run_id: str | None = None
     checkpoint: float | None = None
+    elastic_min: int = 0
 
 
 def cluster(
@@ -237,6 +244,7 @@ def cluster(
         world.run(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,
             preemptions=r.preemptions, end=r.end, run_id=r.run_id, checkpoint=r.checkpoint,
+            elastic_min=r.elastic_min,
         )  # fmt: skip
     for node in drained:
         world.free[node] = []

@@ -106,6 +106,8 @@ class Simulator:
         self.shrinks = 0
         """Elastic runs shrunk instead of stopped (not modelled yet: DECISIONS 73)."""
         self.grows = 0
+        self.below_max = 0
+        """Elastic runs below their max: while any, a cycle may grow one on idle GPUs."""
         self.victims_by_tier = dict.fromkeys((t.value for t in Tier), 0)
         self.deferred_jobs: set[str] = set()
         """Jobs whose queue's preemption delay kept them from searching for victims, once or more."""
@@ -153,7 +155,7 @@ class Simulator:
                 else:
                     self._stop(job, t)
                 dirty = True
-            if dirty and (self.queues.count or self.plans):
+            if dirty and (self.queues.count or self.plans or self.below_max):
                 if self.cycle_s > 0:
                     at = math.ceil(t / self.cycle_s) * self.cycle_s
                     if at <= t:
@@ -163,7 +165,7 @@ class Simulator:
                         self._push(at, _CYCLE, -1, 0)
                 else:
                     run_cycle = True
-            if run_cycle and (self.queues.count or self.plans):
+            if run_cycle and (self.queues.count or self.plans or self.below_max):
                 self._cycle(t)
         if self.progress_cb is not None:
             self.progress_cb(1.0)
@@ -303,6 +305,8 @@ class Simulator:
             workers_range=(tj.workers_min, tj.workers) if self.elastic and tj.elastic else None,
         )
         job.run = run
+        if run.workers_range is not None and len(placement) < tj.workers:
+            self.below_max += 1
         if flavor != self.flavors_of(tj)[0]:
             job.fallback_starts += 1
         self.runs[run.run_id] = run
@@ -322,6 +326,8 @@ class Simulator:
             free.sort()
             self._node_changed(idx)
         del self.runs[run.run_id]
+        if run.workers_range is not None and len(run.placement) < job.t.workers:
+            self.below_max -= 1
         if self.budgets is not None:
             self.budgets.meter.stopped(run.run_id, t)
         job.run = None
@@ -336,8 +342,9 @@ class Simulator:
     def _progress_at(self, job: SimJob, t: float) -> float:
         return min(job.t.duration, job.run_base + job.rate * max(0.0, t - job.run_start - job.run_overhead))
 
-    def _notice(self, job: SimJob, t: float) -> None:
-        """A victim is told to stop (Rota's notice, or the baselines' SIGTERM)."""
+    def _notice(self, job: SimJob, t: float, shrink_to: int = 0) -> None:
+        """A victim is told to stop (Rota's notice, or the baselines' SIGTERM), or, with
+        `shrink_to`, to save and restart with its first `shrink_to` workers."""
         tj, ev = job.t, self.eviction
         done = self._progress_at(job, t)
         if tj.resumable and ev.resumable_saves:
@@ -353,7 +360,10 @@ class Simulator:
         finish_at = job.run_start + job.run_overhead + (tj.duration - job.run_base) / job.rate
         if finish_at <= t + delay:
             return  # it ends on its own before it would have stopped: nothing is lost
+        self._drop_grow(job)
         self.preemptions += 1
+        self.shrinks += shrink_to > 0
+        job.shrink_to = shrink_to
         self.victims_by_tier[tj.tier.value] += 1
         job.preemptions += 1
         job.saved = saved
@@ -366,9 +376,51 @@ class Simulator:
         self._push(t + delay, _STOP, tj.k, job.epoch)
 
     def _stop(self, job: SimJob, t: float) -> None:
+        run = job.run
+        assert run is not None
         self._release(job, t)
         job.progress = job.saved
         self._enqueue(job, t)
+        if job.shrink_to:
+            # A shrink: it restarts at once on the GPUs it kept, which were held for it.
+            kept, job.shrink_to = run.placement[: job.shrink_to], 0
+            self._start(job, kept, t, run.flavor)
+        elif job.grow_slots:
+            # A grow: it restarts at once on its GPUs and the ones held for it.
+            added = job.grow_slots
+            self._drop_grow(job)
+            self._start(job, run.placement + added, t, run.flavor)
+
+    def _grow(self, job: SimJob, added: tuple[Slot, ...], t: float) -> None:
+        """An elastic run grows (DECISIONS 74): the added GPUs are held for it at once, it saves
+        in checkpoint_save_s, then restarts on its GPUs and them (`_stop`). Not a preemption."""
+        tj, run = job.t, job.run
+        assert run is not None
+        delay = self.eviction.resumable_stop_s
+        if job.run_start + job.run_overhead + (tj.duration - job.run_base) / job.rate <= t + delay:
+            return  # it ends first
+        for slot in added:
+            idx = self.node_index[slot.node]
+            for g in slot.gpus:
+                self.node_free[idx].remove(g)
+            self._node_changed(idx)
+        self.grows += 1
+        job.grow_slots = added
+        job.saved = self._progress_at(job, t)
+        grown = run.gpus + len(added) * tj.gpus_per_worker
+        self.overhead_gpu_s += run.gpus * delay + grown * RESTART_S
+        job.epoch += 1
+        job.stop_at = t + delay
+        self._push(t + delay, _STOP, tj.k, job.epoch)
+
+    def _drop_grow(self, job: SimJob) -> None:
+        """The GPUs held for a grow go back (it grew, or it is stopped first)."""
+        for slot in job.grow_slots:
+            idx = self.node_index[slot.node]
+            self.node_free[idx].extend(slot.gpus)
+            self.node_free[idx].sort()
+            self._node_changed(idx)
+        job.grow_slots = ()
 
     # ------------------------------------------------------------ the cycle
 
@@ -426,11 +478,15 @@ class Simulator:
             victims = []
             for victim in plan.victims:
                 job = self.by_id[victim.job_id]
-                self._notice(job, t)
+                self._notice(job, t, victim.shrink_to)
                 victims.append(victim.run_id)
             self.plans[plan.preemptor_job_id] = PlanInFlight(
                 plan.preemptor_job_id, tuple(victims), plan.target, t
             )
+        for grow in decisions.grows:
+            job = self.by_id[grow.job_id]
+            if job.run is not None and job.run.run_id == grow.run_id and job.stop_at is None:
+                self._grow(job, grow.added, t)
         self._defer(decisions)
         for ex in decisions.pending:
             job = self.by_id[ex.job_id]
