@@ -80,7 +80,8 @@ ROWS: list[Row] = [
         admits=("el",), check=_size("el", 3)),
     Row("elastic: waits when even its min does not fit; its reason and ETA are for its min",
         cluster(4, *THREE_ENDS), gpu_jobs("nlp", name="el", **ELASTIC), team_config({"nlp": 32, "cv": 24}),
-        admits=(), reasons={"el": (Code.INSUFFICIENT_CAPACITY,)}, says={"el": "needs 2x8 gpu GPUs; 8 of 32"},
+        admits=(), reasons={"el": (Code.INSUFFICIENT_CAPACITY,)}, says={"el": "needs 2x8 gpu GPUs; 8 of 32 are free (elastic, 2 to 4 workers: it starts at the"
+                                " largest size that fits once 2 do; its ETA is for 2)"},
         etas={"el": NOW + 3600}),
     Row("elastic: quota below its min keeps it waiting with QUOTA_EXCEEDED",
         cluster(4), gpu_jobs("nlp", name="el", **ELASTIC), team_config({"nlp": 8}, borrowing={"nlp": 0}),
