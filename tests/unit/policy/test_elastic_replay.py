@@ -58,7 +58,7 @@ def test_an_elastic_victim_is_shrunk_then_grows_back() -> None:
 
 def test_rigid_the_same_gang_is_stopped_and_waits() -> None:
     for sim in (_replay(rigid=True), _replay("kueue")):
-        e, p = sim.jobs
+        e = sim.jobs[0]
         assert (sim.shrinks, sim.grows, e.starts) == (0, 0, 2)
         assert e.size_sum == 8  # 4 workers at each start: its max, the trace's size
         assert e.wait > 0
