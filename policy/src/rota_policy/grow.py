@@ -35,7 +35,8 @@ def _waited_on(cy: Cycle) -> set[str]:
     admitted = {a.job_id for a in cy.admissions}
     flavors: set[str] = set()
     for queue in cy.snapshot.pending:
-        if len(queue.jobs) > len(admitted & queue.ids()):
+        # More jobs than admissions: one waits, without building the queue's id set.
+        if len(queue.jobs) > len(admitted) or len(queue.jobs) > len(admitted & queue.ids()):
             flavors.add(queue.flavor)
             flavors.update(queue.fallback or ())
     for hold in cy.plan_holds.values():
