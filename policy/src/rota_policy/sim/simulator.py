@@ -104,8 +104,9 @@ class Simulator:
         self.clock = 0.0
         self.preemptions = 0
         self.shrinks = 0
-        """Elastic runs shrunk instead of stopped (not modelled yet: DECISIONS 73)."""
+        """Elastic runs shrunk instead of stopped (DECISIONS 73); each is also one of `preemptions`."""
         self.grows = 0
+        """Elastic runs grown on idle GPUs (DECISIONS 74); not preemptions."""
         self.below_max = 0
         """Elastic runs below their max: while any, a cycle may grow one on idle GPUs."""
         self.victims_by_tier = dict.fromkeys((t.value for t in Tier), 0)
