@@ -64,6 +64,8 @@ def shrink_plan(job: PendingJob, ctx: PreemptionContext) -> PreemptionPlan | Non
     layout = state.layout
     counts = state.counts()
     nodes = layout.flavor_nodes.get(job.flavor, [])
+    if fit_on_counts(counts, nodes, layout, job.workers, job.gpus_per_worker, job.need) is not None:
+        return None  # it fits the free GPUs: what blocks it, no shrink lifts
     freed: dict[int, list[int]] = {}
     picked: list[Option] = []
     for option in _options(job, ctx, pool):
@@ -100,7 +102,7 @@ def _keeps(run: RunningRun, wanted: set[tuple[str, int]]) -> int:
     return len(run.placement)
 
 
-def _plan(job: PendingJob, picked: list[Option], target: tuple[Slot, ...]) -> PreemptionPlan:
+def _plan(job: PendingJob, picked: list[Option], target: tuple[Slot, ...]) -> PreemptionPlan | None:
     wanted = {(slot.node, g) for slot in target for g in slot.gpus}
     victims = []
     for category, _, _, run in picked:
@@ -110,6 +112,8 @@ def _plan(job: PendingJob, picked: list[Option], target: tuple[Slot, ...]) -> Pr
         dropped = sum(len(slot.gpus) for slot in run.placement[keep:])
         victims.append(VictimChoice(run.run_id, run.job_id, run.team, run.tier, dropped, 0.0,
                                     run.team != job.team, WHY[category], shrink_to=keep))
+    if not victims:
+        return None
     shrunk = ", ".join(f"{v.job_id} to {v.shrink_to} workers" for v in victims)
     return PreemptionPlan(
         preemptor_job_id=job.job_id,
