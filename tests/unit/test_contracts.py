@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,30 @@ def test_first_error_of_a_plain_validation_error() -> None:
 def test_generated_contracts_match_the_code() -> None:
     stale = differences(REPO / "contracts")
     assert stale == [], f"run `uv run rota contracts generate`; stale: {stale}"
+
+
+def test_an_elastic_worker_range_is_workers_and_workers_min() -> None:
+    job = submit_job(workers={"min": 2, "max": 8})
+    assert (job.workers, job.workers_min, job.min_workers, job.total_gpus) == (8, 2, 2, 64)
+    assert submit_job(workers=8, workers_min=2, submission_id=job.submission_id) == job
+    rigid = submit_job(workers=3)
+    assert (rigid.workers_min, rigid.min_workers) == (None, 3)
+    assert "workers_min" not in rigid.model_dump(exclude_none=True)
+
+
+@pytest.mark.parametrize(
+    ("workers", "extra", "words"),
+    [
+        ({"min": 0, "max": 8}, {}, "workers.min: must be between 1 and 1024"),
+        ({"min": 2, "max": 2000}, {}, "workers.max: must be between 1 and 1024"),
+        ({"min": 4, "max": 2}, {}, "workers: min 4 is above max 2"),
+        ({"min": 2}, {}, "workers: an elastic range is {min: N, max: M}"),
+        ({"min": 2, "max": 4, "step": 1}, {}, "workers: an elastic range is {min: N, max: M}"),
+        ({"min": 2.5, "max": 4}, {}, "workers.min: must be a whole number"),
+        ({"min": 2, "max": 4}, {"workers_min": 2}, "workers_min: give it or workers: {min, max}"),
+        (4, {"workers_min": 5}, "workers: min 5 is above max 4"),
+    ],
+)
+def test_a_bad_worker_range_names_its_field(workers: object, extra: dict[str, object], words: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(words)):
+        submit_job(workers=workers, **extra)

@@ -15,6 +15,7 @@ from rota_policy.decisions import Decisions, PreemptionPlan
 from rota_policy.engine import Cycle, Rules, run_cycle
 from rota_policy.model import PendingJob, Snapshot
 from rota_policy.preemption import PreemptionContext, victim_pool
+from rota_policy.shrink import shrink_plan
 
 __all__ = ["ROTA_RULES", "schedule"]
 
@@ -42,14 +43,15 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
     if not reclaim and _victim_pool_rank(cy, job.flavor) <= job.tier.rank:
         return None
-    plan = cheapest_plan(job, ctx)
+    # An elastic victim shrunk keeps running: asked before any run is stopped (DECISIONS 73).
+    plan = shrink_plan(job, ctx) or cheapest_plan(job, ctx)
     if plan is None:
         misses[miss_key] = job.workers
     return plan
 
 
 ROTA_RULES = Rules(name="rota", order="score", quotas=True, backfill="reserve", planner=_rota_planner,
-                   preempt_for_wait_target=True)
+                   preempt_for_wait_target=True, grow=True)
 _ROTA_NO_BACKFILL = replace(ROTA_RULES, backfill="none")
 
 

@@ -61,6 +61,8 @@ class Rules:
     """Search for victims only when the job's tier's wait target (`long_wait_s`) is at stake:
     it has waited that long, or the GPUs expected to free themselves come too late for it.
     False: whenever the job is blocked (Kueue, Slurm)."""
+    grow: bool = False
+    """Grow elastic runs on idle GPUs nobody waits for (`grow`; Rota)."""
 
 
 MissKey = tuple[Tier, str, str, int, Need]

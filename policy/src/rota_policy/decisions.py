@@ -16,6 +16,7 @@ __all__ = [
     "Admission",
     "Decisions",
     "Diagnosis",
+    "Grow",
     "PendingExplanation",
     "PreemptionPlan",
     "Reason",
@@ -49,6 +50,9 @@ class VictimChoice:
     borrowed: bool
     why: str
     """Which rule made it a candidate: lower_tier, reclaim, or last_resort."""
+    shrink_to: int = 0
+    """An elastic run shrunk instead of stopped (DECISIONS 73): the workers it keeps, its first
+    ones, and restarts with on their GPUs; `gpus` are the dropped workers'. 0: it stops."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,17 @@ class Diagnosis:
 
 
 @dataclass(frozen=True, slots=True)
+class Grow:
+    """An elastic run that grows (DECISIONS 74): it saves a checkpoint, then restarts with
+    `workers` workers, its own GPUs plus `added` (held for it until then)."""
+
+    run_id: str
+    job_id: str
+    workers: int
+    added: tuple[Slot, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Decisions:
     admissions: tuple[Admission, ...] = ()
     plans: tuple[PreemptionPlan, ...] = ()
@@ -125,6 +140,8 @@ class Decisions:
     deferred: tuple[tuple[str, float], ...] = ()
     """Jobs that would have searched for victims but for their queue's preemption delay, each
     with when the delay ends: a caller that runs cycles only on events wakes up then."""
+    grows: tuple[Grow, ...] = ()
+    """Elastic runs that grow on idle GPUs (`grow`); empty for a policy without elasticity."""
 
 
 EMPTY_DECISIONS: Final = Decisions()

@@ -20,6 +20,7 @@ from dataclasses import replace
 from rota_policy.config import PolicyConfig
 from rota_policy.cycle import Cycle, PlanHold, Planner, Rules
 from rota_policy.decisions import Decisions
+from rota_policy.grow import grows
 from rota_policy.model import Snapshot
 from rota_policy.reasons import explain
 from rota_policy.walk import walk
@@ -95,6 +96,7 @@ def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules
         cy = _prepared(snapshot, now, config, replace(rules, pass_over=False))
         walk(cy)
     pending, diagnoses = explain(cy)
+    grown = grows(cy) if rules.grow else ()
     return Decisions(
         admissions=tuple(cy.admissions),
         plans=tuple(cy.plans),
@@ -102,4 +104,5 @@ def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules
         diagnoses=diagnoses,
         abandoned_plans=tuple(cy.abandoned),
         deferred=tuple(sorted(cy.deferred.items())),
+        grows=grown,
     )

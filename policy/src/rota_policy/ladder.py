@@ -13,6 +13,10 @@
     5. reservation  starting now delays no backfill reservation     else RESERVED_FOR_HIGHER_PRIORITY
     6. fit          a best-fit gang placement exists now            else FRAGMENTATION
 
+An elastic gang goes down the ladder at its min; once admitted, it takes the largest size up to
+its max that the rungs from quota on also admit now (`widest`): sizes from max down, the first
+that admits wins, so it is never admitted below min nor above max.
+
 A job that accepts several flavors goes down the ladder once per flavor (`choose`): it starts
 on the first flavor that admits it within its team's quota, else on the first that admits it
 by borrowing, in its order of preference (Kueue's flavor fungibility with whenCanBorrow:
@@ -44,6 +48,7 @@ __all__ = [
     "choose",
     "quota_block",
     "reservation_block",
+    "widest",
     "within_quota",
 ]
 
@@ -181,3 +186,25 @@ def reservation_block(cy: Cycle, job: PendingJob) -> Block | None:
         return None
     held = book.blocking(job.gpus, cy.now + cy.runtime(job))
     return None if held is None else cy.shared_block(Code.RESERVED_FOR_HIGHER_PRIORITY, held.job_id)
+
+
+def widest(cy: Cycle, job: PendingJob, fit: Fit) -> tuple[PendingJob, Fit]:
+    """An elastic job that the ladder admitted at its min, on `fit`: the largest size up to its
+    max that quota, free GPUs, reservations and placement admit now, as a rigid job of that
+    size with its fit (`PendingJob.sized`); the job and `fit` themselves if none above min does
+    or it is rigid. The rungs before quota do not depend on the size, or (ever fits) are asked
+    per size here."""
+    if not job.elastic:
+        return job, fit
+    state = cy.state
+    free = state.free_total.get(job.flavor, 0)
+    for workers in range(min(job.workers_max, free // job.gpus_per_worker), job.workers, -1):
+        variant = job.sized(workers)
+        if not state.can_ever_fit(variant) or quota_block(cy, variant) is not None:
+            continue
+        if cy.books and reservation_block(cy, variant) is not None:
+            continue
+        found = state.find(variant)
+        if found is not None:
+            return variant, found
+    return job, fit

@@ -90,6 +90,8 @@ class RunningRun:
     share: int = 0
     """Quarters (1-3) of one GPU that the run holds (a GPU share, DECISIONS 66), with `gpus` 0:
     it holds no whole GPU, and stopping it frees none. 0: it holds `gpus` whole GPUs."""
+    workers_range: tuple[int, int] | None = None
+    """An elastic gang's (min, max) workers (DECISIONS 70); None: a rigid gang."""
 
     @property
     def demand(self) -> float:
@@ -140,6 +142,10 @@ class PendingJob:
     """Quarters (1-3) of one GPU it asks for (a GPU share, DECISIONS 66), with one worker of one
     GPU: what it holds is at most one GPU, which is what every GPU count reads (`gpus`). 0: it
     asks for `gpus` whole GPUs."""
+    workers_max: int = 0
+    """An elastic gang (DECISIONS 70): `workers` is its min, what every rung, reason, ETA and
+    reservation reads; the ladder then admits it at the largest size up to this that fits now
+    (`ladder.widest`). 0 (or `workers`): a rigid gang of `workers`."""
     _on: dict[str, PendingJob] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -150,6 +156,17 @@ class PendingJob:
     def demand(self) -> float:
         """What quota and fair share count: `gpus`, or its share as a fraction of one GPU."""
         return self.share / QUARTERS if self.share else self.workers * self.gpus_per_worker
+
+    @property
+    def elastic(self) -> bool:
+        return self.workers_max > self.workers
+
+    def sized(self, workers: int) -> PendingJob:
+        """The elastic job as a rigid gang of `workers`, its runtime estimate scaled linearly
+        from its min's (the declared runtime is for `workers`, the min: DECISIONS 71)."""
+        est = self.runtime_estimate_s
+        scaled = None if est is None else est * self.workers / workers
+        return replace(self, workers=workers, workers_max=0, runtime_estimate_s=scaled)
 
     @property
     def need(self) -> Need:

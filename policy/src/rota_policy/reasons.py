@@ -150,6 +150,16 @@ def _reasons(
     return tuple(out) if not cy.budget.idle_only else (*out, *idle_only_reasons(cy, job))
 
 
+def _elastic(job: PendingJob, reason: Reason) -> Reason:
+    """An elastic gang's primary reason says that it is about its min (DECISIONS 71)."""
+    return Reason(
+        reason.code,
+        f"{reason.message} (elastic, {job.workers} to {job.workers_max} workers: it starts at the"
+        f" largest size that fits once {job.workers} do; its ETA is for {job.workers})",
+        (*reason.details, ("workers_min", job.workers), ("workers_max", job.workers_max)),
+    )
+
+
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
     queues = cy.snapshot.pending
     if cy.rules.order == "submit":
@@ -253,6 +263,8 @@ def _explanation(
     reasons = _reasons(cy, shared, on, block, pos, ahead_gpus)
     if job.fallback:
         reasons = _over_flavors(job, on.flavor, reasons)
+    if job.elastic:
+        reasons = (_elastic(job, reasons[0]), *reasons[1:])
     if reasons[0].code in NO_ETA:
         start = None
     else:

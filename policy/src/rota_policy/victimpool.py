@@ -108,6 +108,8 @@ class PreemptionContext:
     below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
     """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
     lose no more than the cap (`preemption._below_within_cap`)."""
+    shrinkable: dict[str, list[PoolRun]] = field(default_factory=dict)
+    """Per flavor, the pool runs that could give up a worker (`shrink.shrinkable`)."""
     idle_only: frozenset[tuple[str, str]] = frozenset()
     """(team, flavor) pairs past a budget that keeps them to idle GPUs: their runs rank below
     every tier (`OVER_BUDGET`), so anyone may stop them, as borrowed experiment work."""

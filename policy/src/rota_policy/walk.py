@@ -14,7 +14,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import Block
 from rota_policy.cycle import Cycle
-from rota_policy.ladder import admission, choose
+from rota_policy.ladder import admission, choose, widest
 from rota_policy.model import PendingJob, PendingQueue
 from rota_policy.ordering import QueueWalk, tier_queues
 from rota_policy.shortcuts import confirm, hopeless, pass_over, settle
@@ -52,7 +52,8 @@ def walk(cy: Cycle) -> bool:
                 held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
                 outcome = admission(cy, job, held)
                 if not isinstance(outcome, Block):
-                    cy.admit(job, cy.state.place(job, outcome), via_plan=False)
+                    sized, outcome = widest(cy, job, outcome)
+                    cy.admit(sized, cy.state.place(sized, outcome), via_plan=False)
                     if w.unsure:  # only `confirm` reads the log, and only past its first entry
                         w.log_change(group, order)
                     continue
@@ -93,7 +94,8 @@ def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -
     choice = choose(cy, job, held)
     chosen, outcome = choice.job, choice.outcome
     if not isinstance(outcome, Block):
-        cy.admit(chosen, cy.state.place(chosen, outcome), via_plan=False)
+        sized, outcome = widest(cy, chosen, outcome)
+        cy.admit(sized, cy.state.place(sized, outcome), via_plan=False)
         if w.unsure:
             w.log_change(group, order)
         return None, True
@@ -170,9 +172,10 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
         cy.release_plan_quota(job.job_id)
         outcome = admission(cy, job)
         if not isinstance(outcome, Block):
-            placement = cy.state.place(job, outcome)
+            sized, outcome = widest(cy, job, outcome)
+            placement = cy.state.place(sized, outcome)
             cy.give_up_plan(job.job_id)
-            cy.admit(job, placement, via_plan=False)
+            cy.admit(sized, placement, via_plan=False)
             if w.unsure:  # it took free GPUs, as any admission does
                 w.log_change(group, order)
             return

@@ -102,3 +102,21 @@ async def test_propose_start_and_fail_over_without_repeating(
 
 async def _logged(service: ServiceProcess, text: str) -> bool:
     return text in service.log()
+
+
+async def test_an_elastic_gang_is_proposed_at_the_largest_size_that_fits(
+    private: tuple[Endpoints, Client], tmp_path: Path
+) -> None:
+    """`workers: {min: 2, max: 8}` of 8 GPUs on the 4 h100 nodes of the default config: the
+    proposal holds 4 workers and says 32 GPUs, what the ledger checks against the placement."""
+    endpoints, nc = private
+    scheduler = ServiceProcess("scheduler", endpoints, tmp_path / "a", SETTINGS).start()
+    try:
+        await scheduler.wait_ready(nc)
+        job = await submit(nc, workers={"min": 2, "max": 8}, gpus_per_worker=8)
+        [proposal] = await eventually(lambda: proposals(nc, job))
+        data = proposal["data"]
+        assert len(data["placement"]) == 4
+        assert data["gpus"] == sum(len(w["gpus"]) for w in data["placement"]) == 32
+    finally:
+        scheduler.stop()

@@ -41,10 +41,12 @@ def gpu_jobs(
     fallback: tuple[str, ...] = (),
     topology: tuple[str | None, str | None] | None = None,
     share: int = 0,
+    workers_max: int = 0,
 ) -> list[PendingJob]:
     """`n` pending jobs of `workers x gpus` each (gpus is per worker), one second apart;
     `topology` is (required, preferred) level; `share` quarters of one GPU make each a GPU
-    share (one worker of one GPU)."""
+    share (one worker of one GPU); `workers_max` above `workers` makes each an elastic gang of
+    `workers` to `workers_max`."""
     base = name or f"{team}-{tier[:4]}-{workers}x{gpus}"
     return [
         PendingJob(
@@ -61,6 +63,7 @@ def gpu_jobs(
             fallback=fallback,
             topology=None if topology is None else TopologyNeed(*topology),
             share=share,
+            workers_max=workers_max,
         )
         for i in range(n)
     ]
@@ -170,9 +173,11 @@ class World:
         checkpoint: float | None = None,
         share: int = 0,
         gpu: int | None = None,
+        elastic_min: int = 0,
     ) -> RunningRun:
         """A run holding `gpus` GPUs on each of `node` (one node or several); with `share`, a
-        GPU share of that many quarters on `node` (on GPU `gpu`, else the first with room)."""
+        GPU share of that many quarters on `node` (on GPU `gpu`, else the first with room); with
+        `elastic_min`, an elastic gang of that min to 8 workers."""
         nodes = [node] if isinstance(node, int) else node
         placement = []
         if share:
@@ -198,6 +203,7 @@ class World:
             preemptions=preemptions,
             expected_end=end,
             share=share,
+            workers_range=(elastic_min, 8) if elastic_min else None,
         )
         self.runs.append(run)
         return run
@@ -246,6 +252,7 @@ class Run:
     checkpoint: float | None = None
     share: int = 0
     gpu: int | None = None
+    elastic_min: int = 0
 
 
 def cluster(
@@ -271,6 +278,7 @@ def cluster(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,
             preemptions=r.preemptions, end=r.end, run_id=r.run_id, checkpoint=r.checkpoint,
             share=r.share, gpu=r.gpu,
+            elastic_min=r.elastic_min,
         )  # fmt: skip
     for node in drained:
         world.free[node] = []

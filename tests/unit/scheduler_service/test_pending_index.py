@@ -8,8 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rota.config import load_config
-from rota_scheduler.pending_index import queues_from_scratch
-from rota_scheduler.view import ClusterView
+from rota.contracts import JobSpec
+from rota_scheduler.pending_index import pending_job, queues_from_scratch
+from rota_scheduler.view import ClusterView, JobRecord
 
 from tests.builders import spec_doc
 
@@ -78,3 +79,15 @@ def test_a_queue_an_event_did_not_touch_is_not_rebuilt() -> None:
     after = view.pending_index.queues()
     untouched = [q for q in before if q.team == "vision"]
     assert untouched and all(any(q is same for same in after) for q in untouched)
+
+
+def test_an_elastic_spec_is_a_pending_job_of_its_min_up_to_its_max() -> None:
+    def record(**overrides: Any) -> JobRecord:
+        doc = spec_doc(**overrides)
+        doc.pop("submission_id")
+        return JobRecord(JOBS[0], JobSpec.model_validate({**doc, "submission_id": "s-1"}), 0.0)
+
+    elastic = pending_job(record(workers={"min": 2, "max": 8}))
+    assert (elastic.workers, elastic.workers_max, elastic.elastic, elastic.gpus) == (2, 8, True, 16)
+    rigid = pending_job(record(workers=8))
+    assert (rigid.workers, rigid.workers_max, rigid.elastic) == (8, 0, False)

@@ -10,6 +10,10 @@ derived trace is the same on every run:
                     4 GPUs (a t4 node's size): then a100 if u < 0.90, else v100
   second flavor     when k % 10 in (1, 4, 8), 30% of jobs: a100 -> v100, v100 -> a100,
                     t4 -> v100
+  elastic gang      the i-th training job of 2 workers or more (i = 0, 1, ... in trace order)
+                    when i % 10 in (2, 5, 8), 30% of them: min = workers // 2, max = workers,
+                    its trace size (DECISIONS 72); on with `elastic=True` (`rota
+                    convert-trace --hetero --elastic`); off, the same jobs rigid
 
 With `--shares` (`hetero_shares`), 20% of the 1-GPU experiment jobs ask for half a GPU
 instead (DECISIONS 69), by a second fixed rule on k, so the same jobs are chosen on every run:
@@ -41,10 +45,15 @@ T4_NODE = 4
 NODE_SIZE: Mapping[str, int] = MappingProxyType({"a100": GPUS_PER_NODE, "v100": GPUS_PER_NODE, "t4": T4_NODE})
 _SECOND: Mapping[str, str] = MappingProxyType({"a100": "v100", "v100": "a100", "t4": "v100"})
 _TWO_FLAVORS = (1, 4, 8)
+_ELASTIC = (2, 5, 8)
 
 
 def _unit(k: int) -> float:
     return (k * 2654435761 % 2**32) / 2**32
+
+
+def _gang_of_training(job: TraceJob) -> bool:
+    return job.tier is Tier.training and job.workers >= 2
 
 
 def _preferred(job: TraceJob) -> str:
@@ -58,13 +67,18 @@ def _preferred(job: TraceJob) -> str:
     return "a100" if u < 0.90 else "v100"
 
 
-def hetero_jobs(jobs: list[TraceJob]) -> list[TraceJob]:
-    """The jobs with the rule's flavors."""
+def hetero_jobs(jobs: list[TraceJob], *, elastic: bool = False) -> list[TraceJob]:
+    """The jobs with the rule's flavors, and (`elastic`) its elastic gangs."""
     out = []
+    gangs = 0
     for job in jobs:
         first = _preferred(job)
         flavors = (first, _SECOND[first]) if job.k % 10 in _TWO_FLAVORS else (first,)
-        out.append(replace(job, flavors=flavors))
+        least = 0
+        if _gang_of_training(job):
+            least = job.workers // 2 if elastic and gangs % 10 in _ELASTIC else 0
+            gangs += 1
+        out.append(replace(job, flavors=flavors, workers_min=least))
     return out
 
 

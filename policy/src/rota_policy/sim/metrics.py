@@ -124,6 +124,7 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         **_fallback(sim),
         **_topology(sim),
         **_shares(sim),
+        **_elastic(sim),
     }
 
 
@@ -144,6 +145,27 @@ def _shares(sim: Simulator) -> dict[str, Any]:
         "held_gpu_hours": held_h,
         "jobs_per_gpu_hour": len(done) / held_h if held_h > 0 else 0.0,
         "makespan_s": last - sim.window[0],
+    }}
+
+
+def _elastic(sim: Simulator) -> dict[str, Any]:
+    """Figures for elastic gangs (DECISIONS 72); nothing when the trace has none, so that other
+    replays keep exactly the keys they had. A policy that runs them rigid (the baselines, or
+    `--rigid`) reports the same jobs, for the comparison."""
+    elastic = [j for j in sim.jobs if j.t.elastic]
+    if not elastic:
+        return {}
+    multi = [j for j in sim.jobs if j.t.workers > 1 and not j.t.elastic]
+    started = [j for j in elastic if j.starts]
+    return {"elastic": {
+        "jobs": len(elastic),
+        "run_elastic": sim.elastic,
+        "avg_wait_s": _mean([j.wait for j in elastic]),
+        "other_gangs_avg_wait_s": _mean([j.wait for j in multi]),
+        "avg_start_workers_of_max": _mean([j.size_sum / (j.starts * j.t.workers) for j in started]),
+        "started_below_max": sum(1 for j in started if j.size_sum < j.starts * j.t.workers),
+        "shrinks": sim.shrinks,
+        "grows": sim.grows,
     }}
 
 

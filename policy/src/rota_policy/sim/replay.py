@@ -82,12 +82,13 @@ def replay_run(
     policy_config: PolicyConfig | None = None,
     eta_probes: bool = False,
     first_flavor: bool = False,
+    rigid: bool = False,
 ) -> ReplayRun:
     """One policy over the trace. With `eta_probes`, the replay runs twice: the first pass finds
     each job's start, the second, identical, also asks the policy about each job 10 minutes
     before that start, and computes the squeue-style estimate at both moments (`sim.etas`).
     With `first_flavor`, each job accepts only the first flavor it lists (flavor fallback off,
-    for a comparison on the same jobs)."""
+    for a comparison on the same jobs); with `rigid`, each elastic gang runs rigid at its max."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
     pcfg = policy_config or policy_config_from(config)
@@ -96,7 +97,7 @@ def replay_run(
     def simulate(label: str, etas: EtaLog) -> Simulator:
         cb = (lambda frac: progress(label, frac)) if progress is not None else None
         sim = Simulator(trace, nodes_from(config), pcfg, policy, quotas=quotas, cycle_s=cycle_s, progress=cb,
-                        etas=etas, first_flavor=first_flavor)
+                        etas=etas, first_flavor=first_flavor, rigid=rigid)
         sim.run()
         return sim
 

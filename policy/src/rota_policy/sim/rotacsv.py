@@ -10,7 +10,9 @@ then one row per job:
     submit_s         seconds from the trace's start, >= 0 (rows may come in any order; the
                      replay takes them by submit time, ties in file order)
     duration_s       how long the job runs when nothing stops it, > 0
-    workers          gang size, an integer >= 1
+    workers          gang size, an integer >= 1; or `min-max` (e.g. `2-8`, 1 <= min < max): an
+                     elastic gang (DECISIONS 72), whose duration_s is its run time at max,
+                     the size the trace recorded; at n workers it runs duration_s x max / n
     gpus_per_worker  an integer >= 1, or for a job of one worker a GPU share: 0.25, 0.5 or 0.75
                      of one GPU (DECISIONS 66), which runs only on a flavor that allows shares
     flavors          the flavors it accepts, preferred first, separated by `|`; empty or `any`:
@@ -98,7 +100,7 @@ def _row(line: int, row: dict[str, str]) -> TraceJob:
     duration = _number(line, "duration_s", row["duration_s"])
     if duration <= 0:
         raise TraceFormatError(f"line {line}, field duration_s: {row['duration_s']!r} must be above 0")
-    workers = _count(line, "workers", row["workers"])
+    workers_min, workers = _workers(line, row["workers"])
     per_worker, share = _per_worker(line, row["gpus_per_worker"], workers)
     text = row["flavors"].strip()
     flavors: tuple[str, ...] = () if text.lower() in _ANY else tuple(f.strip() for f in text.split("|"))
@@ -133,7 +135,19 @@ def _row(line: int, row: dict[str, str]) -> TraceJob:
         declared_runtime_s=math.ceil(2 * duration / 3600.0) * 3600.0,
         flavors=flavors,
         share=share,
+        workers_min=workers_min,
     )
+
+
+def _workers(line: int, text: str) -> tuple[int, int]:
+    """(min, max) of an elastic `min-max`, else (0, workers)."""
+    if "-" not in text.strip():
+        return 0, _count(line, "workers", text)
+    low, _, high = text.strip().partition("-")
+    least, most = _count(line, "workers", low), _count(line, "workers", high)
+    if least >= most:
+        raise TraceFormatError(f"line {line}, field workers: {text!r}: min must be below max")
+    return least, most
 
 
 def load_rota_csv(path: Path) -> list[TraceJob]:
@@ -170,7 +184,8 @@ def write_rota_csv(jobs: Iterable[TraceJob], path: Path) -> int:
         out.writerow(HEADER)
         for j in jobs:
             per_worker = repr(j.share / QUARTERS) if j.share else j.gpus_per_worker
-            out.writerow((j.job_id, repr(j.submit), repr(j.duration), j.workers, per_worker,
+            workers = f"{j.workers_min}-{j.workers}" if j.elastic else j.workers
+            out.writerow((j.job_id, repr(j.submit), repr(j.duration), workers, per_worker,
                           "|".join(j.flavors), j.tier.value, j.team, "true" if j.resumable else "false"))
             count += 1
     return count

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from rota_policy.model import PendingJob, RunningRun
+from rota_policy.model import PendingJob, RunningRun, Slot
 from rota_policy.sim.workload import CHECKPOINT_SAVE_S, TraceJob
 
 __all__ = ["EVICTIONS", "Eviction", "Mean", "SimJob"]
@@ -61,16 +61,21 @@ class SimJob:
         "finish",
         "first_reason",
         "first_start",
+        "grow_slots",
         "lost_s",
         "pending",
         "pending_since",
         "preemptions",
         "progress",
+        "rate",
         "run",
         "run_base",
         "run_overhead",
         "run_start",
         "saved",
+        "shrink_to",
+        "size_sum",
+        "starts",
         "stop_at",
         "t",
         "wait",
@@ -97,3 +102,13 @@ class SimJob:
         self.lost_s = 0.0
         self.fallback_starts = 0
         """Starts on another flavor than the first it lists."""
+        self.rate = 1.0
+        """Progress (seconds of the trace's run at `t.workers`) per second of its current run:
+        its workers over the trace's, as an elastic gang's work scales linearly (DECISIONS 72)."""
+        self.grow_slots: tuple[Slot, ...] = ()
+        """The GPUs held for it while it saves before growing onto them (DECISIONS 74)."""
+        self.shrink_to = 0
+        """Workers it keeps when its stop is a shrink (DECISIONS 73); 0: a stop."""
+        self.starts = 0
+        self.size_sum = 0
+        """Workers summed over its starts (an elastic gang's mean size)."""

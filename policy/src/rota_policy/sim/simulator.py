@@ -50,9 +50,13 @@ class Simulator:
         progress: Callable[[float], None] | None = None,
         etas: EtaLog | None = None,
         first_flavor: bool = False,
+        rigid: bool = False,
     ) -> None:
-        """`first_flavor`: each job accepts only the first flavor it lists (fallback off)."""
+        """`first_flavor`: each job accepts only the first flavor it lists (fallback off).
+        `rigid`: an elastic job runs as a rigid gang of its max, the size the trace recorded
+        (the baselines always do: DECISIONS 72)."""
         self.first_flavor = first_flavor
+        self.elastic = not rigid and policy == "rota"
         self.jobs = [SimJob(t) for t in trace]
         self.by_id = {j.t.job_id: j for j in self.jobs}
         self.config = config
@@ -102,6 +106,12 @@ class Simulator:
         self.next_timeline = 0.0
         self.clock = 0.0
         self.preemptions = 0
+        self.shrinks = 0
+        """Elastic runs shrunk instead of stopped (DECISIONS 73); each is also one of `preemptions`."""
+        self.grows = 0
+        """Elastic runs grown on idle GPUs (DECISIONS 74); not preemptions."""
+        self.below_max = 0
+        """Elastic runs below their max: while any, a cycle may grow one on idle GPUs."""
         self.victims_by_tier = dict.fromkeys((t.value for t in Tier), 0)
         self.deferred_jobs: set[str] = set()
         """Jobs whose queue's preemption delay kept them from searching for victims, once or more."""
@@ -149,7 +159,7 @@ class Simulator:
                 else:
                     self._stop(job, t)
                 dirty = True
-            if dirty and (self.queues.count or self.plans):
+            if dirty and (self.queues.count or self.plans or self.below_max):
                 if self.cycle_s > 0:
                     at = math.ceil(t / self.cycle_s) * self.cycle_s
                     if at <= t:
@@ -159,7 +169,7 @@ class Simulator:
                         self._push(at, _CYCLE, -1, 0)
                 else:
                     run_cycle = True
-            if run_cycle and (self.queues.count or self.plans):
+            if run_cycle and (self.queues.count or self.plans or self.below_max):
                 self._cycle(t)
         if self.progress_cb is not None:
             self.progress_cb(1.0)
@@ -213,14 +223,18 @@ class Simulator:
         tj = job.t
         remaining = max(0.0, tj.declared_runtime_s - job.progress)
         flavors = self.flavors_of(tj)
+        elastic = self.elastic and tj.elastic
+        workers = tj.workers_min if elastic else tj.workers
+        remaining *= tj.workers / workers  # its declared runtime at its min
         pj = PendingJob(
             job_id=tj.job_id,
             team=tj.team,
             tier=tj.tier,
             flavor=flavors[0],
             fallback=flavors[1:],
-            workers=tj.workers,
+            workers=workers,
             gpus_per_worker=tj.gpus_per_worker,
+            workers_max=tj.workers if elastic else 0,
             submitted_at=tj.submit,
             runtime_estimate_s=remaining or None,
             resumable=tj.resumable,
@@ -263,8 +277,13 @@ class Simulator:
         self.nodes.take(placement)
         resumed = tj.resumable and job.progress > 0
         overhead = RESTART_S if resumed else 0.0
+        gpus = 0 if tj.share else len(placement) * tj.gpus_per_worker
+        demand = tj.demand if tj.share else float(gpus)
+        job.rate = len(placement) / tj.workers
+        job.starts += 1
+        job.size_sum += len(placement)
         if resumed and job.preemptions:
-            self.overhead_gpu_s += tj.demand * overhead
+            self.overhead_gpu_s += demand * overhead
         job.wait += t - job.pending_since
         if job.first_start is None:
             job.first_start = t
@@ -278,34 +297,39 @@ class Simulator:
             tier=tj.tier,
             flavor=flavor,
             placement=placement,
-            gpus=0 if tj.share else tj.gpus,
+            gpus=gpus,
             started_at=t,
             last_checkpoint_at=t + overhead if tj.resumable else None,
             resumable=tj.resumable,
             preemptions=job.preemptions,
-            expected_end=t + overhead + max(0.0, tj.declared_runtime_s - job.progress),
+            expected_end=t + overhead + max(0.0, tj.declared_runtime_s - job.progress) / job.rate,
             checkpoint_interval_s=CHECKPOINT_INTERVAL_S if tj.resumable else None,
             share=tj.share,
+            workers_range=(tj.workers_min, tj.workers) if self.elastic and tj.elastic else None,
         )
         job.run = run
+        if run.workers_range is not None and len(placement) < tj.workers:
+            self.below_max += 1
         if flavor != self.flavors_of(tj)[0]:
             job.fallback_starts += 1
         self.runs[run.run_id] = run
-        self._set_usage(tj.team, flavor, t, tj.demand)
+        self._set_usage(tj.team, flavor, t, demand)
         if self.budgets is not None:
-            self.budgets.meter.started(run.run_id, tj.team, flavor, tj.demand, t)
+            self.budgets.meter.started(run.run_id, tj.team, flavor, demand, t)
         job.epoch += 1
-        self._push(t + overhead + (tj.duration - job.progress), _FINISH, tj.k, job.epoch)
+        self._push(t + overhead + (tj.duration - job.progress) / job.rate, _FINISH, tj.k, job.epoch)
 
     def _release(self, job: SimJob, t: float) -> None:
         run = job.run
         assert run is not None
         self.nodes.give(run.placement)
         del self.runs[run.run_id]
+        if run.workers_range is not None and len(run.placement) < job.t.workers:
+            self.below_max -= 1
         if self.budgets is not None:
             self.budgets.meter.stopped(run.run_id, t)
         job.run = None
-        self._set_usage(job.t.team, run.flavor, t, -job.t.demand)
+        self._set_usage(job.t.team, run.flavor, t, -run.demand)
 
     def _finish(self, job: SimJob, t: float) -> None:
         self._release(job, t)
@@ -314,40 +338,79 @@ class Simulator:
         self.runtime_scale.finished(job.t.duration, job.t.declared_runtime_s)
 
     def _progress_at(self, job: SimJob, t: float) -> float:
-        return min(job.t.duration, job.run_base + max(0.0, t - job.run_start - job.run_overhead))
+        return min(job.t.duration, job.run_base + job.rate * max(0.0, t - job.run_start - job.run_overhead))
 
-    def _notice(self, job: SimJob, t: float) -> None:
-        """A victim is told to stop (Rota's notice, or the baselines' SIGTERM)."""
+    def _notice(self, job: SimJob, t: float, shrink_to: int = 0) -> None:
+        """A victim is told to stop (Rota's notice, or the baselines' SIGTERM), or, with
+        `shrink_to`, to save and restart with its first `shrink_to` workers."""
         tj, ev = job.t, self.eviction
         done = self._progress_at(job, t)
         if tj.resumable and ev.resumable_saves:
             saved, delay = done, ev.resumable_stop_s
         elif tj.resumable:
-            ran = max(0.0, done - job.run_base)
+            ran = max(0.0, done - job.run_base) / job.rate  # seconds of this run
             saved, delay = (
-                job.run_base + (ran // CHECKPOINT_INTERVAL_S) * CHECKPOINT_INTERVAL_S,
+                job.run_base + (ran // CHECKPOINT_INTERVAL_S) * CHECKPOINT_INTERVAL_S * job.rate,
                 ev.resumable_stop_s,
             )
         else:
             saved, delay = 0.0, ev.other_stop_s
-        finish_at = job.run_start + job.run_overhead + (tj.duration - job.run_base)
+        finish_at = job.run_start + job.run_overhead + (tj.duration - job.run_base) / job.rate
         if finish_at <= t + delay:
             return  # it ends on its own before it would have stopped: nothing is lost
+        self._drop_grow(job)
         self.preemptions += 1
+        self.shrinks += shrink_to > 0
+        job.shrink_to = shrink_to
         self.victims_by_tier[tj.tier.value] += 1
         job.preemptions += 1
         job.saved = saved
-        job.lost_s += done - saved
-        self.lost_gpu_s += tj.demand * (done - saved)
-        self.overhead_gpu_s += tj.demand * delay
+        job.lost_s += (done - saved) / job.rate
+        self.lost_gpu_s += tj.demand * (done - saved)  # = its GPUs x the seconds they ran for it
+        assert job.run is not None
+        self.overhead_gpu_s += job.run.demand * delay
         job.epoch += 1
         job.stop_at = t + delay
         self._push(t + delay, _STOP, tj.k, job.epoch)
 
     def _stop(self, job: SimJob, t: float) -> None:
+        run = job.run
+        assert run is not None
         self._release(job, t)
         job.progress = job.saved
         self._enqueue(job, t)
+        if job.shrink_to:
+            # A shrink: it restarts at once on the GPUs it kept, which were held for it.
+            kept, job.shrink_to = run.placement[: job.shrink_to], 0
+            self._start(job, kept, t, run.flavor)
+        elif job.grow_slots:
+            # A grow: it restarts at once on its GPUs and the ones held for it.
+            added = job.grow_slots
+            self._drop_grow(job)
+            self._start(job, run.placement + added, t, run.flavor)
+
+    def _grow(self, job: SimJob, added: tuple[Slot, ...], t: float) -> None:
+        """An elastic run grows (DECISIONS 74): the added GPUs are held for it at once, it saves
+        in checkpoint_save_s, then restarts on its GPUs and them (`_stop`). Not a preemption."""
+        tj, run = job.t, job.run
+        assert run is not None
+        delay = self.eviction.resumable_stop_s
+        if job.run_start + job.run_overhead + (tj.duration - job.run_base) / job.rate <= t + delay:
+            return  # it ends first
+        self.nodes.take(added)
+        self.grows += 1
+        job.grow_slots = added
+        job.saved = self._progress_at(job, t)
+        grown = run.gpus + len(added) * tj.gpus_per_worker
+        self.overhead_gpu_s += run.gpus * delay + grown * RESTART_S
+        job.epoch += 1
+        job.stop_at = t + delay
+        self._push(t + delay, _STOP, tj.k, job.epoch)
+
+    def _drop_grow(self, job: SimJob) -> None:
+        """The GPUs held for a grow go back (it grew, or it is stopped first)."""
+        self.nodes.give(job.grow_slots)
+        job.grow_slots = ()
 
     # ------------------------------------------------------------ the cycle
 
@@ -405,11 +468,15 @@ class Simulator:
             victims = []
             for victim in plan.victims:
                 job = self.by_id[victim.job_id]
-                self._notice(job, t)
+                self._notice(job, t, victim.shrink_to)
                 victims.append(victim.run_id)
             self.plans[plan.preemptor_job_id] = PlanInFlight(
                 plan.preemptor_job_id, tuple(victims), plan.target, t
             )
+        for grow in decisions.grows:
+            job = self.by_id[grow.job_id]
+            if job.run is not None and job.run.run_id == grow.run_id and job.stop_at is None:
+                self._grow(job, grow.added, t)
         self._defer(decisions)
         for ex in decisions.pending:
             job = self.by_id[ex.job_id]

@@ -59,12 +59,19 @@ class TraceJob:
     share: int = 0
     """Quarters (1-3) of one GPU it asks for, a GPU share (DECISIONS 66), with one worker of one
     GPU; 0: it holds `gpus` whole GPUs."""
+    workers_min: int = 0
+    """An elastic gang's fewest workers, `workers` its most (DECISIONS 72); 0: a rigid gang.
+    `duration` is its run time at `workers`, the size the trace recorded."""
 
     @property
     def demand(self) -> float:
         """What it uses: `gpus`, or its share as a fraction of one GPU (busy time, quota, usage,
         lost work)."""
         return self.share / 4 if self.share else self.gpus
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.workers_min < self.workers
 
 
 def _tier(k: int) -> Tier:

@@ -94,6 +94,8 @@ def plan_actions(
         run = NewRun(new_uuid(), job.job_id, new_uuid())
         actions.new_runs.append(run)
         spec = job.spec
+        # What the placement holds: an elastic gang's admitted size, not its max (DECISIONS 71).
+        held = sum(len(slot.gpus) for slot in admission.placement)
         actions.outgoing.append(
             Outgoing(
                 m.AllocationProposed(
@@ -105,7 +107,7 @@ def plan_actions(
                     queue=spec.queue,
                     flavor=admission.flavor or spec.flavor,
                     placement=placement_doc(admission.placement),
-                    gpus=spec.total_gpus,
+                    gpus=held,
                     borrowed_gpus=admission.borrowed_gpus,
                     plan_id=plan_of.get(job.job_id) if admission.via_plan else None,
                 ),
@@ -123,7 +125,7 @@ def plan_actions(
                 {},
                 {
                     "run_id": run.run_id,
-                    "gpus": spec.total_gpus,
+                    "gpus": held,
                     "borrowed_gpus": admission.borrowed_gpus,
                     "via_plan": admission.via_plan,
                     "flavor": admission.flavor or spec.flavor,

@@ -186,7 +186,8 @@ class ClusterView:
             job.last_checkpoint_at = None
             spec, granted = job.spec, self.allocations.get(data["run_id"])
             flavor = granted.flavor if granted is not None and granted.flavor else spec.flavor
-            self.budget_meter.started(data["run_id"], spec.team, flavor, spec.total_gpus, at)
+            gpus = spec.total_gpus if granted is None else sum(len(s.gpus) for s in granted.placement)
+            self.budget_meter.started(data["run_id"], spec.team, flavor, gpus, at)
 
     def _on_RunCheckpointed(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)
@@ -351,7 +352,7 @@ class ClusterView:
             tier=Tier(spec.queue),
             flavor=allocation.flavor or spec.flavor,
             placement=allocation.placement,
-            gpus=spec.total_gpus,
+            gpus=sum(len(slot.gpus) for slot in allocation.placement),
             started_at=start,
             last_checkpoint_at=job.last_checkpoint_at if started is not None else None,
             resumable=spec.resumable,

@@ -114,18 +114,18 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
             f" {largest}",
         )
     slots = shape.slots(spec.gpus_per_worker)
-    if spec.workers > slots:
+    if spec.min_workers > slots:
         return Rejection(
             "EXCEEDS_CLUSTER", "workers",
-            f"{spec.workers} workers of {spec.gpus_per_worker} GPUs, but the {spec.flavor} nodes"
+            f"{spec.min_workers} workers of {spec.gpus_per_worker} GPUs, but the {spec.flavor} nodes"
             f" can hold at most {slots} such workers",
         )
     if spec.rack is RackAffinity.required:
         best = shape.best_rack(spec.gpus_per_worker)
-        if spec.workers > best:
+        if spec.min_workers > best:
             return Rejection(
                 "EXCEEDS_CLUSTER", "rack",
-                f"rack: required, but no {spec.flavor} rack holds {spec.workers} workers of"
+                f"rack: required, but no {spec.flavor} rack holds {spec.min_workers} workers of"
                 f" {spec.gpus_per_worker} GPUs (at most {best})",
             )
     if spec.topology is not None:
@@ -134,10 +134,11 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
             return refused
     quota = team.quota.get(spec.flavor, 0)
     borrow = team.borrowing_limit.get(spec.flavor)
-    if borrow is not None and spec.total_gpus > quota + borrow:
+    least = spec.min_workers * spec.gpus_per_worker  # an elastic gang may run at its min
+    if borrow is not None and least > quota + borrow:
         return Rejection(
             "EXCEEDS_QUOTA_LIMIT", "workers",
-            f"{spec.total_gpus} {spec.flavor} GPUs, but team {spec.team!r} may hold at most"
+            f"{least} {spec.flavor} GPUs, but team {spec.team!r} may hold at most"
             f" {quota + borrow} (quota {quota} + borrowing limit {borrow})",
         )
     if spec.kubernetes is not None:
@@ -267,10 +268,10 @@ def _topology_rejection(spec: JobSpec, config: RotaConfig) -> Rejection | None:
                       else node.topology.get(level, node.name))
             per_domain[domain] = per_domain.get(domain, 0) + node.gpus // spec.gpus_per_worker
     best = max(per_domain.values(), default=0)
-    if spec.workers > best:
+    if spec.min_workers > best:
         return Rejection(
             "EXCEEDS_CLUSTER", "topology.required",
-            f"topology.required: {level}, but no {spec.flavor} {level} holds {spec.workers} workers"
+            f"topology.required: {level}, but no {spec.flavor} {level} holds {spec.min_workers} workers"
             f" of {spec.gpus_per_worker} GPUs (at most {best})",
         )
     return None

@@ -92,6 +92,14 @@ def replay_command(
             " to compare on the same jobs.",
         ),
     ] = False,
+    rigid: Annotated[
+        bool,
+        typer.Option(
+            "--rigid",
+            help="Each elastic gang runs as a rigid gang of its max, the size the trace recorded"
+            " (as the baselines always do): elasticity off, to compare on the same jobs.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a GPU-cluster trace through Rota's policy (or a baseline) on a virtual clock."""
     from rota_policy.sim.replay import POLICY_NAMES, PROBE_LABEL, load, replay_run
@@ -128,7 +136,7 @@ def replay_command(
 
         for name in policies:
             runs.append(replay_run(jobs, config, name, progress=progress, eta_probes=eta_probes,
-                                   first_flavor=first_flavor))
+                                   first_flavor=first_flavor, rigid=rigid))
     results = [run.result for run in runs]
     _out.print(_table(results, f"{trace.name} on {scenario}: {len(jobs):,} jobs"))
     if json_out is not None:
@@ -162,6 +170,15 @@ def convert_trace_command(
             " `rota replay --whole-gpus` gives them their GPU whole, for a comparison).",
         ),
     ] = False,
+    elastic: Annotated[
+        bool,
+        typer.Option(
+            "--elastic",
+            help="With --hetero: 30% of multi-worker training jobs become elastic gangs of half"
+            " their workers to all of them (`min-max` in the workers column; a fixed rule:"
+            " `rota replay --rigid` runs them rigid, for a comparison).",
+        ),
+    ] = False,
 ) -> None:
     """Write a Philly trace in the rota-csv format (`rota replay --format rota-csv`)."""
     from rota_policy.sim.hetero import hetero_jobs, hetero_quotas, hetero_shares
@@ -173,7 +190,7 @@ def convert_trace_command(
         _err.print("[red]--shares needs --hetero (the flavors that allow shares)[/red]")
         raise typer.Exit(2)
     if hetero:
-        jobs = hetero_jobs(jobs)
+        jobs = hetero_jobs(jobs, elastic=elastic)
     if shares:
         jobs = hetero_shares(jobs)
     count = write_rota_csv(jobs, out)

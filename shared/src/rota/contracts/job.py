@@ -105,6 +105,15 @@ class JobSpec(StrictModel):
         " lists them. Absent: `flavor` only.",
     )
     workers: StrictInt = Field(1, ge=1, le=MAX_WORKERS)
+    workers_min: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_WORKERS,
+        description="An elastic gang: the fewest workers it may run with, `workers` the most; it"
+        " starts at the largest size that fits, and may be shrunk towards this or grown back."
+        " `workers: {min: 2, max: 8}` on submission is the same as `workers: 8, workers_min: 2`."
+        " Absent: a rigid gang of `workers`.",
+    )
     gpus_per_worker: StrictInt = Field(1, ge=1, le=MAX_GPUS_PER_WORKER)
     resumable: StrictBool = False
     declared_runtime_s: StrictInt | None = Field(None, ge=1, le=MAX_DECLARED_RUNTIME_S)
@@ -124,7 +133,40 @@ class JobSpec(StrictModel):
 
     @property
     def total_gpus(self) -> int:
+        """GPUs at its largest size (`workers`)."""
         return self.workers * self.gpus_per_worker
+
+    @property
+    def min_workers(self) -> int:
+        """The fewest workers it runs with: `workers_min`, or `workers` for a rigid gang."""
+        return self.workers if self.workers_min is None else self.workers_min
+
+    @model_validator(mode="before")
+    @classmethod
+    def _worker_range(cls, data: Any) -> Any:
+        """`workers: {min, max}` is `workers: max, workers_min: min` (DECISIONS 70)."""
+        if not isinstance(data, dict) or not isinstance(data.get("workers"), dict):
+            return data
+        given = data["workers"]
+        unknown = sorted(set(given) - {"min", "max"})
+        if unknown or "min" not in given or "max" not in given:
+            raise ValueError("workers: an elastic range is {min: N, max: M}, both given, nothing else")
+        if "workers_min" in data:
+            raise ValueError("workers_min: give it or workers: {min, max}, not both")
+        for key in ("min", "max"):
+            value = given[key]
+            if type(value) is not int:
+                raise ValueError(f"workers.{key}: must be a whole number")
+            if not 1 <= value <= MAX_WORKERS:
+                raise ValueError(f"workers.{key}: must be between 1 and {MAX_WORKERS}")
+        return {**data, "workers": given["max"], "workers_min": given["min"]}
+
+    @model_validator(mode="after")
+    def _min_at_most_max(self) -> JobSpec:
+        if self.workers_min is not None and self.workers_min > self.workers:
+            raise ValueError(
+                f"workers: min {self.workers_min} is above max {self.workers}")
+        return self
 
     @model_validator(mode="after")
     def _topology_or_rack(self) -> JobSpec:
