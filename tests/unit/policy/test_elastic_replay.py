@@ -53,7 +53,7 @@ def test_an_elastic_victim_is_shrunk_then_grows_back() -> None:
     assert (sim.shrinks, sim.grows, sim.preemptions) == (1, 1, 1)
     figures = metrics(sim, 0.0)["elastic"]
     assert (figures["jobs"], figures["shrinks"], figures["grows"], figures["started_below_max"]) == (1, 1, 1, 1)
-    assert sim.busy == 0 and all(len(free) == 8 for free in sim.node_free)  # every GPU came back
+    assert sim.accounts.busy == 0 and all(len(free) == 8 for free in sim.node_free)  # every GPU came back
 
 
 def test_rigid_the_same_gang_is_stopped_and_waits() -> None:

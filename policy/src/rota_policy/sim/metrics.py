@@ -90,8 +90,9 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         for j in jobs
         if (eta := at_submit.get(j.t.job_id)) is not None and j.first_start is not None
     ]
-    start, end = sim.window
+    start, end = sim.accounts.window
     span = max(end - start, 1e-9)
+    busy = sim.accounts.busy_gpu_s
     return {
         "policy": sim.policy_name,
         "jobs": len(jobs),
@@ -103,8 +104,8 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         "p50_wait_s_by_tier": {k: _percentile(v, 0.50) for k, v in by_tier.items()},
         "p95_wait_s_by_tier": {k: _percentile(v, 0.95) for k, v in by_tier.items()},
         "max_wait_s": max(waits, default=0.0),
-        "utilization": sim.busy_gpu_s / (sim.capacity * span),
-        "goodput": max(0.0, sim.busy_gpu_s - sim.lost_gpu_s - sim.overhead_gpu_s) / (sim.capacity * span),
+        "utilization": busy / (sim.capacity * span),
+        "goodput": max(0.0, busy - sim.lost_gpu_s - sim.overhead_gpu_s) / (sim.capacity * span),
         "preemptions": sim.preemptions,
         "preemptions_by_victim_tier": dict(sim.victims_by_tier),
         "preemption_deferred_jobs": len(sim.deferred_jobs),
@@ -114,10 +115,10 @@ def metrics(sim: Simulator, wall_s: float) -> dict[str, Any]:
         ),
         "lost_gpu_hours": sim.lost_gpu_s / 3600.0,
         "preemption_overhead_gpu_hours": sim.overhead_gpu_s / 3600.0,
-        "fairness_error": sim.fairness.value,
-        "fairness_samples": sim.fairness.count,
-        "long_term_fairness_error": sim.long_term_fairness.value,
-        "teams_waiting_samples": sim.teams_waiting_samples,
+        "fairness_error": sim.accounts.fairness.value,
+        "fairness_samples": sim.accounts.fairness.count,
+        "long_term_fairness_error": sim.accounts.long_term_fairness.value,
+        "teams_waiting_samples": sim.accounts.teams_waiting_samples,
         "eta_median_rel_error": statistics.median(errors) if errors else 0.0,
         **_eta_quality(sim),
         **_budgets(sim),
@@ -137,14 +138,14 @@ def _shares(sim: Simulator) -> dict[str, Any]:
         return {}
     shares = [j for j in sim.jobs if j.t.share]
     done = [j for j in sim.jobs if j.finish is not None]
-    held_h = sim.held_gpu_s / 3600.0
-    last = max((j.finish for j in done if j.finish is not None), default=sim.window[0])
+    held_h = sim.accounts.held_gpu_s / 3600.0
+    last = max((j.finish for j in done if j.finish is not None), default=sim.accounts.window[0])
     return {"gpu_shares": {
         "share_jobs": len(shares),
         "share_jobs_avg_wait_s": _mean([j.wait for j in shares]),
         "held_gpu_hours": held_h,
         "jobs_per_gpu_hour": len(done) / held_h if held_h > 0 else 0.0,
-        "makespan_s": last - sim.window[0],
+        "makespan_s": last - sim.accounts.window[0],
     }}
 
 

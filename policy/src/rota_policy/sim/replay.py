@@ -115,7 +115,7 @@ def replay_run(
     waits: dict[str, list[float]] = {}
     for job in sim.jobs:
         waits.setdefault(job.t.tier.value, []).append(job.wait)
-    return ReplayRun(result, waits, sim.timeline, sim.capacity)
+    return ReplayRun(result, waits, sim.accounts.timeline, sim.capacity)
 
 
 PROBE_LABEL = "(ETA probes)"

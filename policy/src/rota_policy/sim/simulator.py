@@ -18,22 +18,20 @@ from rota.contracts.job import RackAffinity
 
 from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
 from rota_policy.decisions import Decisions
-from rota_policy.fairshare import accrue, usage_share_gap, water_fill
 from rota_policy.layout import layout_of
 from rota_policy.model import NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
 from rota_policy.runtimes import RuntimeScale
+from rota_policy.sim.accounts import Accounts
 from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
 from rota_policy.sim.nodebook import NodeBook
 from rota_policy.sim.queues import QueueKey, SimQueues
-from rota_policy.sim.simjob import EVICTIONS, Mean, SimJob
+from rota_policy.sim.simjob import EVICTIONS, SimJob
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, RESTART_S, TraceJob
 from rota_policy.topology import job_topology
 
 __all__ = ["Simulator"]
 
-FAIRNESS_SAMPLE_S = 300.0
-TIMELINE_S = 3600.0
 _FINISH, _STOP, _CYCLE = 0, 1, 2
 
 
@@ -87,24 +85,8 @@ class Simulator:
 
     def _init_accounting(self, trace: list[TraceJob], quotas: dict[str, int]) -> None:
         teams = sorted({t.team for t in trace})
-        self.running_gpus: dict[str, float] = dict.fromkeys(teams, 0)
-        self.in_use: dict[tuple[str, str], float] = {}
-        """GPUs that runs hold per (team, flavor), a share as its fraction."""
-        self.pending_gpus: dict[str, float] = dict.fromkeys(teams, 0)
-        self.usage = {team: (0.0, 0.0) for team in teams}  # (decayed GPU-s, as of time)
-        self.weights = {team: float(quotas.get(team, 0) or 1) for team in teams}
-        self.busy: float = 0
-        self.busy_gpu_s = 0.0
-        self.held_gpu_s = 0.0
-        """GPU-seconds held over the whole replay (a shared GPU counts whole)."""
-        self.window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
-        self.fairness, self.long_term_fairness = Mean(), Mean()
-        self.teams_waiting_samples = 0
-        """Samples of the long-term error at which two or more teams had unmet demand."""
-        self.next_sample = 0.0
-        self.timeline: list[tuple[float, float]] = []
-        self.next_timeline = 0.0
-        self.clock = 0.0
+        window = (trace[0].submit, trace[-1].submit) if trace else (0.0, 0.0)
+        self.accounts = Accounts(teams, quotas, window, self.capacity, self.config.half_life_s)
         self.preemptions = 0
         self.shrinks = 0
         """Elastic runs shrunk instead of stopped (DECISIONS 73); each is also one of `preemptions`."""
@@ -136,7 +118,7 @@ class Simulator:
         report_every = max(1, n // 200)
         while i < n or events:
             t = min(jobs[i].t.submit if i < n else math.inf, events[0][0] if events else math.inf)
-            self._advance(t)
+            self.accounts.advance(t, self.nodes.held)
             dirty = False
             while i < n and jobs[i].t.submit == t:
                 self._submit(jobs[i], t)
@@ -174,42 +156,6 @@ class Simulator:
         if self.progress_cb is not None:
             self.progress_cb(1.0)
 
-    def _advance(self, t: float) -> None:
-        """Integrate busy GPUs and take fairness samples over [clock, t), state unchanged."""
-        start, end = self.window
-        lo, hi = max(self.clock, start), min(t, end)
-        if hi > lo:
-            self.busy_gpu_s += self.busy * (hi - lo)
-        if t > self.clock:
-            self.held_gpu_s += self.nodes.held * (t - self.clock)
-        if t >= self.next_sample:
-            count = int((t - self.next_sample) // FAIRNESS_SAMPLE_S) + 1
-            self.next_sample += count * FAIRNESS_SAMPLE_S
-            demand = {team: self.running_gpus[team] + self.pending_gpus[team] for team in self.running_gpus}
-            if sum(demand.values()) >= self.capacity:
-                fair = water_fill(self.capacity, demand, self.weights)
-                error = sum(abs(self.running_gpus[team] - fair[team]) for team in fair) / (2 * self.capacity)
-                self.fairness.add(error, count)
-            gap = self._long_term_error(t)
-            self.long_term_fairness.add(gap or 0.0, count)
-            self.teams_waiting_samples += count if gap is not None else 0
-        while t >= self.next_timeline:
-            self.timeline.append((self.next_timeline, self.busy))
-            self.next_timeline += TIMELINE_S
-        self.clock = t
-
-    def _long_term_error(self, t: float) -> float | None:
-        """`usage_share_gap` of the decayed usage of the teams with unmet demand: fairness as
-        users define it, no team monopolising GPUs over the long run, whatever the split at
-        this instant."""
-        hl = self.config.half_life_s
-        used = {}
-        for team, gpus in self.pending_gpus.items():
-            if gpus > 0:
-                value, since = self.usage[team]
-                used[team] = accrue(value, self.running_gpus[team], t - since, hl)
-        return usage_share_gap(used, self.weights)
-
     # ------------------------------------------------------------ state changes
 
     def flavors_of(self, tj: TraceJob) -> tuple[str, ...]:
@@ -245,7 +191,7 @@ class Simulator:
         job.pending = pj
         job.pending_since = t
         self.queues.add(self._queue_key(job), pj)
-        self.pending_gpus[tj.team] += tj.demand
+        self.accounts.pending_gpus[tj.team] += tj.demand
         if self.budgets is not None:
             self.budgets.enqueued(tj.team, pj.flavor, tj.job_id)
 
@@ -254,22 +200,11 @@ class Simulator:
         assert pj is not None
         self.queues.remove(self._queue_key(job), pj)
         job.pending = None
-        self.pending_gpus[job.t.team] -= job.t.demand
+        self.accounts.pending_gpus[job.t.team] -= job.t.demand
 
     def _submit(self, job: SimJob, t: float) -> None:
         self._enqueue(job, t)
         self.new_ids.add(job.t.job_id)
-
-    def _set_usage(self, team: str, flavor: str, t: float, delta: float) -> None:
-        value, since = self.usage[team]
-        self.usage[team] = (accrue(value, self.running_gpus[team], t - since, self.config.half_life_s), t)
-        self.running_gpus[team] += delta
-        left = self.in_use.get((team, flavor), 0) + delta
-        if left:
-            self.in_use[(team, flavor)] = left
-        else:
-            del self.in_use[(team, flavor)]
-        self.busy += delta
 
     def _start(self, job: SimJob, placement: tuple[Slot, ...], t: float, flavor: str) -> None:
         tj = job.t
@@ -313,7 +248,7 @@ class Simulator:
         if flavor != self.flavors_of(tj)[0]:
             job.fallback_starts += 1
         self.runs[run.run_id] = run
-        self._set_usage(tj.team, flavor, t, demand)
+        self.accounts.set_usage(tj.team, flavor, t, demand)
         if self.budgets is not None:
             self.budgets.meter.started(run.run_id, tj.team, flavor, demand, t)
         job.epoch += 1
@@ -329,7 +264,7 @@ class Simulator:
         if self.budgets is not None:
             self.budgets.meter.stopped(run.run_id, t)
         job.run = None
-        self._set_usage(job.t.team, run.flavor, t, -run.demand)
+        self.accounts.set_usage(job.t.team, run.flavor, t, -run.demand)
 
     def _finish(self, job: SimJob, t: float) -> None:
         self._release(job, t)
@@ -415,11 +350,7 @@ class Simulator:
     # ------------------------------------------------------------ the cycle
 
     def _snapshot(self, t: float) -> Snapshot:
-        hl = self.config.half_life_s
-        usage = {
-            team: accrue(value, self.running_gpus[team], t - since, hl)
-            for team, (value, since) in self.usage.items()
-        }
+        usage = self.accounts.decayed_usage(t)
         self.explained_new = frozenset(self.new_ids)
         self.new_ids.clear()
         explain = self.explained_new.union(self.etas.due(t))
@@ -431,7 +362,7 @@ class Simulator:
             plans=tuple(self.plans.values()),
             explain=explain,
             runtime_scale=self.runtime_scale.value,
-            in_use=dict(self.in_use),
+            in_use=dict(self.accounts.in_use),
             layout=self.layout,
             budget_used=self._budget_used(t),
         )
