@@ -36,7 +36,7 @@ from rota.bus.partition import Partition, PartitionKey
 from rota.bus.query import answer_query
 from rota.clock import Clock, SystemClock
 from rota.contracts import messages as m
-from rota.contracts.subjects import deadletter, ping
+from rota.contracts.subjects import deadletter, ping, replica_ping
 from rota.db import migrate
 from rota.db.engine import make_engine
 from rota.db.outbox import Outbox, OutboxRelay
@@ -97,6 +97,9 @@ class RotaService:
             after_shutdown=[self._after_shutdown],
         )
         self.broker.subscriber(ping(name), include_in_schema=False)(self._pong)
+        if not self.partition.single:  # `rota up` waits for each replica by its own subject
+            self.broker.subscriber(replica_ping(name, self.partition.index),
+                                   include_in_schema=False)(self._pong)
         self.dead_letters = DeadLetters(schema=name)
         # A queue group: a leader and its standby share one table, so one of them answers.
         self.broker.subscriber(deadletter(name), queue=f"{name}-deadletter",
