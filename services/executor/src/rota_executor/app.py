@@ -7,6 +7,10 @@ Consumers, each handler thin (the work is in `runs.Executor`):
 - `executor-checkpoints` `rota.run.checkpoint.*`       a run's reports: core request/reply, on no
                                                         stream, since they carry its token
 - `executor-control`     `rota.ctl.run.>`              notices, which the simulator answers
+
+With several replicas (`ROTA_REPLICAS`), start, stop and control are partitioned by run id
+(`rota.bus.partition`): a run's stop and notices reach the replica that started it, which is
+the one that adopts it after a restart.
 """
 
 from __future__ import annotations
