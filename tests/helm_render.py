@@ -6,7 +6,7 @@ this, and says so. It supports only what the chart uses, and fails loudly on any
 - `range $k, $v := pipeline` over a map (in key order, as Go does), `if` / `else`, `end`;
 - values: `.Values.a.b`, `.Release.Name`, `.Release.Namespace`, `.Chart.*`, `$`, `$var.a`,
   "strings", numbers, `( pipeline )`;
-- functions: quote, nindent, default, printf (%s only), eq, base, trimSuffix,
+- functions: quote, nindent, default, printf (%s only), eq, ne, gt, and, fail, base, trimSuffix,
   `.Files.Get`, `.Files.Glob`.
 """
 
@@ -76,6 +76,10 @@ FUNCS: dict[str, Any] = {
     "default": lambda fallback, value=None: value if value not in (None, "", [], {}, False) else fallback,
     "printf": lambda fmt, *args: fmt.replace("%s", "{}").format(*args),
     "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "gt": lambda a, b: a > b,
+    "and": lambda *args: next((a for a in args if not a), args[-1]),
+    "fail": lambda message: (_ for _ in ()).throw(TemplateError(f"fail: {message}")),
     "base": posixpath.basename,
     "trimSuffix": lambda suffix, value: value[: -len(suffix)] if value.endswith(suffix) else value,
 }
@@ -191,12 +195,15 @@ class Renderer:
                     out.append(text)
                 i = end + 1
             elif head == "if":
+                # Only the branch taken is rendered, as Go does (a `fail` elsewhere is inert).
                 condition = self._pipeline(tokens[1:], scope)
-                text, stop = self._block(pieces, i + 1, scope)
-                alternative, end = "", stop
-                if pieces[stop][1].strip() == "else":
-                    alternative, end = self._block(pieces, stop + 1, scope)
-                out.append(text if condition not in (None, "", False, 0, [], {}) else alternative)
+                stop = self._skip(pieces, i + 1, at_else=True)
+                has_else = pieces[stop][1].strip() == "else"
+                end = self._skip(pieces, stop + 1) if has_else else stop
+                if condition not in (None, "", False, 0, [], {}):
+                    out.append(self._block(pieces, i + 1, scope)[0])
+                elif has_else:
+                    out.append(self._block(pieces, stop + 1, scope)[0])
                 i = end + 1
             else:
                 value = self._pipeline(tokens, scope)
@@ -204,8 +211,8 @@ class Renderer:
                 i += 1
         return "".join(out), i
 
-    def _skip(self, pieces: list[tuple[str, str]], i: int) -> int:
-        """The index of the `end` that closes the block starting at `i`."""
+    def _skip(self, pieces: list[tuple[str, str]], i: int, *, at_else: bool = False) -> int:
+        """The index of the `end` that closes the block starting at `i` (or of its `else`)."""
         depth = 0
         while i < len(pieces):
             kind, body = pieces[i]
@@ -217,6 +224,8 @@ class Renderer:
                     if depth == 0:
                         return i
                     depth -= 1
+                elif head == "else" and at_else and depth == 0:
+                    return i
             i += 1
         raise TemplateError("missing {{ end }}")
 

@@ -113,3 +113,34 @@ def test_the_console_is_a_deployment_and_a_service_with_its_own_identity() -> No
     assert service["spec"]["ports"][0]["port"] == 8089
     assert not [d for d in render_chart(CHART, {"console": {"enabled": False}})
                 if d["metadata"]["name"] == "rota-console"]
+
+
+def test_replicas_of_partitioned_services_are_statefulsets_that_know_their_index() -> None:
+    values = {"services": {"submission": {"replicas": 2}, "executor": {"replicas": 3},
+                           "ledger": {"replicas": 2}}}
+    docs = render_chart(CHART, values)
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+    sets = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+            for d in by_kind(docs, "StatefulSet")}
+    assert sets.keys() == {"submission", "executor", "ledger"}
+    for name, count in (("submission", 2), ("executor", 3), ("ledger", 2)):
+        spec = sets[name]["spec"]
+        assert spec["replicas"] == count and spec["podManagementPolicy"] == "Parallel"
+        env = {e["name"]: e for e in spec["template"]["spec"]["containers"][0]["env"]}
+        assert env["ROTA_REPLICAS"]["value"] == str(count)
+        assert env["ROTA_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+            "metadata.labels['apps.kubernetes.io/pod-index']")
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]
+                   for d in by_kind(docs, "Deployment")}
+    # One replica, or the scheduler's leader and standby: a Deployment, with no index.
+    assert deployments == {"notifier", "preemption", "scheduler", "console"}
+    scheduler = next(d for d in by_kind(docs, "Deployment")
+                     if d["metadata"]["labels"]["app.kubernetes.io/component"] == "scheduler")
+    env = {e["name"] for e in scheduler["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "ROTA_REPLICAS" not in env and "ROTA_REPLICA" not in env
+
+
+def test_more_than_one_coordinator_is_refused() -> None:
+    with pytest.raises(TemplateError, match="the coordinator runs as one instance"):
+        render_chart(CHART, {"services": {"preemption": {"replicas": 2}}})

@@ -32,10 +32,11 @@ from rota.bus.batch import (
 )
 from rota.bus.broker import ensure_streams, make_broker
 from rota.bus.deadletter import DeadLetters
+from rota.bus.partition import Partition, PartitionKey
 from rota.bus.query import answer_query
 from rota.clock import Clock, SystemClock
 from rota.contracts import messages as m
-from rota.contracts.subjects import deadletter, ping
+from rota.contracts.subjects import deadletter, ping, replica_ping
 from rota.db import migrate
 from rota.db.engine import make_engine
 from rota.db.outbox import Outbox, OutboxRelay
@@ -76,6 +77,8 @@ class RotaService:
             self._endpoints.nats_url if self._endpoints else "nats://127.0.0.1:4222",
             name=name,
         )
+        self.partition = Partition.from_settings(self.settings)
+        """Which replica of its service this process is (`rota.bus.partition`)."""
         self.outbox = Outbox(schema=name)
         register_metrics(name)
         self.metrics_port: int | None = None
@@ -94,6 +97,9 @@ class RotaService:
             after_shutdown=[self._after_shutdown],
         )
         self.broker.subscriber(ping(name), include_in_schema=False)(self._pong)
+        if not self.partition.single:  # `rota up` waits for each replica by its own subject
+            self.broker.subscriber(replica_ping(name, self.partition.index),
+                                   include_in_schema=False)(self._pong)
         self.dead_letters = DeadLetters(schema=name)
         # A queue group: a leader and its standby share one table, so one of them answers.
         self.broker.subscriber(deadletter(name), queue=f"{name}-deadletter",
@@ -119,8 +125,20 @@ class RotaService:
     async def _dead_letter(self, msg: Msg, consumer: str, exc: BaseException) -> None:
         await self.dead_letters.record(self.engine, msg, consumer, exc)
 
+    def _partitioned(self, durable: str, key: PartitionKey | None, whole: bool
+                     ) -> tuple[str, Callable[[Msg], bool] | None, str | None]:
+        """The durable, filter and family of a consumer split among this service's replicas
+        by `key` (or, `whole`, one that sees every message and filters them itself); with one
+        replica, the plain durable."""
+        if self.partition.single or (key is None and not whole):
+            return durable, None, None
+        partition = self.partition
+        keep = None if key is None else (lambda msg: partition.owns(key(msg)))
+        return partition.durable(durable), keep, durable
+
     def js_subscriber(
-        self, subject: str, *, stream: str, durable: str, batch_size: int = 32
+        self, subject: str, *, stream: str, durable: str, batch_size: int = 32,
+        partition_key: PartitionKey | None = None,
     ) -> Callable[[MessageHandler], MessageHandler]:
         """A durable pull consumer with manual acks: ack on success, delayed nak on failure.
 
@@ -128,26 +146,37 @@ class RotaService:
         retried in place; any other failure is retried up to `ROTA_MAX_DELIVER` deliveries,
         then kept in the dead letter (see `rota.bus.batch.Retry`). A handler may ack or nack
         its message itself; nothing is sent for it after that.
+
+        `partition_key`: with several replicas, each has its own durable and handles the
+        messages whose key hashes to it, in order (`rota.bus.partition`). Without it, the
+        replicas share one durable: JetStream hands each message to one of them.
         """
+        name, keep, family = self._partitioned(durable, partition_key, False)
 
         def register(handler: MessageHandler) -> MessageHandler:
             self._consumers.append(message_consumer(
-                subject, stream, durable, batch_size, handler, max_ack_pending=1000))
+                subject, stream, name, batch_size, handler, max_ack_pending=1000, keep=keep,
+                family=family))
             return handler
 
         return register
 
     def js_batch_subscriber(
-        self, subject: str, *, stream: str, durable: str, batch_size: int = 256
+        self, subject: str, *, stream: str, durable: str, batch_size: int = 256,
+        partition_key: PartitionKey | None = None, partitioned: bool = False,
     ) -> Callable[[BatchHandler], BatchHandler]:
         """Like `js_subscriber`, for handlers that fold a whole pull batch in one transaction.
 
         A batch is acked or retried as a whole, so such a handler must be idempotent per
-        message (a retried batch replays messages it had already applied).
+        message (a retried batch replays messages it had already applied). `partitioned`
+        (with no key): a durable per replica that gets every message, for a handler that
+        keeps only what `service.partition` owns itself.
         """
+        name, keep, family = self._partitioned(durable, partition_key, partitioned)
 
         def register(handler: BatchHandler) -> BatchHandler:
-            self._consumers.append(batch_consumer(subject, stream, durable, batch_size, handler))
+            self._consumers.append(batch_consumer(subject, stream, name, batch_size, handler,
+                                                  keep=keep, family=family))
             return handler
 
         return register
@@ -185,6 +214,8 @@ class RotaService:
             self.broker,
             poll_interval_s=self.settings.outbox_poll_interval_s,
             batch_size=self.settings.outbox_batch_size,
+            # Replicas share the outbox table: one drain at a time keeps the stream in its order.
+            serialized=not self.partition.single,
         )
 
     async def _after_startup(self) -> None:
@@ -194,15 +225,18 @@ class RotaService:
             "published outbox rows and processed-message records", self.relay.prune, self.clock,
             self.settings.inbox_retention_s, self.settings.decision_prune_interval_s,
         ), name=f"{self.name}-prune")
-        js = self.broker.connection.jetstream()
+        self._consumer_tasks = [self.start_consumer(consumer) for consumer in self._consumers]
+        log.info("%s: ready%s", self.name,
+                 "" if self.partition.single else f" (replica {self.partition.label})")
+
+    def start_consumer(self, consumer: PullConsumer) -> asyncio.Task[None]:
+        """Run `consumer` with the service's retry rules and sender check, until its task is
+        cancelled; for consumers started and stopped while the service runs (the ledger's
+        per-flavor ones follow their leases)."""
         retry = Retry(self.settings.retry_delay_s, self.settings.max_deliver, self._dead_letter)
-        self._consumer_tasks = [
-            asyncio.create_task(consumer.run(js, ack_wait_s=self.settings.ack_wait_s,
-                                             retry=retry, senders=self.senders),
-                                name=consumer.durable)
-            for consumer in self._consumers
-        ]
-        log.info("%s: ready", self.name)
+        return asyncio.create_task(consumer.run(
+            self.broker.connection.jetstream(), ack_wait_s=self.settings.ack_wait_s,
+            retry=retry, senders=self.senders), name=consumer.durable)
 
     async def _on_shutdown(self) -> None:
         tasks = [*self._consumer_tasks, self._relay_task, self._prune_task]

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     metrics_host: str = Field(
         "127.0.0.1", description="The address /metrics binds; 0.0.0.0 in a container."
     )
+    # Scale-out (issue 17): this process is replica `replica` of `replicas` of its service.
+    replicas: int = Field(
+        1, ge=1, le=64, description="How many replicas of this service run: its partitioned "
+        "consumers split the jobs by hash (README, Scale-out).")
+    replica: int = Field(0, ge=0, le=63, description="This replica's index, 0 .. replicas-1.")
+    ledger_lease_ttl_s: float = Field(
+        6.0, ge=1, description="With several ledger replicas: a flavor whose owner stops "
+        "renewing its lease is taken over this soon after.")
     scheduler_tick_s: float = Field(2.0, gt=0, description="A cycle at least this often.")
     scheduler_debounce_s: float = Field(0.05, ge=0, description="Events this close share a cycle.")
     scheduler_lease_ttl_s: float = Field(6.0, ge=1, description="A standby leads this soon after.")
@@ -148,6 +156,13 @@ class Settings(BaseSettings):
         7 * 86_400.0, ge=0,
         description="How long published outbox rows and processed-message ids are kept (0: forever).",
     )
+
+    @model_validator(mode="after")
+    def _replica_in_range(self) -> Settings:
+        if self.replica >= self.replicas:
+            raise ValueError(f"ROTA_REPLICA={self.replica} must be below ROTA_REPLICAS="
+                             f"{self.replicas}")
+        return self
 
     @property
     def runtime_file(self) -> Path:

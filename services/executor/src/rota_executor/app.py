@@ -7,6 +7,10 @@ Consumers, each handler thin (the work is in `runs.Executor`):
 - `executor-checkpoints` `rota.run.checkpoint.*`       a run's reports: core request/reply, on no
                                                         stream, since they carry its token
 - `executor-control`     `rota.ctl.run.>`              notices, which the simulator answers
+
+With several replicas (`ROTA_REPLICAS`), start, stop and control are partitioned by run id
+(`rota.bus.partition`): a run's stop and notices reach the replica that started it, which is
+the one that adopts it after a restart.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
+from rota.bus.partition import by_run
 from rota.config import RotaConfig, load_config
 from rota.contracts import subjects as s
 from rota.endpoints import resolve
@@ -75,12 +80,14 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     executor = Executor(service, config.expanded_nodes())
     background: list[asyncio.Task[None]] = []
 
-    @service.js_subscriber(s.RUN_START, stream=s.STREAM_CMD, durable="executor-start")
+    @service.js_subscriber(s.RUN_START, stream=s.STREAM_CMD, durable="executor-start",
+                           partition_key=by_run)
     async def start_run(msg: Msg) -> None:
         """StartRun: record the run and `RunStarted`, then launch it."""
         await executor.start(msg.data)
 
-    @service.js_subscriber(s.RUN_STOP, stream=s.STREAM_CMD, durable="executor-stop")
+    @service.js_subscriber(s.RUN_STOP, stream=s.STREAM_CMD, durable="executor-stop",
+                           partition_key=by_run)
     async def stop_run(msg: Msg) -> None:
         """StopRun: SIGTERM then SIGKILL (local), or end the simulation; then `RunStopped`."""
         await executor.stop(msg.data)
@@ -91,7 +98,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         as `RunCheckpointed`, then answered."""
         return await executor.report_checkpoint(msg.body)
 
-    @service.js_subscriber(CONTROL_ALL, stream=s.STREAM_CTL, durable="executor-control")
+    @service.js_subscriber(CONTROL_ALL, stream=s.STREAM_CTL, durable="executor-control",
+                           partition_key=by_run)
     async def run_notice(msg: Msg) -> None:
         """PreemptionNotice: the simulator saves and acknowledges like a real job."""
         await executor.notice_seen(msg.data)

@@ -320,7 +320,9 @@ class Executor:
         """Take over the runs that were live when the executor last stopped."""
         backend = self._backend
         async with self.service.engine.connect() as conn:
-            live = await store.live_runs(conn)
+            # With several replicas, each adopts the runs its partition starts and stops.
+            live = [run for run in await store.live_runs(conn)
+                    if self.service.partition.owns(run.run_id)]
         for run in live:
             if run.backend != backend.name:
                 await self.ended(run.run_id, Exit(None, (

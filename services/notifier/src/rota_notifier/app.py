@@ -19,6 +19,7 @@ from pathlib import Path
 
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
+from rota.bus.partition import by_job
 from rota.clock import Clock
 from rota.config import RotaConfig, load_config
 from rota.contracts.subjects import STREAM_EVT
@@ -93,7 +94,11 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
                     " ROTA_SMTP_HOST): notifications are not recorded")
     dispatching: list[asyncio.Task[None]] = []
 
-    @service.js_subscriber("rota.evt.>", stream=STREAM_EVT, durable=CONSUMER, batch_size=128)
+    # Replicas: a job's events go to one replica by the job's hash, in order; the rest (a
+    # budget report, a completed plan) to replica 0. The dispatcher claims due rows with
+    # SKIP LOCKED, so replicas share the sending.
+    @service.js_subscriber("rota.evt.>", stream=STREAM_EVT, durable=CONSUMER, batch_size=128,
+                           partition_key=by_job)
     async def notify(msg: Msg) -> None:
         """Record the notifications an event calls for; the dispatcher sends them."""
         await notifier.ingest.handle(msg.data)

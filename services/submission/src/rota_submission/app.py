@@ -10,6 +10,7 @@ from pathlib import Path
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
+from rota.bus.partition import by_job
 from rota.bus.query import api_error, internal_error
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, envelope, parse
@@ -48,18 +49,22 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         """SubmitJob: validate, authorise, record the jobs and their `JobSubmitted` atomically."""
         await commands.submit_batch([(msg.data, raw_origin(msg)) for msg in batch])
 
-    @service.js_subscriber(s.CANCEL_ALL, stream=s.STREAM_CMD, durable="submission-cancel")
+    # Replicas (README, Scale-out): submissions are shared out by JetStream (each is keyed
+    # by its submission id and order-free); a job's cancels and its events go to one replica
+    # by the job's hash, in order.
+    @service.js_subscriber(s.CANCEL_ALL, stream=s.STREAM_CMD, durable="submission-cancel",
+                           partition_key=by_job)
     async def cancel_job(msg: Msg) -> None:
         """CancelJob: cancel a job of the subject's team."""
         await commands.cancel(msg.data, raw_origin(msg))
 
     @service.js_batch_subscriber("rota.evt.>", stream=s.STREAM_EVT,
-                                 durable="submission-projection")
+                                 durable="submission-projection", partitioned=True)
     async def project_events(batch: list[Msg]) -> None:
         """Fold every job event into the read model, a pull batch per transaction; then the
         new ones go on their teams' feeds."""
         fed = await project_batch(service.engine, [msg.data for msg in batch],
-                                  max_bytes=max_bytes)
+                                  max_bytes=max_bytes, owns=service.partition.owns)
         nc = service.broker.connection
         try:
             for item in fed:

@@ -4,6 +4,7 @@ and the new ones of each job handed on to its team's feed (`rota_submission.feed
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from rota.contracts import ContractError, Envelope, parse_any
@@ -17,14 +18,22 @@ from rota_submission.feed import FeedItem, feed_items
 log = logging.getLogger("rota.submission.projection")
 
 
-async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: int
-                        ) -> list[FeedItem]:
+def _everything(job_id: str | None) -> bool:
+    return True
+
+
+async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: int,
+                        owns: Callable[[str | None], bool] = _everything) -> list[FeedItem]:
     """Apply a batch of events in one transaction (the read model's hot path: about six
     events per job). Idempotent per event, so a retried batch changes nothing twice.
 
     The history rows of the whole batch go in with one statement; only events that are new
     for their job and can change its state then touch the job's row. Returns what the teams'
     feeds get: the events new for their job, each once, for the caller to publish after commit.
+
+    `owns`: with several replicas, the jobs this one folds (`rota.bus.partition`); what
+    concerns no job (None) is replica 0's. An event about several jobs (a plan) is folded
+    into each by the replica that owns it, so every job has one writer, in stream order.
     """
     facts: list[tuple[Envelope[Any], dict[str, Any], str]] = []
     positions: dict[str, int] = {}
@@ -44,12 +53,13 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
         # read model, and so `rota trace`, never keeps one.
         data.pop("run_token", None)
         positions.setdefault(env.id, position)
-        if env.job_id is None and env.type == "JobRejected":
+        if env.job_id is None and env.type == "JobRejected" and owns(None):
             jobless.append((position, env, data))
-        if isinstance(env.data, m.BudgetUsageRecorded):
+        if isinstance(env.data, m.BudgetUsageRecorded) and owns(None):
             as_of = env.data.as_of
             budgets.extend({**use.model_dump(), "as_of": as_of} for use in env.data.budgets)
-        facts.extend((env, data, job_id) for job_id in related_jobs(env.type, data, env.job_id))
+        facts.extend((env, data, job_id) for job_id in related_jobs(env.type, data, env.job_id)
+                     if owns(job_id))
     if budgets:
         async with engine.begin() as conn:
             await store.record_budget_use(conn, budgets)

@@ -63,6 +63,8 @@ SERVICE_REQUESTS: dict[str, tuple[str, ...]] = {
     # its lease in a KV bucket.
     "scheduler": ("rota.sys.ledger.allocations", "$KV.rota_scheduler_lease.>"),
     "preemption": ("rota.ctl.run.*",),
+    # Ledger replicas own their flavors by leases in a KV bucket (rota_ledger.owners).
+    "ledger": ("$KV.rota_ledger_lease.>",),
     # Each team's live feed of its own jobs' events (rota_submission.feed).
     "submission": (f"{FEED_PREFIX}.>",),
 }

@@ -63,10 +63,24 @@ class Result:
                                       / self.jetstream_ceiling_msgs_per_s, 3),
             "messages_per_job": round(self.messages_per_job, 2),
             "wall_s": round(self.wall_s, 1),
-            "cpu_s_per_job": {name: round(s, 5) for name, s in self.cpu_s_per_job.items()},
+            "cpu_s_per_job": {name: round(s, 5) for name, s in per_service(
+                self.cpu_s_per_job).items()},
+            **({"cpu_s_per_job_by_replica": {name: round(s, 5) for name, s in
+                                             self.cpu_s_per_job.items()}}
+               if per_service(self.cpu_s_per_job).keys() != self.cpu_s_per_job.keys() else {}),
             **({"burst": self.jobs, "all_recorded_s": _round(self.all_recorded_s),
                 "all_granted_s": _round(self.all_granted_s)} if self.burst else {}),
         }
+
+
+def per_service(by_process: Mapping[str, float]) -> dict[str, float]:
+    """Each service's figure: its replicas' (`<service>-<i>`) summed."""
+    out: dict[str, float] = {}
+    for name, value in by_process.items():
+        head, _, tail = name.rpartition("-")
+        service = head if head and tail.isdigit() else name
+        out[service] = out.get(service, 0.0) + value
+    return out
 
 
 def _round(value: float | None) -> float | None:

@@ -31,6 +31,7 @@ from nats.js.errors import ServiceUnavailableError
 from opentelemetry.trace import Span, SpanKind
 
 from rota.auth.senders import SenderCheck
+from rota.bus.partition import start_of_new_durable, starting_at
 from rota.bus.trace_fill import job_id_of
 from rota.faults import crash_point, fail_point
 from rota.metrics import FORGED_MESSAGES
@@ -167,11 +168,19 @@ class PullConsumer:
     batch_size: int
     handle: Handle
     max_ack_pending: int = 10_000
+    keep: Callable[[Msg], bool] | None = None
+    """A partitioned consumer's filter (`rota.bus.partition`): the messages it is not for are
+    acked unhandled."""
+    family: str | None = None
+    """A partitioned durable's family: when new, it starts at their lowest ack floor."""
 
     async def run(self, js: JetStreamContext, *, ack_wait_s: float, retry: Retry,
                   senders: SenderCheck | None = None) -> None:
         config = ConsumerConfig(ack_wait=ack_wait_s, max_ack_pending=self.max_ack_pending,
                                 max_deliver=retry.max_deliver)
+        if self.family is not None:
+            config = starting_at(config, await start_of_new_durable(
+                js, self.stream, self.family, self.durable))
         sub = await js.pull_subscribe(
             self.subject, durable=self.durable, stream=self.stream, config=config)
         await self._upgrade(js, config)
@@ -187,6 +196,8 @@ class PullConsumer:
                     continue
                 if senders is not None:
                     batch = await believed(batch, senders, self.durable)
+                if self.keep is not None:
+                    batch = await self._own(batch, self.keep)
                 if batch:
                     await self.handle(batch, retry)
         finally:
@@ -194,6 +205,17 @@ class PullConsumer:
             # wait its whole timeout (30 s) for them; unacked, JetStream redelivers them anyway.
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    @staticmethod
+    async def _own(batch: list[Msg], keep: Callable[[Msg], bool]) -> list[Msg]:
+        """The messages of this replica's partition; the others are acked unread."""
+        kept = []
+        for msg in batch:
+            if keep(msg):
+                kept.append(msg)
+            else:
+                await msg.ack()
+        return kept
 
     async def _upgrade(self, js: JetStreamContext, config: ConsumerConfig) -> None:
         """`pull_subscribe` keeps an existing durable's config as it is; a durable made by an
@@ -210,7 +232,8 @@ class PullConsumer:
 
 
 def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
-                   handler: BatchHandler) -> PullConsumer:
+                   handler: BatchHandler, *, keep: Callable[[Msg], bool] | None = None,
+                   family: str | None = None) -> PullConsumer:
     """The whole batch to `handler` (one transaction), acked together. When the batch fails,
     each message is tried again alone, so one message that cannot be handled is nacked for a
     retry on its own instead of holding every message fetched with it back forever. (Bad
@@ -240,11 +263,13 @@ def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
         for msg in batch:
             await msg.ack()
 
-    return PullConsumer(subject, stream, durable, batch_size, handle)
+    return PullConsumer(subject, stream, durable, batch_size, handle, keep=keep, family=family)
 
 
 def message_consumer(subject: str, stream: str, durable: str, batch_size: int,
-                     handler: MessageHandler, *, max_ack_pending: int) -> PullConsumer:
+                     handler: MessageHandler, *, max_ack_pending: int,
+                     keep: Callable[[Msg], bool] | None = None,
+                     family: str | None = None) -> PullConsumer:
     """One message at a time, in stream order: each acked once its handler returns (unless
     the handler acked or nacked it itself), or nacked with a delay when it raises, so one
     failing message never holds up the others.
@@ -278,7 +303,8 @@ def message_consumer(subject: str, stream: str, durable: str, batch_size: int,
                 await retry.failed(msg, durable, exc)
                 return False
 
-    return PullConsumer(subject, stream, durable, batch_size, handle, max_ack_pending)
+    return PullConsumer(subject, stream, durable, batch_size, handle, max_ack_pending,
+                        keep=keep, family=family)
 
 
 def _consumer_span(msg: Msg, durable: str) -> AbstractContextManager[Span]:

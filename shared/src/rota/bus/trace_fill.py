@@ -24,8 +24,9 @@ _W3C = TraceContextTextMapPropagator()
 _MAX_PEEK_BYTES = 256 * 1024
 
 
-def job_id_of(body: bytes) -> str | None:
-    """The envelope's `job_id`, or its data's; None for anything else."""
+def envelope_field(body: bytes, name: str) -> str | None:
+    """The envelope's string field `name` (`job_id`, `run_id`), or its data's; None for
+    anything else."""
     if not body.startswith(b"{") or len(body) > _MAX_PEEK_BYTES:
         return None
     try:
@@ -35,8 +36,13 @@ def job_id_of(body: bytes) -> str | None:
     if not isinstance(doc, dict):
         return None
     data = doc.get("data")
-    job_id = doc.get("job_id") or (data.get("job_id") if isinstance(data, dict) else None)
-    return job_id if isinstance(job_id, str) and job_id else None
+    value = doc.get(name) or (data.get(name) if isinstance(data, dict) else None)
+    return value if isinstance(value, str) and value else None
+
+
+def job_id_of(body: bytes) -> str | None:
+    """The envelope's `job_id`, or its data's; None for anything else."""
+    return envelope_field(body, "job_id")
 
 
 class JobTraceFill(BaseMiddleware[Any, Any]):

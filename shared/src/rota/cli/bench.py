@@ -12,7 +12,8 @@ import typer
 
 from rota.cli.output import emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
-from rota.cli.up import ignore_signals, stopping_on_signals
+from rota.cli.stack import SERVICES
+from rota.cli.up import ReplicasOpt, ignore_signals, replica_counts, stopping_on_signals
 from rota.settings import get_settings
 
 bench_app = typer.Typer(help="Benchmarks: figures as JSON, not timed tests.", no_args_is_help=True)
@@ -30,6 +31,7 @@ def e2e(
     burst: Annotated[int | None, typer.Option(
         min=1, help="Publish this many jobs at once, as a sweep does (instead of --jobs and"
         " --rate), and report when the last was recorded and granted.")] = None,
+    replicas: ReplicasOpt = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
 ) -> None:
     """Submit -> AllocationGranted throughput and p50/p99 latency on the live stack (sim
@@ -37,6 +39,7 @@ def e2e(
     each service's CPU seconds per job."""
     from rota.bench.e2e import CONFIG, run
 
+    counts = replica_counts(replicas)
     base = get_settings()
     home = base.home / "bench"
     shutil.rmtree(home, ignore_errors=True)
@@ -45,7 +48,7 @@ def e2e(
                   extra_env={"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
                              "ROTA_SCHEDULER_DEBOUNCE_S": "0.02",
                              "ROTA_OUTBOX_POLL_INTERVAL_S": "0.1"},
-                  say=lambda text: err_console.print(f"rota bench: {text}"))
+                  replicas=counts, say=lambda text: err_console.print(f"rota bench: {text}"))
     with stopping_on_signals():
         try:
             stack.start()
@@ -58,7 +61,8 @@ def e2e(
         finally:
             ignore_signals()
             stack.stop()
-    figures = {"benchmark": "e2e", **result.as_json()}
+    figures = {"benchmark": "e2e", **result.as_json(),
+               "replicas": {name: counts.get(name, 1) for name in SERVICES}}
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
     emit_json(figures)

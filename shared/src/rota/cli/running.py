@@ -24,6 +24,7 @@ from rota.cli.stack import (
     migrate_all,
     ping_all,
     prepare_streams,
+    replica_names,
     service_env,
     start_console,
 )
@@ -52,6 +53,8 @@ class Stack:
     say: Any = print
     console: bool = True
     """Start the web console too, once the services are ready."""
+    replicas: dict[str, int] = field(default_factory=dict)
+    """Services run as several processes (`rota up --replicas`); the rest run one each."""
     infra: Infrastructure | None = None
     endpoints: Endpoints | None = None
     processes: list[ServiceProcess] = field(default_factory=list)
@@ -68,19 +71,19 @@ class Stack:
         env.update(self.extra_env)
         logs = self.settings.home / "logs"
         # Each service its own /metrics port, kept across restarts so a URL stays valid.
-        ports = metrics_ports(self.settings)
-        self.processes = [
-            ServiceProcess(n, {**env, **self.infra.identity_env(n),
-                               "ROTA_METRICS_PORT": str(ports[n])}, logs / f"{n}.log")
-            for n in SERVICES
-        ]
+        self.processes = self._service_processes(env, logs)
+        ports = metrics_ports(self.settings, tuple(p.name for p in self.processes))
         for process in self.processes:
+            process.env["ROTA_METRICS_PORT"] = str(ports[process.name])
             process.start()
         ready = self._wait_ready()
         services = {p.name: {"state": "ready" if ready[p.name] else "starting",
                              "pid": p.process.pid if p.process else None,
                              "log": str(p.log_path),
-                             "metrics": metrics_url(self.settings, ports[p.name])}
+                             "metrics": metrics_url(self.settings, ports[p.name]),
+                             **({} if p.replica is None else {
+                                 "service": p.service, "replica": p.replica,
+                                 "replicas": self.replicas[p.service]})}
                     for p in self.processes}
         console = None
         if self.console:
@@ -92,11 +95,28 @@ class Stack:
             self.processes.append(process)
         write_runtime_file(self.settings.runtime_file, self.endpoints, os.getpid())
         return {**self.infra.describe(self.endpoints), "home": str(self.settings.home.resolve()),
-                "executor": self.executor.value, "services": services, "console": console}
+                "executor": self.executor.value, "services": services, "console": console,
+                **({"replicas": {k: v for k, v in self.replicas.items() if v > 1}}
+                   if any(v > 1 for v in self.replicas.values()) else {})}
+
+    def _service_processes(self, env: dict[str, str], logs: Path) -> list[ServiceProcess]:
+        """A process per service, or per replica: `<service>-<i>` with `ROTA_REPLICA=i` of
+        `ROTA_REPLICAS`, each with the service's identity."""
+        assert self.infra is not None
+        processes = []
+        for service in SERVICES:
+            count = self.replicas.get(service, 1)
+            for i, name in enumerate(replica_names(service, count)):
+                own = {} if count == 1 else {"ROTA_REPLICAS": str(count), "ROTA_REPLICA": str(i)}
+                processes.append(ServiceProcess(
+                    name, {**env, **self.infra.identity_env(service), **own}, logs / f"{name}.log",
+                    service=service, replica=None if count == 1 else i))
+        return processes
 
     def _wait_ready(self) -> dict[str, bool]:
         assert self.endpoints is not None
         names = [p.name for p in self.processes]
+        subjects = {p.name: p.ping_subject for p in self.processes}
         deadline = time.monotonic() + READY_TIMEOUT_S
         ready = dict.fromkeys(names, False)
         while time.monotonic() < deadline and not all(ready.values()):
@@ -106,7 +126,8 @@ class Stack:
                         f"service {process.name} exited during start; see {process.log_path}"
                     )
             pending = [n for n in names if not ready[n]]
-            answered = asyncio.run(ping_all(self.settings, self.endpoints, pending))
+            answered = asyncio.run(ping_all(self.settings, self.endpoints,
+                                            {n: subjects[n] for n in pending}))
             ready.update({k: v for k, v in answered.items() if v})
             if not all(ready.values()):
                 time.sleep(0.3)

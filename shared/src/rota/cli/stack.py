@@ -19,12 +19,52 @@ import nats
 
 from rota.auth.keys import ADMIN, AuthDir
 from rota.bus.options import connect_options
-from rota.contracts.subjects import ping
+from rota.contracts.subjects import ping, replica_ping
 from rota.embedded import EmbeddedError, EmbeddedNats, EmbeddedPostgres, home_path
 from rota.endpoints import Endpoints
 from rota.settings import Settings
 
 SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
+REPLICABLE = ("submission", "ledger", "notifier", "executor")
+"""The services `rota up --replicas` may run several of: their consumers split the work by
+job, run or flavor (README, Scale-out). The scheduler and the coordinator are singletons."""
+MAX_REPLICAS = 8
+
+
+def parse_replicas(text: str | None) -> dict[str, int]:
+    """`submission=2,executor=2` → {"submission": 2, "executor": 2}; a clear error naming
+    the part that is wrong: an unknown service, a singleton, a count out of range."""
+    counts: dict[str, int] = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, count = part.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ValueError(f"{part!r}: expected <service>=<count>, e.g. submission=2")
+        if name not in SERVICES:
+            raise ValueError(f"{name!r} is not a service; replicable: {', '.join(REPLICABLE)}")
+        if name not in REPLICABLE:
+            raise ValueError(f"{name} runs as one instance (a singleton); replicable: "
+                             f"{', '.join(REPLICABLE)}")
+        if name in counts:
+            raise ValueError(f"{name} is given twice")
+        try:
+            value = int(count)
+        except ValueError:
+            raise ValueError(f"{name}={count!r}: the count must be a whole number") from None
+        if not 1 <= value <= MAX_REPLICAS:
+            raise ValueError(f"{name}={value}: the count must be 1 to {MAX_REPLICAS}")
+        counts[name] = value
+    return counts
+
+
+def replica_names(service: str, count: int) -> list[str]:
+    """The processes of a service: its name alone, or `<service>-<index>` for each replica."""
+    return [service] if count == 1 else [f"{service}-{i}" for i in range(count)]
+
+
 CONSOLE = "console"
 """The web console: a process `rota up` supervises like a service, with no tables and no
 events of its own, so no migrations and no ping."""
@@ -168,12 +208,24 @@ class ServiceProcess:
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     _log: IO[bytes] | None = field(default=None, repr=False)
+    service: str = ""
+    """The service it runs (`rota_<service>`): its name unless it is one of several replicas."""
+    replica: int | None = None
+
+    @property
+    def module(self) -> str:
+        return f"rota_{self.service or self.name}"
+
+    @property
+    def ping_subject(self) -> str:
+        service = self.service or self.name
+        return ping(service) if self.replica is None else replica_ping(service, self.replica)
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", f"rota_{self.name}"],
+            [sys.executable, "-m", self.module],
             env=self.env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
@@ -221,21 +273,23 @@ def admin_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:
     return connect_options(settings)
 
 
-async def ping_all(settings: Settings, endpoints: Endpoints, names: list[str]) -> dict[str, bool]:
+async def ping_all(settings: Settings, endpoints: Endpoints,
+                   subjects: dict[str, str]) -> dict[str, bool]:
+    """Which processes answer their ping subject (process name → subject)."""
     nc = await nats.connect(endpoints.nats_url, connect_timeout=3,
                             **admin_options(settings, endpoints))
     try:
-        async def one(name: str) -> bool:
+        async def one(subject: str) -> bool:
             try:
-                await nc.request(ping(name), b"", timeout=1.0)
+                await nc.request(subject, b"", timeout=1.0)
                 return True
             except Exception:
                 return False
 
-        results = await asyncio.gather(*(one(n) for n in names))
+        results = await asyncio.gather(*(one(subject) for subject in subjects.values()))
     finally:
         await nc.close()
-    return dict(zip(names, results, strict=True))
+    return dict(zip(subjects, results, strict=True))
 
 
 def metrics_ports(settings: Settings, names: tuple[str, ...] = SERVICES) -> dict[str, int]:

@@ -22,6 +22,7 @@ import typer
 from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import InvalidInput, emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
+from rota.cli.stack import REPLICABLE, parse_replicas
 from rota.config import load_config
 from rota.settings import get_settings
 
@@ -55,6 +56,18 @@ def ignore_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+ReplicasOpt = Annotated[str | None, typer.Option(
+    help="Run services as several replicas, e.g. submission=2,executor=2 (replicable: "
+    f"{', '.join(REPLICABLE)}; the scheduler and the coordinator are singletons).")]
+
+
+def replica_counts(text: str | None) -> dict[str, int]:
+    try:
+        return parse_replicas(text)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="replicas") from None
+
+
 @handled
 def up(
     config: Annotated[Path | None, typer.Option(
@@ -66,11 +79,13 @@ def up(
         help="The cluster's kubeconfig (--executor kubernetes).")] = None,
     kube_context: Annotated[str | None, typer.Option(
         help="A context of the kubeconfig; its current one if omitted.")] = None,
+    replicas: ReplicasOpt = None,
     output: OutputOpt = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the endpoints and service states as one JSON object.")] = False,
 ) -> None:
     """Start Rota: NATS, PostgreSQL, migrations and the six services, until Ctrl-C."""
+    counts = replica_counts(replicas)
     settings = get_settings()
     config = config or settings.config
     load_config(config)  # fail fast, exit 2, before starting anything
@@ -84,7 +99,7 @@ def up(
         extra["ROTA_KUBECONFIG"] = str(kubeconfig.resolve())
         if kube_context:
             extra["ROTA_KUBE_CONTEXT"] = kube_context
-    stack = Stack(settings, config, executor, extra_env=extra,
+    stack = Stack(settings, config, executor, extra_env=extra, replicas=counts,
                   say=lambda text: err_console.print(f"rota up: {text}"))
     with stopping_on_signals():
         try:
@@ -112,6 +127,8 @@ def print_summary(summary: Mapping[str, Any], *, wide: bool = False) -> None:
     say(f"NATS      {summary['nats_url']} ({summary['nats']}, auth {summary['nats_auth']})")
     say(f"Database  {summary['database_url']} ({summary['database']})")
     say(f"Executor  {summary['executor']}")
+    if replicated := summary.get("replicas"):
+        say("Replicas  " + ", ".join(f"{name}={count}" for name, count in replicated.items()))
     logs = {str(Path(info["log"]).parent) for info in services.values()}
     if not wide and len(logs) == 1:
         say(f"Logs      {logs.pop()}/<service>.log")

@@ -100,6 +100,11 @@ def ping(service: str) -> str:
     return f"{SYS_PING}.{service}"
 
 
+def replica_ping(service: str, replica: int) -> str:
+    """Replica `replica` of a service with several (`ROTA_REPLICA`) also answers here."""
+    return f"{SYS_PING}.{service}.{replica}"
+
+
 def deadletter(service: str) -> str:
     return f"{SYS_DEADLETTER}.{service}"
 

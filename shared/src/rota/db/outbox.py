@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import zlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -93,8 +94,10 @@ class OutboxRelay:
         *,
         poll_interval_s: float = 0.5,
         batch_size: int = 100,
+        serialized: bool = False,
     ) -> None:
         self._outbox = outbox
+        self._serialized = serialized
         self._engine = engine
         self._broker = broker
         self._poll_interval_s = poll_interval_s
@@ -112,6 +115,12 @@ class OutboxRelay:
     async def drain_once(self) -> int:
         table = self._outbox.table
         async with self._engine.begin() as conn:
+            if self._serialized:
+                # Several replicas' relays on one table: each would skip the rows another has
+                # locked and could publish a job's later event before its earlier one. One
+                # drain at a time, in `seq` order, keeps the stream in the outbox's order.
+                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(
+                    zlib.crc32(f"outbox-relay:{self._outbox.schema}".encode()))))
             rows = (
                 await conn.execute(
                     sa.select(table.c.seq, table.c.id, table.c.subject, table.c.stream,

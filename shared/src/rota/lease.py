@@ -1,0 +1,91 @@
+"""One active holder: a lease in a NATS KV bucket whose entries expire after a TTL. The
+scheduler holds one (a single active scheduler); ledger replicas hold one per flavor.
+
+The leader creates the key and renews it (compare-and-set on its revision) every third of
+the TTL. A standby keeps trying to create it; once the leader stops renewing, the bucket's
+TTL removes the key and the standby's create succeeds. A leader whose renewal fails has lost
+the lease and must stop acting at once.
+
+Renewal runs on the event loop, so nothing CPU-bound may hold the loop for a TTL: the policy
+runs in a worker thread (`Scheduler.cycle`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+log = logging.getLogger("rota.lease")
+
+BUCKET = "rota_scheduler_lease"
+KEY = "leader"
+"""The scheduler's lease: one key; other holders name their own bucket and keys."""
+
+
+class Lease:
+    def __init__(self, js: JetStreamContext, holder: str, ttl_s: float, *, bucket: str = BUCKET,
+                 key: str = KEY) -> None:
+        self._js = js
+        self.holder = holder
+        self.key = key
+        self.ttl_s = ttl_s
+        self.bucket = bucket
+        self._kv: KeyValue | None = None
+        self._revision = 0
+        self.renewals = 0
+        """Renewals that succeeded, for tests and logs."""
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            try:
+                self._kv = await self._js.key_value(self.bucket)
+            except BucketNotFoundError:
+                self._kv = await self._js.create_key_value(bucket=self.bucket, ttl=self.ttl_s, history=1)
+        return self._kv
+
+    async def try_acquire(self) -> bool:
+        kv = await self._bucket()
+        try:
+            self._revision = await kv.create(self.key, self.holder.encode())
+        except KeyWrongLastSequenceError:
+            return False
+        log.info("lease %s/%s acquired by %s", self.bucket, self.key, self.holder)
+        return True
+
+    async def acquire(self) -> None:
+        """Wait, as a standby, until this process holds the lease."""
+        while True:
+            if await self.try_acquire():
+                return
+            await asyncio.sleep(self.ttl_s / 3)
+
+    async def renew(self) -> bool:
+        kv = await self._bucket()
+        try:
+            self._revision = await kv.update(self.key, self.holder.encode(), last=self._revision)
+        except KeyWrongLastSequenceError:
+            log.error("lease %s/%s lost by %s", self.bucket, self.key, self.holder)
+            return False
+        self.renewals += 1
+        return True
+
+    async def keep(self, lost: asyncio.Event) -> None:
+        """Renew until renewal fails, then set `lost`."""
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                if not await self.renew():
+                    lost.set()
+                    return
+            except Exception as exc:  # NATS away: keep trying until the TTL decides
+                log.warning("lease %s renewal failed: %s", self.key, exc)
+
+    async def release(self) -> None:
+        if self._kv is not None and self._revision:
+            with contextlib.suppress(Exception):
+                await self._kv.delete(self.key, last=self._revision)
