@@ -219,3 +219,17 @@ async def pids(endpoints: Endpoints, run_id: str) -> list[int]:
     finally:
         await engine.dispose()
     return [int(p["pid"]) for p in doc]
+
+
+SHOW_GPU = "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'], os.environ.get('ROTA_GPU_SHARE'))"
+
+
+async def test_a_gpu_share_sees_its_gpu_and_its_fraction(
+        nc: Client, executor: ServiceProcess, executor_home: Path) -> None:
+    since = await stream_last_seq(nc)
+    half = await start_run(nc, spec=command(sys.executable, "-c", SHOW_GPU), gpus=(1,), gpu_share=0.5)
+    whole = await start_run(nc, spec=command(sys.executable, "-c", SHOW_GPU), gpus=(4,))
+    for run in (half, whole):
+        await wait_event(nc, run.run_id, since, "RunFinished")
+    assert "gpu 1 0.5" in run_log(executor_home, half)
+    assert "gpu 4 None" in run_log(executor_home, whole)

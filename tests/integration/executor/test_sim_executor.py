@@ -175,3 +175,11 @@ async def test_a_sim_run_survives_a_kill_9_of_the_executor(
         assert [e["type"] for e in evts].count("RunStarted") == 1
     finally:
         restarted.stop()
+
+
+async def test_a_gpu_share_runs_to_its_end(nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec={"sim": {"duration_s": 50}}, gpus=(3,), gpu_share=0.25)
+    started = await wait_event(nc, run.run_id, since, "RunStarted")
+    assert started["data"]["placement"] == [{"worker": 0, "node": "h100-0", "gpus": [3], "gpu_share": 0.25}]
+    await wait_event(nc, run.run_id, since, "RunFinished")
