@@ -34,6 +34,9 @@ BASE = ["submit", "--team", "nlp", "--user", "alice", "--queue", "training", "--
         (["--label", "novalue"], "labels"),
         (["--rack", "sometimes"], "rack"),
         (["--workers", "2", "--gpus-per-worker", "8", "--topology-required", "Not A Level"], "topology.required"),
+        (["--gpu-share", "0.3"], "gpu_share"),
+        (["--gpu-share", "0.5", "--gpus", "2"], "gpu_share"),
+        (["--gpu-share", "0.5", "--workers", "2"], "gpu_share"),
     ],
 )
 def test_invalid_submit_exits_2_and_names_the_field(args: list[str], field: str) -> None:
@@ -78,3 +81,13 @@ def test_config_check(tmp_path: Path) -> None:
     result = runner.invoke(app, ["config", "check", str(bad)])
     assert result.exit_code == 2
     assert "teams.nlp.quota.h100: must be >= 0" in result.output
+
+
+def test_a_share_reads_as_a_fraction_of_one_gpu() -> None:
+    from rota.cli.jobs import build_spec, gpus_shown
+
+    assert gpus_shown({"gpus": 1, "gpu_share": 0.5}) == "0.5 of 1"
+    assert gpus_shown({"gpus": 8, "gpu_share": None}) == "8"
+    spec = build_spec({"name": "n", "team": "nlp", "user": "alice", "queue": "training",
+                       "flavor": "h100", "gpu_share": 0.25, "submission_id": "s-1"})
+    assert (spec.workers, spec.gpus_per_worker, spec.share) == (1, 1, 1)

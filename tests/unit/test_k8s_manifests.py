@@ -101,3 +101,18 @@ def test_a_bad_template_is_refused_naming_its_field(template: dict[str, Any], fi
     with pytest.raises(k.TemplateError) as refused:
         k.check_template(spec(**template))
     assert refused.value.field.startswith(field + " (spec.template.spec")
+
+
+def test_a_gpu_share_requests_no_whole_gpu_and_carries_its_fraction() -> None:
+    job_spec = JobSpec.model_validate(spec_doc(workers=1, gpus_per_worker=1, gpu_share=0.5,
+                                               kubernetes={"image": "nb:1",
+                                                           "resources": {"limits": {"memory": "8Gi"}}}))
+    placement = [WorkerPlacement(worker=0, node="gpu-0", gpus=[3], gpu_share=0.5)]
+    run = k.run_objects(run_id=RUN_ID, job_id="job-1", attempt=1, spec=job_spec, placement=placement,
+                        namespace="rota", nats_url="nats://nats:4222", run_token="secret-token")
+    k.check(run.job)
+    limits = run.job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"memory": "8Gi"}  # no nvidia.com/gpu: the device plugin would give a GPU whole
+    env = env_of(run.job)
+    assert (env["ROTA_GPU_SHARE"], env["ROTA_GPU_INDEX"], env["NVIDIA_VISIBLE_DEVICES"]) == ("0.5", "3", "3")
+    assert "ROTA_GPU_SHARE" not in env_of(objects(spec()).job)

@@ -212,3 +212,60 @@ def test_a_grant_records_the_flavor_the_job_runs_on() -> None:
     state, changes = apply_event("pending", "AllocationGranted",
                                  {"run_id": "r", "flavor": "a100", "borrowed_gpus": 0})
     assert (state, changes["flavor"]) == ("admitted", "a100")
+
+
+def _shareable(*flavors: str) -> Any:
+    """The example configuration with `shareable: true` on `flavors`."""
+    cluster = CONFIG.cluster.model_copy(update={"flavors": [
+        f.model_copy(update={"shareable": f.name in flavors}) for f in CONFIG.cluster.flavors]})
+    return CONFIG.model_copy(update={"cluster": cluster})
+
+
+# name, spec overrides, shareable flavors, expected (code, field) or None
+SHARE_SCENARIOS: list[tuple[str, dict[str, Any], tuple[str, ...], tuple[str, str] | None]] = [
+    ("half a GPU on a shareable flavor", {"gpu_share": 0.5}, ("h100",), None),
+    ("a share on a flavor that does not allow shares", {"gpu_share": 0.25}, ("a100",),
+     ("FLAVOR_NOT_SHAREABLE", "gpu_share")),
+    ("a share whose fallback flavor does not allow shares",
+     {"gpu_share": 0.75, "flavors": ["h100", "a100"]}, ("h100",), ("FLAVOR_NOT_SHAREABLE", "gpu_share")),
+    ("a share on shareable flavors, then any", {"gpu_share": 0.5, "flavors": ["h100", "any"]},
+     ("h100",), None),
+    ("whole GPUs on a flavor that allows shares", {}, ("h100",), None),
+]
+
+
+@pytest.mark.parametrize(("name", "overrides", "shareable", "expected"), SHARE_SCENARIOS,
+                         ids=[s[0] for s in SHARE_SCENARIOS])
+def test_share_rules(name: str, overrides: dict[str, Any], shareable: tuple[str, ...],
+                     expected: tuple[str, str] | None) -> None:
+    spec = submit_job(**{"gpus_per_worker": 1, **overrides})
+    rejection = check_submission(spec, "nlp", _shareable(*shareable))
+    if expected is None:
+        assert rejection is None, rejection
+    else:
+        assert rejection is not None
+        assert (rejection.code, rejection.field) == expected
+        assert "shareable: true" in rejection.message
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    ({"gpu_share": 0.5, "workers": 2, "gpus_per_worker": 1}, "gpu_share: needs workers 1 and gpus_per_worker 1"),
+    ({"gpu_share": 0.5, "gpus_per_worker": 2}, "gpu_share: needs workers 1 and gpus_per_worker 1"),
+    ({"gpu_share": 0.3, "gpus_per_worker": 1}, "gpu_share"),
+    ({"gpu_share": 1.0, "gpus_per_worker": 1}, "gpu_share"),
+])
+def test_a_share_of_more_than_one_gpu_is_refused_naming_the_field(
+    overrides: dict[str, Any], words: str
+) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=words):
+        submit_job(**overrides)
+
+
+def test_a_spec_without_a_share_encodes_and_hashes_as_before() -> None:
+    spec = submit_job(submission_id="same", gpus_per_worker=1)
+    assert "gpu_share" not in spec.model_dump_json()
+    shared = submit_job(submission_id="same", gpus_per_worker=1, gpu_share=0.5)
+    assert '"gpu_share":0.5' in shared.model_dump_json() and shared.share == 2
+    assert spec_hash(spec) != spec_hash(shared)

@@ -31,14 +31,14 @@ class RunRef(Protocol):
 async def start_run(
     nc: Client, *, spec: dict[str, Any], gpus: tuple[int, ...] = (0, 1), node: str = "h100-0",
     run_id: str | None = None, job_id: str | None = None, attempt: int = 1,
-    resume_from: str | None = None, copies: int = 1,
+    resume_from: str | None = None, copies: int = 1, gpu_share: float | None = None,
 ) -> m.StartRun:
     """Publish a StartRun; `copies` > 1 sends it again under new message ids (a redelivery
     JetStream cannot drop)."""
     command = m.StartRun(
         run_id=run_id or new_id(), job_id=job_id or new_id(), attempt=attempt,
-        spec=JobSpec.model_validate(spec_doc(gpus_per_worker=len(gpus), **spec)),
-        placement=[WorkerPlacement(worker=0, node=node, gpus=list(gpus))],
+        spec=JobSpec.model_validate(spec_doc(gpus_per_worker=len(gpus), gpu_share=gpu_share, **spec)),
+        placement=[WorkerPlacement(worker=0, node=node, gpus=list(gpus), gpu_share=gpu_share)],
         resume_from=resume_from,
     )
     for _ in range(copies):

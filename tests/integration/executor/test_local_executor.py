@@ -121,6 +121,20 @@ async def test_a_stop_without_ack_is_sigterm_then_sigkill_and_loses_the_work(
     assert f"local run {run.run_id}: still running" in executor.log()  # then SIGKILL
 
 
+SHOW_GPU = "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'], os.environ.get('ROTA_GPU_SHARE'))"
+
+
+async def test_a_gpu_share_sees_its_gpu_and_its_fraction(
+        nc: Client, executor: ServiceProcess, executor_home: Path) -> None:
+    since = await stream_last_seq(nc)
+    half = await start_run(nc, spec=command(sys.executable, "-c", SHOW_GPU), gpus=(1,), gpu_share=0.5)
+    whole = await start_run(nc, spec=command(sys.executable, "-c", SHOW_GPU), gpus=(4,))
+    for run in (half, whole):
+        await wait_event(nc, run.run_id, since, "RunFinished")
+    assert "gpu 1 0.5" in run_log(executor_home, half)
+    assert "gpu 4 None" in run_log(executor_home, whole)
+
+
 async def test_exit_codes_decide_finished_or_failed(nc: Client, executor: ServiceProcess) -> None:
     since = await stream_last_seq(nc)
     ok = await start_run(nc, spec=command(sys.executable, "-c", "print('done')"))

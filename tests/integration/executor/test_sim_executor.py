@@ -55,6 +55,14 @@ async def test_a_run_checkpoints_periodically_then_finishes(nc: Client, executor
         assert "run_token" not in event["data"] and event["data"]["notice_id"] is None
 
 
+async def test_a_gpu_share_runs_to_its_end(nc: Client, executor: ServiceProcess) -> None:
+    since = await stream_last_seq(nc)
+    run = await start_run(nc, spec={"sim": {"duration_s": 50}}, gpus=(3,), gpu_share=0.25)
+    started = await wait_event(nc, run.run_id, since, "RunStarted")
+    assert started["data"]["placement"] == [{"worker": 0, "node": "h100-0", "gpus": [3], "gpu_share": 0.25}]
+    await wait_event(nc, run.run_id, since, "RunFinished")
+
+
 async def test_a_notice_is_saved_acknowledged_then_stopped(
         nc: Client, executor: ServiceProcess) -> None:
     since = await stream_last_seq(nc)

@@ -44,7 +44,7 @@ LEDGER_CONSUMERS = (
     (STREAM_EVT, RUNS, "rota.evt.run.>"),
     (STREAM_EVT, PREEMPTIONS, "rota.evt.preemption.>"),
 )
-LEDGER_TABLES = "ledger.allocations, ledger.entries, ledger.usage, ledger.holds," \
+LEDGER_TABLES = "ledger.allocations, ledger.gpu_claims, ledger.entries, ledger.usage, ledger.holds," \
                 " ledger.outbox, ledger.processed_messages"
 
 

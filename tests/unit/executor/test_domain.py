@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from rota.config import load_config
 from rota.contracts import messages as m
@@ -106,3 +107,15 @@ def test_a_lost_run_is_stopped_lost_with_its_checkpoint_so_the_job_requeues() ->
     assert isinstance(result.event, m.RunStopped)
     assert (result.event.reason, result.event.checkpoint_uri) == (m.StopReason.lost, "s3://ck/1")
     assert result.event.lost_gpu_seconds == 2 * 40.0
+
+
+def test_a_gpu_share_gets_its_gpu_and_its_fraction_and_whole_gpus_no_fraction() -> None:
+    from rota.contracts.job import WorkerPlacement
+
+    whole = record(gpus=(2,))
+    shared = record(gpus=(1,), placement=[WorkerPlacement(worker=0, node="h100-0", gpus=[1], gpu_share=0.75)])
+    args: dict[str, Any] = dict(run_token="t" * 32, nats_url="nats://n:4222",
+                                checkpoint_dir=Path("/c"), base={})
+    env = run_env(shared, shared.placement[0], **args)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["ROTA_GPU_SHARE"]) == ("1", "0.75")
+    assert "ROTA_GPU_SHARE" not in run_env(whole, whole.placement[0], **args)

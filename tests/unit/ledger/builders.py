@@ -1,6 +1,7 @@
 """Builders for the ledger's tests: one small cluster, proposals and run events as envelopes.
 
-The cluster: 16 H100s on nodes h-0..h-3 (4 each), 4 A100s on a-0.
+The cluster: 16 H100s on nodes h-0..h-3 (4 each), 4 A100s on a-0; A100s may be split by
+GPU shares (`shareable`), H100s may not.
 - nlp: quota 8 H100, may borrow 4 more, lends at most 4 (so 4 of its quota are never lent);
 - vision: quota 4 H100, borrowing unlimited (no limit configured);
 - research: no quota at all, may not borrow A100s (borrowing limit 0).
@@ -21,7 +22,7 @@ from rota_ledger.domain import Cluster, Request
 
 CONFIG: dict[str, Any] = {
     "cluster": {
-        "flavors": [{"name": "h100"}, {"name": "a100"}],
+        "flavors": [{"name": "h100"}, {"name": "a100", "shareable": True}],
         "node_pools": [
             {"name": "h", "flavor": "h100", "count": 4, "gpus_per_node": 4},
             {"name": "a", "flavor": "a100", "count": 1, "gpus_per_node": 4},
@@ -56,19 +57,21 @@ def request(on: On, *, team: str = "nlp", flavor: str = "h100", gpus: int | None
                    workers=[(i, node, list(g)) for i, (node, g) in enumerate(on)])
 
 
-def placement(on: On) -> list[WorkerPlacement]:
-    return [WorkerPlacement(worker=i, node=node, gpus=list(g)) for i, (node, g) in enumerate(on)]
+def placement(on: On, gpu_share: float | None = None) -> list[WorkerPlacement]:
+    return [WorkerPlacement(worker=i, node=node, gpus=list(g), gpu_share=gpu_share)
+            for i, (node, g) in enumerate(on)]
 
 
 def proposal(on: On, at: datetime, *, team: str = "nlp", user: str = "alice",
              flavor: str = "h100", queue: str = "training", plan_id: str | None = None,
              proposal_id: str | None = None, run_id: str | None = None,
-             job_id: str | None = None, gpus: int | None = None) -> Envelope[Any]:
+             job_id: str | None = None, gpus: int | None = None,
+             gpu_share: float | None = None) -> Envelope[Any]:
     job_id = job_id or new_id()
     run_id = run_id or new_id()
     data = m.AllocationProposed(
         proposal_id=proposal_id or new_id(), job_id=job_id, run_id=run_id, team=team, user=user,
-        queue=queue, flavor=flavor, placement=placement(on),
+        queue=queue, flavor=flavor, placement=placement(on, gpu_share),
         gpus=sum(len(g) for _, g in on) if gpus is None else gpus, plan_id=plan_id,
     )
     return envelope(data, source="scheduler", job_id=job_id, run_id=run_id, occurred_at=at)

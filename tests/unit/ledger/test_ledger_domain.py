@@ -85,3 +85,45 @@ def test_a_preemptor_may_take_gpus_its_own_plan_holds() -> None:
     # `held` lists only other plans' holds (the store filters the request's own plan out).
     decision = decide(request([("h-0", [0])], team="vision", plan_id="plan-p"), Snapshot(), cluster())
     assert isinstance(decision, Grant)
+
+
+# name, GPU, quarters asked, team, quarters already on the GPU, taken whole, in use, expected
+SHARE_SCENARIOS: list[tuple[str, int, int, str, int, bool, dict[str, float], Code | int]] = [
+    ("a half on a free GPU", 0, 2, "vision", 0, False, {}, 1),
+    ("a half beside a half", 0, 2, "vision", 2, False, {}, 1),
+    ("three quarters beside a quarter", 0, 3, "vision", 1, False, {}, 1),
+    ("a half beside three quarters", 0, 2, "vision", 3, False, {}, Code.GPU_SHARES_FULL),
+    ("a quarter on a GPU held whole", 0, 1, "vision", 0, True, {}, Code.GPU_TAKEN),
+    ("research may not borrow even a quarter", 0, 1, "research", 0, False, {}, Code.OVER_BORROWING_LIMIT),
+]
+
+
+@pytest.mark.parametrize("row", SHARE_SCENARIOS, ids=[r[0] for r in SHARE_SCENARIOS])
+def test_decide_a_share(row: tuple[str, int, int, str, int, bool, dict[str, float], Code | int]) -> None:
+    from rota_ledger.domain import Request
+
+    _, gpu, quarters, team, on_gpu, whole, in_use, expect = row
+    snapshot = Snapshot(taken={("a-0", gpu): "run-w"} if whole else {},
+                        shared={("a-0", gpu): on_gpu} if on_gpu else {}, in_use=in_use)
+    asked = Request(team=team, flavor="a100", gpus=1, workers=[(0, "a-0", [gpu])], share=quarters)
+    decision = decide(asked, snapshot, cluster())
+    if isinstance(expect, Code):
+        assert isinstance(decision, Rejection) and decision.code is expect, decision
+    else:
+        assert isinstance(decision, Grant), decision
+        assert [(s.node, s.gpu, s.share) for s in decision.seats] == [("a-0", gpu, quarters)]
+
+
+def test_a_whole_gpu_never_meets_a_share_and_shares_need_a_shareable_flavor() -> None:
+    from rota_ledger.domain import Request
+
+    whole = decide(request([("a-0", [0, 1])], team="vision", flavor="a100"),
+                   Snapshot(shared={("a-0", 1): 1}), cluster())
+    assert isinstance(whole, Rejection) and whole.code is Code.GPU_TAKEN
+    assert "never meets a share" in whole.message
+    h100 = Request(team="nlp", flavor="h100", gpus=1, workers=[(0, "h-0", [0])], share=2)
+    refused = decide(h100, Snapshot(), cluster())
+    assert isinstance(refused, Rejection) and refused.code is Code.FLAVOR_NOT_SHAREABLE
+    gang = Request(team="vision", flavor="a100", gpus=2, workers=[(0, "a-0", [0]), (1, "a-0", [1])], share=2)
+    assert decide(gang, Snapshot(), cluster()) == Rejection(
+        Code.INVALID_PLACEMENT, "a GPU share holds part of one GPU of one worker; the placement names 2")

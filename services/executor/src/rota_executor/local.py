@@ -68,6 +68,8 @@ def run_env(
         "ROTA_WORKERS": str(len(run.placement)),
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in worker.gpus),
     })
+    if worker.gpu_share is not None:  # a GPU share: this fraction of its one GPU (DECISIONS 66)
+        env["ROTA_GPU_SHARE"] = f"{worker.gpu_share:g}"
     return env
 
 

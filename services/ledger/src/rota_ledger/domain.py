@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from rota.config import RotaConfig
 
+QUARTERS = 4
+"""A GPU share is quarters of one GPU (DECISIONS 66): the shares on one GPU sum to at most 4."""
 HOLD_TTL_S = 3600.0
 """A plan's held GPUs go back to everyone after this long, should the preemptor never come."""
 
@@ -33,6 +35,8 @@ class Code(StrEnum):
     HELD_FOR_PREEMPTOR = "HELD_FOR_PREEMPTOR"
     OVER_BORROWING_LIMIT = "OVER_BORROWING_LIMIT"
     OVER_LENDING_LIMIT = "OVER_LENDING_LIMIT"
+    FLAVOR_NOT_SHAREABLE = "FLAVOR_NOT_SHAREABLE"
+    GPU_SHARES_FULL = "GPU_SHARES_FULL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,8 @@ class Seat:
     node: str
     gpu: int
     borrowed: bool
+    share: int = 0
+    """Quarters of the GPU the seat holds (a GPU share); 0: the GPU whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,13 @@ class Request:
     workers: Sequence[tuple[int, str, Sequence[int]]]
     """(worker index, node, GPU indices) per gang member."""
     plan_id: str | None = None
+    share: int = 0
+    """Quarters (1-3) of its one GPU, for a GPU share; 0: whole GPUs."""
+
+    @property
+    def demand(self) -> float:
+        """What quota counts: its GPUs, or its share as a fraction of one."""
+        return self.share / QUARTERS if self.share else self.gpus
 
     @property
     def wanted(self) -> list[Gpu]:
@@ -84,8 +97,11 @@ class Snapshot:
     """Requested GPUs already allocated → the run holding each."""
     held: Mapping[Gpu, str] = field(default_factory=dict)
     """Requested GPUs held by an unexpired plan for another job → that plan."""
-    in_use: Mapping[str, int] = field(default_factory=dict)
-    """Active GPUs of the request's flavor, per team."""
+    in_use: Mapping[str, float] = field(default_factory=dict)
+    """Active GPUs of the request's flavor, per team (a share counts its fraction)."""
+    shared: Mapping[Gpu, int] = field(default_factory=dict)
+    """Requested GPUs that GPU shares hold in part → the quarters they hold (`taken` holds
+    the GPUs allocated whole)."""
     run_seen: bool = False
     """The proposal's run holds, or once held, GPUs: a run is allocated once, ever."""
 
@@ -119,6 +135,8 @@ class Cluster:
     limits: Mapping[tuple[str, str], Limits]
     """(team, flavor) → limits. A team or flavor not configured: quota 0, borrowing unlimited,
     as in the scheduler's policy, so the two never disagree on what is allowed."""
+    shareable: frozenset[str] = frozenset()
+    """Flavors whose GPUs GPU shares may split (`shareable: true`)."""
 
     @classmethod
     def from_config(cls, config: RotaConfig) -> Cluster:
@@ -135,6 +153,7 @@ class Cluster:
             nodes={n.name: NodeInfo(n.flavor, n.gpus) for n in config.expanded_nodes()},
             capacity=config.capacity(),
             limits=limits,
+            shareable=frozenset(f.name for f in config.cluster.flavors if f.shareable),
         )
 
     def limits_of(self, team: str, flavor: str) -> Limits:
@@ -155,6 +174,14 @@ def check_placement(request: Request, cluster: Cluster) -> Rejection | None:
         return Rejection(Code.INVALID_PLACEMENT,
                          f"the placement names {len(wanted)} GPUs but the proposal asks for"
                          f" {request.gpus}")
+    if request.share:
+        if request.flavor not in cluster.shareable:
+            return Rejection(Code.FLAVOR_NOT_SHAREABLE,
+                             f"flavor {request.flavor} does not allow GPU shares (set shareable:"
+                             f" true on {request.flavor} in cluster.flavors)")
+        if len(wanted) != 1 or not 0 < request.share < QUARTERS:
+            return Rejection(Code.INVALID_PLACEMENT, "a GPU share holds part of one GPU of one"
+                                                     f" worker; the placement names {len(wanted)}")
     if len(set(wanted)) != len(wanted):
         twice = sorted({f"{n}/{g}" for n, g in wanted if wanted.count((n, g)) > 1})
         return Rejection(Code.INVALID_PLACEMENT, f"the placement names GPU {_first(twice, 3)}"
@@ -172,23 +199,24 @@ def check_placement(request: Request, cluster: Cluster) -> Rejection | None:
     return None
 
 
-def check_quota(request: Request, in_use: Mapping[str, int], cluster: Cluster) -> Rejection | int:
+def check_quota(request: Request, in_use: Mapping[str, float], cluster: Cluster) -> Rejection | int:
     """The team's borrowing limit, then the other teams' lending limits. Returns the GPUs of
-    the request above the team's quota (borrowed), or why it may not have them.
+    the request above the team's quota (borrowed), or why it may not have them. A GPU
+    share counts its fraction; one that goes above the quota borrows its one GPU.
 
     The same arithmetic as the scheduler's `QuotaBook.check`: all teams form one cohort.
     """
-    team, flavor, gpus = request.team, request.flavor, request.gpus
+    team, flavor, gpus = request.team, request.flavor, request.demand
     limits = cluster.limits_of(team, flavor)
     after = in_use.get(team, 0) + gpus
     if after <= limits.quota:
         return 0
-    borrowed = min(gpus, after - limits.quota)
+    borrowed = 1 if request.share else int(min(gpus, after - limits.quota))
     if limits.borrowing_limit is not None and after > limits.quota + limits.borrowing_limit:
         return Rejection(
             Code.OVER_BORROWING_LIMIT,
-            f"team {team} would hold {after} {flavor} GPUs ({in_use.get(team, 0)} held +"
-            f" {gpus} asked); its quota is {limits.quota} and it may borrow at most"
+            f"team {team} would hold {after:g} {flavor} GPUs ({in_use.get(team, 0):g} held +"
+            f" {gpus:g} asked); its quota is {limits.quota} and it may borrow at most"
             f" {limits.borrowing_limit} more",
         )
     kept_back = sum(
@@ -202,11 +230,22 @@ def check_quota(request: Request, in_use: Mapping[str, int], cluster: Cluster) -
         if total_after > room:
             return Rejection(
                 Code.OVER_LENDING_LIMIT,
-                f"team {team} would borrow {after - limits.quota} {flavor} GPUs, but other teams'"
-                f" lending limits keep {kept_back} of {cluster.capacity.get(flavor, 0)} back:"
-                f" {total_after} in use would exceed {room}",
+                f"team {team} would borrow {after - limits.quota:g} {flavor} GPUs, but other"
+                f" teams' lending limits keep {kept_back:g} of {cluster.capacity.get(flavor, 0)}"
+                f" back: {total_after:g} in use would exceed {room:g}",
             )
     return borrowed
+
+
+def _share_full(request: Request, snapshot: Snapshot) -> Rejection | None:
+    """A share fits on its GPU if the shares there leave room for it: never above one GPU."""
+    (gpu,) = request.wanted
+    used = snapshot.shared.get(gpu, 0)
+    if used + request.share <= QUARTERS:
+        return None
+    return Rejection(Code.GPU_SHARES_FULL,
+                     f"GPU {gpu[0]}/{gpu[1]} has {used / QUARTERS:g} of 1 held by GPU shares;"
+                     f" {request.share / QUARTERS:g} more would exceed one GPU")
 
 
 def decide(request: Request, snapshot: Snapshot, cluster: Cluster) -> Decision:
@@ -222,6 +261,16 @@ def decide(request: Request, snapshot: Snapshot, cluster: Cluster) -> Decision:
     if taken:
         return Rejection(Code.GPU_TAKEN, f"{len(taken)} of {len(wanted)} GPUs are allocated:"
                                          f" {_first(taken, 4)}")
+    if request.share:
+        full = _share_full(request, snapshot)
+        if full is not None:
+            return full
+    else:
+        shared = [f"{n}/{g}" for n, g in wanted if (n, g) in snapshot.shared]
+        if shared:
+            return Rejection(Code.GPU_TAKEN,
+                             f"{len(shared)} of {len(wanted)} GPUs are held in part by GPU shares:"
+                             f" {_first(shared, 4)} (a whole-GPU grant never meets a share)")
     held = [f"{n}/{g} (plan {snapshot.held[(n, g)]})" for n, g in wanted if (n, g) in snapshot.held]
     if held:
         return Rejection(Code.HELD_FOR_PREEMPTOR,
@@ -234,7 +283,7 @@ def decide(request: Request, snapshot: Snapshot, cluster: Cluster) -> Decision:
     # only for counting, and the tail is what a reclaim would like to free first.
     first_borrowed = len(wanted) - quota
     seats = tuple(
-        Seat(worker, node, gpu, borrowed=i >= first_borrowed)
+        Seat(worker, node, gpu, borrowed=i >= first_borrowed, share=request.share)
         for i, (worker, node, gpu) in enumerate(
             (w, node, g) for w, node, gpus in request.workers for g in gpus
         )

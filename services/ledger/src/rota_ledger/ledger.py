@@ -19,6 +19,7 @@ from rota.clock import Clock
 from rota.config import RotaConfig
 from rota.contracts import ContractError, envelope, parse, parse_any
 from rota.contracts import messages as m
+from rota.contracts.job import share_quarters
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.db.outbox import Outbox
 from rota.faults import crash_point
@@ -124,7 +125,8 @@ class Ledger:
                 continue
             fresh.discard(p.proposal_id)
             request = Request(team=p.team, flavor=p.flavor, gpus=p.gpus, plan_id=p.plan_id,
-                              workers=[(w.worker, w.node, w.gpus) for w in p.placement])
+                              workers=[(w.worker, w.node, w.gpus) for w in p.placement],
+                              share=max(share_quarters(w.gpu_share) for w in p.placement))
             todo.append((i, p, request, store.RunInfo(
                 p.run_id, p.job_id, p.proposal_id, p.plan_id, p.team, p.user, p.queue.value,
                 p.flavor)))
@@ -221,11 +223,11 @@ class Ledger:
                             cause_id: str) -> None:
         run, at = released.run, released.released_at
         duration_s = max(0.0, (at - released.granted_at).total_seconds())
-        gpu_seconds = released.gpus * duration_s
+        gpu_seconds = released.gpu_demand * duration_s
         await store.add_entry(conn, kind="release", run=run, gpus=-released.gpus,
                               borrowed_gpus=-released.borrowed_gpus, gpu_seconds=gpu_seconds,
                               at=at, cause_id=cause_id)
-        decayed = run_usage(released.gpus, duration_s, self._half_life_s)
+        decayed = run_usage(released.gpu_demand, duration_s, self._half_life_s)
         await store.add_usage(conn, run.team, store.TEAM_TOTAL, decayed, at, self._half_life_s)
         await store.add_usage(conn, run.team, run.user, decayed, at, self._half_life_s)
         await self._emit(conn, m.AllocationReleased(

@@ -10,11 +10,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from rota.db.chunks import row_chunks
+from rota.db.chunks import chunks, row_chunks
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota_ledger.domain import Gpu
+from rota_ledger.domain import QUARTERS, Gpu, Seat
 from rota_ledger.usage import Usage
 
 SCHEMA = "ledger"
@@ -39,7 +39,21 @@ allocations = sa.Table(
     sa.Column("granted_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("released_at", sa.DateTime(timezone=True)),
     sa.Column("release_reason", sa.Text),
+    sa.Column("share", sa.Integer, nullable=False, server_default="0"),
+    # Quarters of the GPU a GPU share holds (DECISIONS 66); 0: the GPU whole.
 )
+
+gpu_claims = sa.Table(
+    "gpu_claims",
+    metadata,
+    sa.Column("node", sa.Text, primary_key=True),
+    sa.Column("gpu", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("used", sa.Integer, nullable=False),
+)
+"""One row per GPU in use: `whole` (used 4), or `shared` with the quarters its shares hold
+(never above 4, a CHECK). Written in the grant's and the release's transactions (0004)."""
+WHOLE, SHARED = "whole", "shared"
 
 entries = sa.Table(
     "entries",
@@ -133,6 +147,63 @@ class Released:
     borrowed_gpus: int
     granted_at: datetime
     released_at: datetime
+    demand: float = 0.0
+    """What usage counts: its GPUs, a GPU share its fraction of one (0.0: `gpus`)."""
+
+    @property
+    def gpu_demand(self) -> float:
+        return self.demand or self.gpus
+
+
+Claimed = tuple[str, int, int]
+"""(node, GPU index, quarters of a share or 0 for the GPU whole): one seat's claim."""
+
+
+async def claim_seats(conn: AsyncConnection, grants: Sequence[tuple[RunInfo, Sequence[Seat]]]) -> set[str]:
+    """Claim every grant's GPUs, each grant all or none: the run ids that could not have all
+    theirs, with none of their claims left. A whole GPU claims its row only if there is none;
+    a share adds its quarters to a shared row only while they stay within one GPU. In GPU
+    order, so that writers racing for the same GPUs wait on each other, never deadlock."""
+    seats = sorted(((s.node, s.gpu, s.share, run.run_id) for run, ss in grants for s in ss))
+    got: dict[str, list[Claimed]] = {}
+    whole = [dict(node=n, gpu=g, kind=WHOLE, used=QUARTERS) for n, g, q, _ in seats if not q]
+    claimed: set[Gpu] = set()
+    for chunk in row_chunks(gpu_claims, whole):
+        result = await conn.execute(insert(gpu_claims).values(list(chunk)).on_conflict_do_nothing()
+                                    .returning(gpu_claims.c.node, gpu_claims.c.gpu))
+        claimed |= {(r.node, r.gpu) for r in result}
+    for node, gpu, share, run_id in seats:
+        if not share:
+            ok = (node, gpu) in claimed
+        else:
+            stmt = insert(gpu_claims).values(node=node, gpu=gpu, kind=SHARED, used=share)
+            used = gpu_claims.c.used + stmt.excluded.used
+            ok = (await conn.execute(stmt.on_conflict_do_update(
+                index_elements=["node", "gpu"], set_={"used": used},
+                where=sa.and_(gpu_claims.c.kind == SHARED, used <= QUARTERS),
+            ).returning(gpu_claims.c.node))).first() is not None
+        if ok:
+            got.setdefault(run_id, []).append((node, gpu, share))
+    failed = {run.run_id for run, ss in grants if len(got.get(run.run_id, ())) != len(ss)}
+    await unclaim(conn, [c for run_id in sorted(failed) for c in got.get(run_id, ())])
+    return failed
+
+
+async def unclaim(conn: AsyncConnection, claims: Sequence[Claimed]) -> None:
+    """Give back claims: a whole GPU's row goes; a share takes its quarters off its GPU's
+    row, which goes with its last share."""
+    whole = sorted({(n, g) for n, g, q in claims if not q})
+    for part in chunks(whole, 2):
+        await conn.execute(sa.delete(gpu_claims).where(
+            gpu_claims.c.kind == WHOLE, sa.tuple_(gpu_claims.c.node, gpu_claims.c.gpu).in_(part)))
+    shared = sorted((n, g, q) for n, g, q in claims if q)
+    for node, gpu, share in shared:
+        at = sa.and_(gpu_claims.c.node == node, gpu_claims.c.gpu == gpu, gpu_claims.c.kind == SHARED)
+        await conn.execute(sa.update(gpu_claims).where(at).values(used=gpu_claims.c.used - share))
+    if shared:
+        await conn.execute(sa.delete(gpu_claims).where(
+            gpu_claims.c.kind == SHARED, gpu_claims.c.used <= 0,
+            sa.tuple_(gpu_claims.c.node, gpu_claims.c.gpu).in_(sorted({(n, g) for n, g, _ in shared}))))
 
 
 async def release_run(
@@ -151,11 +222,13 @@ async def release_run(
     ).all()
     if not rows:
         return None
+    await unclaim(conn, [(r.node, r.gpu, r.share) for r in rows])
     first = rows[0]
     run = RunInfo(first.run_id, first.job_id, first.proposal_id, first.plan_id, first.team,
                   first.user_name, first.queue, first.flavor)
+    demand = sum(r.share / QUARTERS if r.share else 1 for r in rows)
     return Released(run, len(rows), sum(1 for r in rows if r.borrowed), first.granted_at,
-                    first.released_at)
+                    first.released_at, demand)
 
 
 async def add_usage(
@@ -267,14 +340,18 @@ async def list_allocations(
 def _run_view(rows: list[Any]) -> dict[str, Any]:
     first = rows[0]
     workers: dict[tuple[int, str], list[int]] = {}
+    shares: dict[tuple[int, str], float] = {}
     for row in rows:
         workers.setdefault((row.worker, row.node), []).append(row.gpu)
+        if row.share:
+            shares[(row.worker, row.node)] = row.share / QUARTERS
     return {
         "run_id": first.run_id, "job_id": first.job_id, "proposal_id": first.proposal_id,
         "plan_id": first.plan_id, "team": first.team, "user": first.user_name,
         "queue": first.queue, "flavor": first.flavor, "gpus": len(rows),
         "borrowed_gpus": sum(1 for r in rows if r.borrowed),
-        "placement": [{"worker": w, "node": node, "gpus": gpus}
+        "placement": [{"worker": w, "node": node, "gpus": gpus,
+                       **({"gpu_share": shares[(w, node)]} if (w, node) in shares else {})}
                       for (w, node), gpus in sorted(workers.items())],
         "granted_at": first.granted_at.isoformat(),
         "released_at": first.released_at.isoformat() if first.released_at else None,

@@ -25,7 +25,7 @@ def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
     return value * math.pow(2.0, -elapsed_s / half_life_s)
 
 
-def run_usage(gpus: int, duration_s: float, half_life_s: float) -> float:
+def run_usage(gpus: float, duration_s: float, half_life_s: float) -> float:
     """Decayed GPU-seconds, as of the run's end, of `gpus` busy for `duration_s`.
 
     ∫₀ᵈ g·2^(-(d-t)/h) dt = g·h/ln2·(1 - 2^(-d/h)); never more than g·d, never negative.

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from rota.contracts import messages as m
+from rota.contracts.job import share_fraction
 from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CMD, STREAM_EVT
 from rota.ids import new_id, stable_id
 from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
@@ -61,7 +62,9 @@ class Actions:
 
 
 def placement_doc(slots: tuple[Slot, ...]) -> list[dict[str, Any]]:
-    return [{"worker": s.worker, "node": s.node, "gpus": list(s.gpus)} for s in slots]
+    """The contract's placement; a GPU share's slot carries its fraction (`gpu_share`)."""
+    return [{"worker": s.worker, "node": s.node, "gpus": list(s.gpus),
+             **({"gpu_share": share_fraction(s.share)} if s.share else {})} for s in slots]
 
 
 def fingerprint(explanation: PendingExplanation, overdue: bool) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ from rota import metrics
 from rota.config import RotaConfig
 from rota.contracts.common import Tier
 from rota_policy import Decisions
+from rota_policy.model import QUARTERS
 
 from rota_scheduler.actions import DecisionRecord
 from rota_scheduler.budgets import budget_uses
@@ -64,22 +65,25 @@ def observe_cycle(view: ClusterView, decisions: Decisions, now: float, *,
     metrics.BUDGET_GPU_HOURS.set_all({(u.team, u.flavor): u.budget_gpu_hours for u in uses})
 
 
-def gpus_allocated(view: ClusterView) -> dict[tuple[str, str], int]:
-    """GPUs the ledger granted, per (team, flavor); every configured pair present."""
+def gpus_allocated(view: ClusterView) -> dict[tuple[str, str], float]:
+    """GPUs the ledger granted, per (team, flavor); every configured pair present. A GPU
+    share counts its fraction (two halves on one GPU: 1)."""
     config = view.config
     flavors = [f.name for f in config.cluster.flavors]
-    allocated = {(team, flavor): 0 for team in config.teams for flavor in flavors}
+    allocated: dict[tuple[str, str], float] = {
+        (team, flavor): 0 for team in config.teams for flavor in flavors}
     for allocation in view.allocations.values():
         job = view.jobs.get(allocation.job_id)
         if not allocation.granted or job is None:
             continue
         key = (job.spec.team, allocation.flavor or job.spec.flavor)
-        allocated[key] = allocated.get(key, 0) + sum(len(s.gpus) for s in allocation.placement)
+        allocated[key] = allocated.get(key, 0) + sum(
+            s.share / QUARTERS if s.share else len(s.gpus) for s in allocation.placement)
     return allocated
 
 
 def quota_used_ratio(
-    config: RotaConfig, allocated: dict[tuple[str, str], int]
+    config: RotaConfig, allocated: dict[tuple[str, str], float]
 ) -> dict[tuple[str, ...], float]:
     # No series where the quota is 0: the ratio would be infinite, and a team that owns
     # nothing of a flavor is all borrowing there, which `rota_gpus_allocated` shows.

@@ -46,6 +46,7 @@ def pending_job(
         preemptions=job.preemptions,
         fallback=spec.fallback_flavors(cluster),
         topology=job_topology(requested, spec.rack, spec.workers, gangs),
+        share=spec.share,
     )
 
 

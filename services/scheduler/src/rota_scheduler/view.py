@@ -14,6 +14,7 @@ from typing import Any
 from rota.budget import BudgetMeter
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, Tier
+from rota.contracts.job import share_quarters
 from rota_policy import (
     NodeState,
     PlanInFlight,
@@ -22,6 +23,7 @@ from rota_policy import (
     Snapshot,
     gangs_of,
 )
+from rota_policy.model import QUARTERS
 from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
@@ -186,7 +188,8 @@ class ClusterView:
             job.last_checkpoint_at = None
             spec, granted = job.spec, self.allocations.get(data["run_id"])
             flavor = granted.flavor if granted is not None and granted.flavor else spec.flavor
-            gpus = spec.total_gpus if granted is None else sum(len(s.gpus) for s in granted.placement)
+            gpus = spec.share / QUARTERS if spec.share else (
+                spec.total_gpus if granted is None else sum(len(s.gpus) for s in granted.placement))
             self.budget_meter.started(data["run_id"], spec.team, flavor, gpus, at)
 
     def _on_RunCheckpointed(self, data: dict[str, Any], at: float) -> None:
@@ -299,9 +302,15 @@ class ClusterView:
 
     def snapshot(self, now: float, explain: frozenset[str] | None = None) -> Snapshot:
         held: dict[str, set[int]] = {}
+        shared: dict[str, dict[int, int]] = {}
+        # node → GPU index → quarters that GPU shares hold of it (DECISIONS 66).
         for allocation in self.allocations.values():
             for slot in allocation.placement:
                 held.setdefault(slot.node, set()).update(slot.gpus)
+                if slot.share:
+                    on = shared.setdefault(slot.node, {})
+                    for gpu in slot.gpus:
+                        on[gpu] = on.get(gpu, 0) + slot.share
         nodes = tuple(
             NodeState(
                 n.name,
@@ -312,6 +321,8 @@ class ClusterView:
                 () if n.name in self.withdrawn
                 else tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())),
                 self.config.node_levels(n),
+                # A withdrawn node's shared GPUs have no room either.
+                () if n.name in self.withdrawn else tuple(sorted(shared.get(n.name, {}).items())),
             )
             for n in self.config.expanded_nodes()
         )
@@ -352,7 +363,8 @@ class ClusterView:
             tier=Tier(spec.queue),
             flavor=allocation.flavor or spec.flavor,
             placement=allocation.placement,
-            gpus=sum(len(slot.gpus) for slot in allocation.placement),
+            # A share holds no whole GPU: stopping it frees none (RunningRun.share).
+            gpus=0 if spec.share else sum(len(slot.gpus) for slot in allocation.placement),
             started_at=start,
             last_checkpoint_at=job.last_checkpoint_at if started is not None else None,
             resumable=spec.resumable,
@@ -360,6 +372,7 @@ class ClusterView:
             borrowed_gpus=allocation.borrowed_gpus,
             expected_end=(start + runtime) if runtime else None,
             checkpoint_interval_s=spec.sim.checkpoint_interval_s if spec.sim else None,
+            share=spec.share,
         )
 
     def stops_needed(self) -> list[JobRecord]:
@@ -372,7 +385,9 @@ class ClusterView:
 
 
 def _slots(placement: list[dict[str, Any]]) -> tuple[Slot, ...]:
-    return tuple(Slot(int(p["worker"]), str(p["node"]), tuple(int(g) for g in p["gpus"])) for p in placement)
+    return tuple(Slot(int(p["worker"]), str(p["node"]), tuple(int(g) for g in p["gpus"]),
+                      share_quarters(p.get("gpu_share")))
+                 for p in placement)
 
 
 def _epoch(value: Any) -> float | None:

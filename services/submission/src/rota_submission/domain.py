@@ -132,6 +132,10 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
         refused = _topology_rejection(spec, config)
         if refused is not None:
             return refused
+    if spec.gpu_share is not None:
+        refused = _share_rejection(spec, config)
+        if refused is not None:
+            return refused
     quota = team.quota.get(spec.flavor, 0)
     borrow = team.borrowing_limit.get(spec.flavor)
     least = spec.min_workers * spec.gpus_per_worker  # an elastic gang may run at its min
@@ -245,6 +249,21 @@ def apply_event(
         new_state = _TRANSITIONS[event_type]
         return new_state, {"ended": new_state in TERMINAL_STATES}
     return state, {}
+
+
+def _share_rejection(spec: JobSpec, config: RotaConfig) -> Rejection | None:
+    """A GPU share on a flavor (or a named fallback) that does not let shares split its GPUs;
+    `any` accepts the shareable flavors only, as the policy reads it."""
+    shareable = {f.name for f in config.cluster.flavors if f.shareable}
+    for named_in, flavor in [("flavor", spec.flavor),
+                             *(("flavors", f) for f in spec.flavors or () if f != ANY_FLAVOR)]:
+        if flavor not in shareable:
+            return Rejection(
+                "FLAVOR_NOT_SHAREABLE", "gpu_share",
+                f"gpu_share: {spec.gpu_share}, but flavor {flavor} ({named_in}) does not allow GPU"
+                f" shares (set shareable: true on {flavor} in cluster.flavors)",
+            )
+    return None
 
 
 def _topology_rejection(spec: JobSpec, config: RotaConfig) -> Rejection | None:

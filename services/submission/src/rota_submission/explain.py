@@ -113,6 +113,8 @@ def why(job: dict[str, Any]) -> dict[str, Any]:
     state = job["state"]
     answer: dict[str, Any] = {"job_id": job["job_id"], "name": job["name"], "state": state,
                               "queue": job["queue"], "team": job["team"]}
+    if job.get("gpu_share"):
+        answer["gpu_share"] = job["gpu_share"]
     if state == "pending":
         answer.update(reasons=wait.get("reasons") or [], eta=wait.get("eta"),
                       position=wait.get("position"), factors=wait.get("factors"))

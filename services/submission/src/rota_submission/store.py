@@ -77,6 +77,12 @@ PUBLIC_COLUMNS = (
 )
 
 
+def _public() -> list[sa.ColumnElement[Any]]:
+    """The public columns, and the job's GPU share (None: whole GPUs) from its spec."""
+    share = jobs.c.spec["gpu_share"].as_float().label("gpu_share")
+    return [*(jobs.c[name] for name in PUBLIC_COLUMNS), share]
+
+
 def job_row(job_id: str, spec: JobSpec, spec_hash: str, now: datetime) -> dict[str, Any]:
     return dict(
         job_id=job_id, team=spec.team, user_name=spec.user, name=spec.name,
@@ -154,7 +160,7 @@ async def find_job(
     """By full id, or by a part of one from its start or from its end (the short id is its
     last 12 characters); more than one row means the part is ambiguous. With a team, only
     that team's jobs are looked at."""
-    columns = [jobs.c[name] for name in PUBLIC_COLUMNS]
+    columns = _public()
     if len(id_or_prefix) == 36:
         query = sa.select(*columns).where(jobs.c.job_id == id_or_prefix)
     else:
@@ -171,7 +177,7 @@ async def find_job(
 async def list_jobs(
     conn: AsyncConnection, *, team: str | None, queue: str | None, state: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    query = sa.select(*[jobs.c[name] for name in PUBLIC_COLUMNS])
+    query = sa.select(*_public())
     if team:
         query = query.where(jobs.c.team == team)
     if queue:

@@ -72,6 +72,9 @@ def submit(
     gpus: Annotated[int | None, typer.Option(help="Total GPUs; split into whole nodes.")] = None,
     workers: Annotated[int | None, typer.Option(help="Gang size (workers).")] = None,
     gpus_per_worker: Annotated[int | None, typer.Option(help="GPUs per worker.")] = None,
+    gpu_share: Annotated[float | None, typer.Option(
+        help="A share of one GPU: 0.25, 0.5 or 0.75 (one worker of one GPU, on a flavor with"
+        " shareable: true).")] = None,
     resumable: Annotated[bool | None, typer.Option(
         "--resumable/--not-resumable", help="Can it resume from a checkpoint?")] = None,
     runtime: Annotated[int | None, typer.Option(
@@ -120,6 +123,12 @@ def submit(
         if gpus < 1:
             raise InvalidInput("must be >= 1", "gpus")
         doc["workers"], doc["gpus_per_worker"] = _gang_shape(gpus, str(doc.get("flavor", "")))
+    if gpu_share is not None:
+        if gpus not in (None, 1):
+            raise InvalidInput("a share is of one GPU: give --gpu-share without --gpus", "gpu_share")
+        doc["gpu_share"] = gpu_share
+        doc.setdefault("workers", 1)
+        doc.setdefault("gpus_per_worker", 1)
     if sim_duration is not None:
         doc["sim"] = {**doc.get("sim", {}), "duration_s": sim_duration}
     if command:
@@ -154,11 +163,17 @@ def job_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         why = reasons[0]["code"] if reasons else (row.get("detail") or "")
         lines.append([
             short_id(row["job_id"]), row["name"], row["team"], row["queue"],
-            f"{row['gpus']} {row['flavor']}", row["state"], age(row["submitted_at"]), why,
+            f"{gpus_shown(row)} {row['flavor']}", row["state"], age(row["submitted_at"]), why,
             row.get("user_name") or "-", str(row["submitted_at"])[:19].replace("T", " "),
             row["job_id"], row.get("resume_from") or "-",
         ])
     return lines
+
+
+def gpus_shown(row: dict[str, Any]) -> str:
+    """A job's GPUs as its row reads them: a count, or a GPU share as a fraction of one."""
+    share = row.get("gpu_share")
+    return f"{share:g} of 1" if share else str(row["gpus"])
 
 
 @handled
@@ -200,7 +215,7 @@ def job(
         emit_json(row)
         return
     for key in ("job_id", "name", "team", "user_name", "queue", "flavor", "workers",
-                "gpus_per_worker", "gpus", "state", "submission_id", "submitted_at",
+                "gpus_per_worker", "gpus", "gpu_share", "state", "submission_id", "submitted_at",
                 "started_at", "ended_at", "attempts", "run_id", "resume_from", "detail"):
         if row.get(key) is not None:
             console.print(f"[bold]{key:>16}[/bold]  {row[key]}", highlight=False)
@@ -273,8 +288,9 @@ def why(
     if json_out:
         emit_json(answer)
         return
+    share = f", {answer['gpu_share']:g} of one GPU" if answer.get("gpu_share") else ""
     console.print(f"[bold]{answer['name']}[/bold] {answer['job_id']} — {answer['state']}"
-                  f" in {answer['queue']} ({answer['team']})", highlight=False)
+                  f" in {answer['queue']} ({answer['team']}{share})", highlight=False)
     if answer["state"] != "pending":
         console.print(f"  {answer['summary']}", highlight=False)
         return

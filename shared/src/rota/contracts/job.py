@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from rota.contracts.common import (
     Arg,
@@ -28,6 +28,35 @@ MAX_GPUS_PER_WORKER = 16
 MAX_DECLARED_RUNTIME_S = 90 * 24 * 3600
 
 Env = Annotated[dict[EnvName, EnvValue], Field(max_length=128)]
+QUARTERS = 4
+SHARES = (0.25, 0.5, 0.75)
+
+
+def _one_of_shares(value: float) -> float:
+    if value not in SHARES:
+        raise ValueError("must be 0.25, 0.5 or 0.75 (quarters of one GPU)")
+    return value
+
+
+GpuShare = Annotated[float, AfterValidator(_one_of_shares),
+                     Field(json_schema_extra={"enum": list(SHARES)})]
+"""A GPU share: this fraction of one GPU (quarters, DECISIONS 66), on a shareable flavor."""
+
+
+def share_quarters(share: float | None) -> int:
+    """A `GpuShare` in quarters of one GPU (the policy's unit); 0 for None (whole GPUs)."""
+    return round(share * QUARTERS) if share else 0
+
+
+def _absent(value: object) -> bool:
+    """Left out of the JSON when unset, so a spec or placement without a share encodes (and
+    hashes, and sizes) exactly as before the field existed."""
+    return value is None
+
+
+def share_fraction(quarters: int) -> float | None:
+    """Quarters of one GPU as a `GpuShare`; None for 0 (whole GPUs)."""
+    return quarters / QUARTERS if quarters else None
 
 
 class RackAffinity(StrEnum):
@@ -115,6 +144,12 @@ class JobSpec(StrictModel):
         " Absent: a rigid gang of `workers`.",
     )
     gpus_per_worker: StrictInt = Field(1, ge=1, le=MAX_GPUS_PER_WORKER)
+    gpu_share: GpuShare | None = Field(
+        None, exclude_if=_absent,
+        description="This fraction of one GPU (0.25, 0.5 or 0.75), shared with other jobs, on a"
+        " flavor with `shareable: true`; only with workers 1 and gpus_per_worker 1. Absent: whole"
+        " GPUs.",
+    )
     resumable: StrictBool = False
     declared_runtime_s: StrictInt | None = Field(None, ge=1, le=MAX_DECLARED_RUNTIME_S)
     rack: RackAffinity = RackAffinity.none
@@ -197,6 +232,17 @@ class JobSpec(StrictModel):
         return named
 
     @model_validator(mode="after")
+    def _share_of_one_gpu(self) -> JobSpec:
+        if self.gpu_share is not None and (self.workers != 1 or self.gpus_per_worker != 1):
+            raise ValueError("gpu_share: needs workers 1 and gpus_per_worker 1 (a share of one GPU)")
+        return self
+
+    @property
+    def share(self) -> int:
+        """Its GPU share in quarters of one GPU; 0: whole GPUs."""
+        return share_quarters(self.gpu_share)
+
+    @model_validator(mode="after")
     def _checkpointing_needs_resumable(self) -> JobSpec:
         if self.sim and self.sim.checkpoint_interval_s and not self.resumable:
             raise ValueError("sim.checkpoint_interval_s: needs resumable: true")
@@ -209,6 +255,16 @@ class WorkerPlacement(StrictModel):
     worker: StrictInt = Field(ge=0, lt=MAX_WORKERS)
     node: Name
     gpus: Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_GPUS_PER_WORKER)]
+    gpu_share: GpuShare | None = Field(
+        None, exclude_if=_absent,
+        description="The fraction of its one GPU this worker holds (a GPU share); absent: it"
+        " holds its GPUs whole.")
+
+    @model_validator(mode="after")
+    def _share_of_one_gpu(self) -> WorkerPlacement:
+        if self.gpu_share is not None and len(self.gpus) != 1:
+            raise ValueError("gpu_share: a share holds part of exactly one GPU")
+        return self
 
 
 Placement = Annotated[list[WorkerPlacement], Field(min_length=1, max_length=MAX_WORKERS)]

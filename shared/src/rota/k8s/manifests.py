@@ -127,9 +127,16 @@ def pod_template(
     ]
     if with_creds:
         env.append(_env("ROTA_NATS_CREDS", f"{RUN_SECRET_DIR}/nats.creds"))
+    share = placement[0].gpu_share if len(placement) == 1 else None
+    if share is not None:
+        env += _share_env(share, placement[0].gpus[0])
     resources = copy.deepcopy(template.resources)
     limits = dict(resources.get("limits") or {})
-    limits[gpu_resource] = str(spec.gpus_per_worker)
+    if share is None:
+        limits[gpu_resource] = str(spec.gpus_per_worker)
+    else:
+        # A share requests no whole GPU: the device plugin would hand the pod one to itself.
+        limits.pop(gpu_resource, None)
     resources["limits"] = limits
     container: dict[str, Any] = {
         "name": CONTAINER, "image": template.image, "env": env, "resources": resources,
@@ -172,6 +179,14 @@ def pod_template(
         merged["spec"]["containers"][0] = _merge(container, extra[0])
         merged["spec"]["containers"] += copy.deepcopy(extra[1:])
     return merged
+
+
+def _share_env(share: float, gpu: int) -> list[dict[str, Any]]:
+    """A GPU share's pod: its fraction, and its GPU's index on the node for the NVIDIA
+    container runtime (`NVIDIA_VISIBLE_DEVICES`), since no device plugin allocates it. That
+    the GPU is really shared (MPS, MIG or time-slicing) is the cluster's to configure."""
+    return [_env("ROTA_GPU_SHARE", f"{share:g}"), _env("ROTA_GPU_INDEX", str(gpu)),
+            _env("NVIDIA_VISIBLE_DEVICES", str(gpu))]
 
 
 def run_objects(

@@ -1,0 +1,125 @@
+"""The scheduler's view hands the policy GPU shares (DECISIONS 66): each job's share, each
+running share's quarters of its GPU, and each node's GPUs that shares hold in part; the
+proposals it publishes carry the share in their placement."""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+from rota.config.loader import parse_config
+from rota.contracts import messages as m
+from rota.ids import new_id
+from rota_policy import policy_config_from, schedule
+from rota_scheduler.actions import plan_actions, record_sent
+from rota_scheduler.metrics import gpus_allocated
+from rota_scheduler.view import ClusterView
+
+from tests.builders import spec_doc
+
+T0 = 1_800_000_000.0
+CONFIG = parse_config({
+    "cluster": {
+        "flavors": [{"name": "t4", "shareable": True}],
+        "node_pools": [{"name": "n", "flavor": "t4", "count": 1, "gpus_per_node": 2}],
+    },
+    "teams": {"nlp": {"quota": {"t4": 2}}},
+})
+POLICY = policy_config_from(CONFIG)
+
+
+class Story:
+    def __init__(self) -> None:
+        self.view = ClusterView(CONFIG)
+        self.now = T0
+        ids = count()
+        self.uuid = lambda: f"00000000-0000-7000-8000-{next(ids):012d}"
+
+    def event(self, type_: str, **data: Any) -> None:
+        self.view.apply(type_, data, self.now)
+
+    def submit(self, **spec: Any) -> str:
+        job_id = new_id()
+        doc = spec_doc(team="nlp", user="alice", flavor="t4", gpus_per_worker=1, **spec)
+        self.event("JobSubmitted", job_id=job_id, spec=doc, submitted_at=None)
+        self.now += 1
+        return job_id
+
+    def cycle(self) -> list[m.AllocationProposed]:
+        decisions = schedule(self.view.snapshot(self.now), self.now, POLICY)
+        actions = plan_actions(self.view, decisions, now=self.now, new_uuid=self.uuid)
+        record_sent(self.view, actions, self.now)
+        for item in actions.outgoing:
+            self.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+        return [i.message for i in actions.outgoing if isinstance(i.message, m.AllocationProposed)]
+
+    def grant_and_start(self, proposal: m.AllocationProposed) -> None:
+        data = proposal.model_dump(mode="json")
+        self.event("AllocationGranted", **{k: data[k] for k in (
+            "proposal_id", "job_id", "run_id", "team", "flavor", "placement", "gpus")})
+        self.event("RunStarted", run_id=proposal.run_id, job_id=proposal.job_id, attempt=1,
+                   placement=data["placement"])
+
+
+def _gpus(proposals: list[m.AllocationProposed]) -> dict[tuple[str, int], float]:
+    on: dict[tuple[str, int], float] = {}
+    for p in proposals:
+        for w in p.placement:
+            for g in w.gpus:
+                on[(w.node, g)] = on.get((w.node, g), 0) + (w.gpu_share or 1)
+    return on
+
+
+def test_shares_fill_gpus_in_quarters_and_the_proposals_carry_them() -> None:
+    story = Story()
+    halves = [story.submit(gpu_share=0.5) for _ in range(5)]
+    pending = {j.job_id: j.share for q in story.view.snapshot(story.now).pending for j in q.jobs}
+    assert pending == dict.fromkeys(halves, 2)
+    proposed = story.cycle()
+    assert len(proposed) == 4 and {p.job_id for p in proposed} == set(halves[:4])
+    assert all(w.gpu_share == 0.5 and p.gpus == 1 for p in proposed for w in p.placement)
+    assert _gpus(proposed) == {("n-0", 0): 1.0, ("n-0", 1): 1.0}
+    for p in proposed:
+        story.grant_and_start(p)
+    snapshot = story.view.snapshot(story.now)
+    (node,) = snapshot.nodes
+    assert (node.free, node.shared) == ((), ((0, 4), (1, 4)))
+    assert {(r.share, r.gpus, r.demand) for r in snapshot.running} == {(2, 0, 0.5)}
+    assert gpus_allocated(story.view) == {("nlp", "t4"): 2.0}
+
+
+def test_a_whole_gpu_never_meets_a_share_and_a_released_share_lets_another_in() -> None:
+    story = Story()
+    quarter, half = story.submit(gpu_share=0.25), story.submit(gpu_share=0.5)
+    proposed = story.cycle()
+    assert _gpus(proposed) == {("n-0", 0): 0.75}  # best fit: the second share joins the first
+    for p in proposed:
+        story.grant_and_start(p)
+    whole = story.submit(workers=1)
+    third = story.submit(gpu_share=0.5)
+    placed = story.cycle()
+    # The whole job takes the free GPU 1; the half fits nowhere (0.75 held on GPU 0).
+    assert [(p.job_id, p.placement[0].gpus, p.placement[0].gpu_share) for p in placed] == [
+        (whole, [1], None)]
+    assert third not in {p.job_id for p in placed}
+    for p in placed:
+        story.grant_and_start(p)
+    run_of = {p.job_id: p.run_id for p in proposed}
+    story.event("RunFinished", run_id=run_of[half], job_id=half)
+    story.event("AllocationReleased", run_id=run_of[half], job_id=half, team="nlp", flavor="t4",
+                gpus=1, gpu_seconds=0.0)
+    assert story.view.snapshot(story.now).nodes[0].shared == ((0, 1),)
+    again = story.cycle()
+    assert [(p.job_id, p.placement[0].node, p.placement[0].gpus, p.placement[0].gpu_share)
+            for p in again] == [(third, "n-0", [0], 0.5)]
+    assert quarter in story.view.jobs
+
+
+def test_a_cluster_without_shares_gives_the_policy_no_shared_gpus() -> None:
+    story = Story()
+    story.submit(workers=1)
+    for p in story.cycle():
+        story.grant_and_start(p)
+    (node,) = story.view.snapshot(story.now).nodes
+    assert (node.free, node.shared) == ((1,), ())
+    assert all(w.gpu_share is None for p in story.cycle() for w in p.placement)
