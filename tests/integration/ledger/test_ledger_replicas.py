@@ -20,7 +20,7 @@ from rota_ledger.owners import BUCKET, EVENTS, flavor_durable, flavor_key
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.harness import ServiceProcess, eventually, fresh_consumers, stream_last_seq
-from tests.integration.ledger.conftest import decided, ledger_process, publish, truncate
+from tests.integration.ledger.conftest import LEDGER_CONSUMERS, decided, ledger_process, publish, truncate
 from tests.unit.ledger.builders import proposal, run_ended
 
 TTL_S = 2.0
@@ -51,6 +51,8 @@ async def replicas(
         for service in started:
             service.stop()
         await truncate(ledger_engine)
+        # The single ledger's durables would replay this test's proposals in a later module.
+        await fresh_consumers(ledger_nc, LEDGER_CONSUMERS)
 
 
 async def holders(nc: Client) -> dict[str, int]:

@@ -46,7 +46,7 @@ async def test_a_proposal_is_granted_listed_and_released_over_nats(ledger_nc: Cl
     env = proposal([("h-0", [0, 1])], datetime.now(UTC), user="bob")
     await publish(ledger_nc, env)
     (granted,) = await decided(ledger_nc, since, env)
-    assert granted["type"] == "AllocationGranted", granted
+    assert granted["type"] == "AllocationGranted", granted["data"]
     assert granted["source"] == "ledger" and granted["data"]["run_id"] == env.data.run_id
     (run,) = await active(ledger_nc, env.data.job_id)
     assert run["placement"] == [w.model_dump() for w in env.data.placement]
