@@ -16,7 +16,7 @@ from rota_policy.budget import BudgetState
 from rota_policy.config import PolicyConfig
 from rota_policy.decisions import Admission, PreemptionPlan
 from rota_policy.fairshare import fairshare_factors
-from rota_policy.model import PendingJob, RunningRun, Slot, Snapshot, expected_ends
+from rota_policy.model import PendingJob, Restart, RunningRun, Slot, Snapshot, expected_ends
 from rota_policy.ordering import Scorer, submit_key
 from rota_policy.placement import ClusterState
 from rota_policy.preemption import PreemptionContext
@@ -122,6 +122,9 @@ class Cycle:
         self.planned: dict[str, tuple[Slot, ...] | None] = {}
         """Preemptors with a plan in flight: their target once every GPU of it is held."""
         self.plan_holds: dict[str, PlanHold] = {}
+        self.restarting: dict[str, Restart] = {}
+        """Waiting jobs that restart at another size on GPUs held for them (`restarts`); each
+        is also in `planned` and `plan_holds`, as a preemptor with a plan in flight is."""
         self.plan_ready_at: dict[str, float] = {}
         """Per preemptor, when its victims are expected to have saved and stopped."""
         self.abandoned: list[str] = []

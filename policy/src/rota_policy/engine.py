@@ -23,6 +23,7 @@ from rota_policy.decisions import Decisions
 from rota_policy.grow import grows
 from rota_policy.model import Snapshot
 from rota_policy.reasons import explain
+from rota_policy.restarts import resolve_restarts
 from rota_policy.walk import walk
 
 __all__ = ["Cycle", "Planner", "Rules", "run_cycle"]
@@ -86,6 +87,7 @@ def _resolve_plans(cy: Cycle) -> None:
 def _prepared(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Cycle:
     cy = Cycle(snapshot, now, config, rules)
     _resolve_plans(cy)
+    resolve_restarts(cy)
     return cy
 
 

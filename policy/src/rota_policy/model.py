@@ -24,6 +24,7 @@ __all__ = [
     "PendingQueue",
     "PlanInFlight",
     "QueueSums",
+    "Restart",
     "RunningRun",
     "Slot",
     "Snapshot",
@@ -377,6 +378,26 @@ class PlanInFlight:
 
 
 @dataclass(frozen=True, slots=True)
+class Restart:
+    """A run that restarts at another size on GPUs held for it (DECISIONS 81): an elastic
+    victim shrunk to the workers it keeps, or a run that grows onto added GPUs.
+
+    While `run_id` holds GPUs, the free GPUs of `target` are held for the job; once the job
+    waits again (its run saved and stopped) and every GPU of `target` is free, it is admitted
+    on exactly `target`, whatever the queue ahead of it: the GPUs were its own, or held for it.
+    """
+
+    job_id: str
+    run_id: str
+    """The run that saves and stops first; its GPUs are the job's until it does."""
+    target: tuple[Slot, ...]
+    requested_at: float | None = None
+    """When the run was asked to save; None: unknown, taken as now."""
+    grow: bool = False
+    """A grow (DECISIONS 74, 82); False: a shrink (DECISIONS 73, 81)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     nodes: tuple[NodeState, ...]
     running: tuple[RunningRun, ...]
@@ -402,6 +423,9 @@ class Snapshot:
     budget_used: Mapping[tuple[str, str], float] | None = None
     """GPU-seconds each (team, flavor) with a budget has used in its current period, running
     runs up to now (`rota.budget.BudgetMeter`); a pair left out has used none."""
+    restarts: tuple[Restart, ...] = ()
+    """Runs restarting at another size on GPUs held for them (`Restart`); the live scheduler's.
+    The replay restarts such a run at the instant it stops, so it never needs one."""
 
 
 # ---------------------------------------------------------------- decisions

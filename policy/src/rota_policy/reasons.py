@@ -22,7 +22,7 @@ from rota_policy.diagnosis import diagnose, wider_flavor
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
 from rota_policy.ladder import admission_block, choose
 from rota_policy.layout import Layout
-from rota_policy.model import PendingJob, PendingQueue
+from rota_policy.model import PendingJob, PendingQueue, Restart
 from rota_policy.ordering import QueueWalk, submit_key, tier_queues
 from rota_policy.placement import ClusterState
 from rota_policy.protection import Borrowers, delay_reason, protected_borrowers, reclaim_reason
@@ -150,6 +150,13 @@ def _reasons(
     return tuple(out) if not cy.budget.idle_only else (*out, *idle_only_reasons(cy, job))
 
 
+def _restarting(restart: Restart, reason: Reason) -> Reason:
+    """A job restarting at another size says which and at what size (DECISIONS 81, 82)."""
+    return Reason(reason.code, reason.message, (
+        *reason.details, ("restart", "grow" if restart.grow else "shrink"),
+        ("restart_workers", len(restart.target))))
+
+
 def _elastic(job: PendingJob, reason: Reason) -> Reason:
     """An elastic gang's primary reason says that it is about its min (DECISIONS 71)."""
     return Reason(
@@ -263,7 +270,10 @@ def _explanation(
     reasons = _reasons(cy, shared, on, block, pos, ahead_gpus)
     if job.fallback:
         reasons = _over_flavors(job, on.flavor, reasons)
-    if job.elastic:
+    restart = cy.restarting.get(job.job_id)
+    if restart is not None and reasons[0].code is Code.WAITING_FOR_PREEMPTION:
+        reasons = (_restarting(restart, reasons[0]), *reasons[1:])
+    elif job.elastic:
         reasons = (_elastic(job, reasons[0]), *reasons[1:])
     if reasons[0].code in NO_ETA:
         start = None

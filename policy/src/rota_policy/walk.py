@@ -15,8 +15,9 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy.block import Block
 from rota_policy.cycle import Cycle
 from rota_policy.ladder import admission, choose, widest
-from rota_policy.model import PendingJob, PendingQueue
+from rota_policy.model import PendingJob, PendingQueue, Restart, Slot
 from rota_policy.ordering import QueueWalk, tier_queues
+from rota_policy.restarts import restart_message
 from rota_policy.shortcuts import confirm, hopeless, pass_over, settle
 from rota_policy.walkstate import WalkState
 
@@ -161,6 +162,10 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
     the plan gives way; or else it waits for its victims."""
     cy = w.cy
     target = cy.planned[job.job_id]
+    restart = cy.restarting.get(job.job_id)
+    if restart is not None:
+        _restart_in_flight(w, job, restart, target)
+        return
     if job.fallback:  # its plan is on one of its flavors: it starts there or waits
         hold = cy.plan_holds.get(job.job_id)
         job = job.on(hold.flavor if hold is not None else job.flavor)
@@ -181,6 +186,21 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
             return
         cy.release_plan_quota(job.job_id, back=True)
     cy.block(job, Code.WAITING_FOR_PREEMPTION)
+
+
+def _restart_in_flight(
+    w: WalkState, job: PendingJob, restart: Restart, target: tuple[Slot, ...] | None
+) -> None:
+    """A job restarting at another size starts on exactly its held GPUs once all are free, at
+    that size; until then it waits for its run to stop, never starting elsewhere meanwhile:
+    its GPUs are a moment away (DECISIONS 81)."""
+    cy = w.cy
+    if target is None:
+        cy.block(job, Code.WAITING_FOR_PREEMPTION, restart_message(restart))
+        return
+    job = job.on(cy.plan_holds[job.job_id].flavor)
+    cy.admit(job.sized(len(target)), target, via_plan=True)
+    w.ready.discard(job.job_id)
 
 
 def _preempt(w: WalkState, job: PendingJob, code: Code, group: int, order: QueueWalk) -> bool:
