@@ -137,6 +137,16 @@ def test_a_completed_saga_counts_each_victim_once_by_tier_and_outcome() -> None:
     assert value("rota_preemption_ack_seconds_count") == acks + 1
 
 
+def test_a_shrunk_victim_counts_as_a_preemption_with_its_own_outcome() -> None:
+    shrunk = value("rota_preemptions_total", tier="experiment", outcome="shrunk")
+    acked = value("rota_preemptions_total", tier="experiment", outcome="acked")
+    acks = value("rota_preemption_ack_seconds_count")
+    record_victims([victim("shrunk", queue="experiment", ack_s=3.0)])
+    assert value("rota_preemptions_total", tier="experiment", outcome="shrunk") == shrunk + 1
+    assert value("rota_preemptions_total", tier="experiment", outcome="acked") == acked
+    assert value("rota_preemption_ack_seconds_count") == acks + 1
+
+
 def test_run_outcomes_are_few() -> None:
     assert outcome_label(m.RunFinished(run_id=RUN, job_id=JOB)) == "finished"
     assert outcome_label(m.RunFailed(run_id=RUN, job_id=JOB, error="boom")) == "failed"

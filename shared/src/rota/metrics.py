@@ -131,7 +131,8 @@ DECISION_KINDS = ("admit", "hold", "preempt", "stop")
 PREEMPTIONS = Counter(
     "rota_preemptions", "Preempted runs by the victim's tier and how the preemption ended.",
     ["tier", "outcome"], registry=None)
-PREEMPTION_OUTCOMES = ("acked", "forced", "aborted")
+PREEMPTION_OUTCOMES = ("acked", "forced", "aborted", "shrunk")
+"""`shrunk`: an elastic victim that saved and restarts smaller on GPUs it kept (DECISIONS 81)."""
 PREEMPTION_ACK = Histogram(
     "rota_preemption_ack_seconds", "From a victim's notice to its checkpoint acknowledgement.",
     buckets=_SECONDS_ACK, registry=None)

@@ -275,7 +275,9 @@ class Ledger:
             await store.prune_holds(conn, now)
             if await store.plan_granted(conn, data.plan_id):
                 return 0  # the preemptor got its GPUs before this request was read
-            victims = [v.run_id for v in data.victims]
+            # A shrunk victim keeps its first workers' GPUs to restart on: only its dropped
+            # ones, which are in the target, are the preemptor's (DECISIONS 81).
+            victims = [v.run_id for v in data.victims if not v.shrink_to]
             held: dict[tuple[str, int], str | None] = {
                 gpu: run_id for run_id, gpu in await store.active_gpus_of_runs(conn, victims)
             }

@@ -5,7 +5,7 @@ saga back and turns the effects into outbox rows, all in one transaction.
 
 Victim lifecycle (the plan's state is derived from its victims):
 
-    noticed ──ack──────────▶ stop_sent (outcome acked)  ──run ended──▶ done
+    noticed ──ack──────────▶ stop_sent (outcome acked, or shrunk for a shrink) ──run ended──▶ done
        │    ──deadline─────▶ stop_sent (outcome forced) ──run ended──▶ done
        ├──run ended by itself──────────────────────────────────────▶ done (finished)
        ├──stopped without our StopRun──────────────────────────────▶ done (forced)
@@ -75,6 +75,8 @@ class Victim:
     notice_id: str
     grace_s: float
     deadline: datetime
+    shrink_to: int | None = None
+    """An elastic victim shrunk instead of stopped: the workers it restarts with (DECISIONS 81)."""
     state: VictimState = VictimState.noticed
     outcome: VictimOutcome | None = None
     checkpoint_uri: str | None = None
@@ -209,7 +211,7 @@ def start(
             gpus=v.gpus, job_name=v.job_name or f"job-{v.job_id[:8]}", user=v.user or v.team,
             resumable=v.resumable, last_checkpoint_uri=v.last_checkpoint_uri,
             expected_lost_gpu_seconds=v.expected_lost_gpu_seconds, notice_id=new_id(),
-            grace_s=grace, deadline=now + timedelta(seconds=grace),
+            grace_s=grace, deadline=now + timedelta(seconds=grace), shrink_to=v.shrink_to,
         ))
     effects: list[Effect] = []
     for victim in saga.victims:
@@ -235,11 +237,13 @@ def acknowledge(
     if run_id != victim.run_id:
         return AckVerdict.stale_run, []
     if victim.state is VictimState.noticed:
-        victim.outcome = VictimOutcome.acked
+        # A shrink that saved in time is its own outcome: the run restarts smaller at once.
+        victim.outcome = VictimOutcome.shrunk if victim.shrink_to else VictimOutcome.acked
         victim.checkpoint_uri, victim.acked_at = checkpoint_uri, now
         return AckVerdict.accepted, [*_stop(victim, forced=False, now=now), *settle(saga, now)]
     return {
         VictimOutcome.acked: AckVerdict.duplicate,
+        VictimOutcome.shrunk: AckVerdict.duplicate,
         VictimOutcome.forced: AckVerdict.late,
         VictimOutcome.aborted: AckVerdict.withdrawn,
         VictimOutcome.finished: AckVerdict.after_end,

@@ -31,7 +31,7 @@ def notice(saga: Saga, victim: Victim, *, withdrawn: bool = False) -> m.Preempti
         notice_id=victim.notice_id, plan_id=saga.plan.plan_id, run_id=victim.run_id,
         job_id=victim.job_id, action="withdrawn" if withdrawn else "checkpoint_and_stop",
         deadline=victim.deadline, grace_s=victim.grace_s, ack_subject=s.run_checkpoint(victim.run_id),
-        reason=saga.plan.message,
+        reason=saga.plan.message, shrink_to=None if withdrawn else victim.shrink_to,
     )
 
 
@@ -42,7 +42,7 @@ def noticed(saga: Saga, victim: Victim) -> m.PreemptionNoticed:
         queue=victim.queue, deadline=victim.deadline, grace_s=victim.grace_s,
         preemptor_job_id=saga.plan.preemptor_job_id, preemptor_queue=saga.plan.preemptor_queue,
         reason=saga.plan.reason, resumable=victim.resumable,
-        resume_from=victim.last_checkpoint_uri,
+        resume_from=victim.last_checkpoint_uri, shrink_to=victim.shrink_to,
     )
 
 

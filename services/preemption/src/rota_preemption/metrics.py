@@ -39,7 +39,7 @@ def record_victims(victims: Iterable[Mapping[str, Any]]) -> None:
         metrics.LOST_GPU_SECONDS.labels(team=victim["team"]).inc(
             float(victim.get("lost_gpu_seconds") or 0.0))
         noticed, acked = victim.get("noticed_at"), victim.get("acked_at")
-        if outcome == "acked" and noticed is not None and acked is not None:
+        if outcome in ("acked", "shrunk") and noticed is not None and acked is not None:
             metrics.PREEMPTION_ACK.observe(max(0.0, (acked - noticed).total_seconds()))
 
 

@@ -68,6 +68,7 @@ victims = sa.Table(
     sa.Column("notice_id", sa.Text, nullable=False),
     sa.Column("grace_s", sa.Float, nullable=False),
     sa.Column("deadline", TS, nullable=False),
+    sa.Column("shrink_to", sa.Integer),
     sa.Column("state", sa.Text, nullable=False),
     sa.Column("outcome", sa.Text),
     sa.Column("checkpoint_uri", sa.Text),
@@ -258,7 +259,7 @@ def _victim_row(v: Victim) -> dict[str, Any]:
         "queue": v.queue.value, "gpus": v.gpus, "job_name": v.job_name, "user_name": v.user,
         "resumable": v.resumable, "last_checkpoint_uri": v.last_checkpoint_uri,
         "expected_lost_gpu_seconds": v.expected_lost_gpu_seconds, "notice_id": v.notice_id,
-        "grace_s": v.grace_s, "deadline": v.deadline,
+        "grace_s": v.grace_s, "deadline": v.deadline, "shrink_to": v.shrink_to,
         **{k: _db(getattr(v, k)) for k in _VICTIM_MUTABLE},
     }
 
@@ -279,7 +280,8 @@ def _victim(row: Any) -> Victim:
         user=row["user_name"], resumable=row["resumable"],
         last_checkpoint_uri=row["last_checkpoint_uri"],
         expected_lost_gpu_seconds=row["expected_lost_gpu_seconds"], notice_id=row["notice_id"],
-        grace_s=row["grace_s"], deadline=row["deadline"], state=VictimState(row["state"]),
+        grace_s=row["grace_s"], deadline=row["deadline"], shrink_to=row["shrink_to"],
+        state=VictimState(row["state"]),
         outcome=VictimOutcome(row["outcome"]) if row["outcome"] else None,
         checkpoint_uri=row["checkpoint_uri"], lost_gpu_seconds=row["lost_gpu_seconds"],
         noticed_at=row["noticed_at"], acked_at=row["acked_at"],

@@ -146,6 +146,8 @@ def plan_actions(
                 {},
                 {
                     "victims": [v.run_id for v in plan.victims],
+                    # An elastic victim shrunk instead of stopped: the workers it keeps.
+                    "shrink_to": {v.run_id: v.shrink_to for v in plan.victims if v.shrink_to},
                     "message": plan.message,
                     "expected_lost_gpu_s": plan.expected_lost_gpu_s,
                 },
@@ -227,6 +229,7 @@ def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoi
                 user=job.spec.user if job else None,
                 resumable=job.spec.resumable if job else False,
                 last_checkpoint_uri=job.last_checkpoint_uri if job else None,
+                shrink_to=choice.shrink_to or None,
             )
         )
     return Outgoing(

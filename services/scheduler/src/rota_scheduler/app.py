@@ -204,6 +204,7 @@ class Scheduler:
         for job_id in decisions.abandoned_plans:
             for plan_id in [p.plan_id for p in self.view.plans.values() if p.preemptor_job_id == job_id]:
                 self.view.plans.pop(plan_id, None)
+            self.view.restarts.pop(job_id, None)  # its GPUs went to another: it starts anywhere
         self._fold_held()
         backlog = (self.held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
         if backlog or (asked is not None and len(asked) >= EXPLAINED_PER_CYCLE):

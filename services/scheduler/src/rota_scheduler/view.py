@@ -16,9 +16,6 @@ from rota.config import RotaConfig
 from rota.contracts import JobSpec, Tier
 from rota.contracts.job import share_quarters
 from rota_policy import (
-    NodeState,
-    PlanInFlight,
-    RunningRun,
     Slot,
     Snapshot,
     gangs_of,
@@ -27,6 +24,7 @@ from rota_policy.model import QUARTERS
 from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
+from rota_scheduler.snapshot import snapshot_of
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
 ETA_BUCKET_S = 60.0
@@ -83,11 +81,25 @@ class PlanRecord:
 
 
 @dataclass
+class RestartRecord:
+    """A run that restarts at another size on GPUs held for its job (`rota_policy.Restart`):
+    a shrunk victim on the workers it keeps. Folded from events only, so a new leader that
+    replays the stream holds the same GPUs (DECISIONS 81)."""
+
+    run_id: str
+    target: tuple[Slot, ...]
+    requested_at: float
+    grow: bool = False
+
+
+@dataclass
 class ClusterView:
     config: RotaConfig
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     allocations: dict[str, Allocation] = field(default_factory=dict)
     plans: dict[str, PlanRecord] = field(default_factory=dict)
+    restarts: dict[str, RestartRecord] = field(default_factory=dict)
+    """By job id: restarts at another size in flight, until the job is proposed again."""
     usage: dict[str, float] = field(default_factory=dict)
     usage_as_of: float = 0.0
     granted_unstarted: set[str] = field(default_factory=set)
@@ -138,6 +150,7 @@ class ClusterView:
         if job is None:
             return
         job.cancelled = True
+        self.restarts.pop(job.job_id, None)
         if job.state == "pending":
             job.state = "done"
 
@@ -151,6 +164,7 @@ class ClusterView:
         )
         if job is not None and job.state == "pending":
             job.state, job.run_id = "proposed", run_id
+            self.restarts.pop(job.job_id, None)  # proposed: on its restart's GPUs, or elsewhere
         plan_id = data.get("plan_id")
         if plan_id:
             self.plans.pop(plan_id, None)
@@ -211,12 +225,14 @@ class ClusterView:
     def _on_RunFinished(self, data: dict[str, Any], at: float) -> None:
         if (job := self._run_ended(data, at)) is not None:
             job.state = "done"
+            self.restarts.pop(job.job_id, None)
             if job.spec.declared_runtime_s:
                 self.runtime_scale.finished(job.ran_s, job.spec.declared_runtime_s)
 
     def _on_RunFailed(self, data: dict[str, Any], at: float) -> None:
         if (job := self._run_ended(data, at)) is not None:
             job.state = "done"
+            self.restarts.pop(job.job_id, None)
 
     def _on_RunStopped(self, data: dict[str, Any], at: float) -> None:
         job = self._run_ended(data, at)
@@ -232,16 +248,34 @@ class ClusterView:
                 job.resume_from = data["checkpoint_uri"]
         else:
             job.state = "done"
+            self.restarts.pop(job.job_id, None)
 
     def _on_PreemptionRequested(self, data: dict[str, Any], at: float) -> None:
         target = _slots(data.get("target") or [])
         victims = tuple(v["run_id"] for v in data["victims"])
         self.plans[data["plan_id"]] = PlanRecord(
             data["plan_id"], data["preemptor_job_id"], victims, target, requested_at=at)
+        for victim in data["victims"]:
+            if victim.get("shrink_to"):
+                self._restart_on(victim["job_id"], victim["run_id"], int(victim["shrink_to"]), at)
+
+    def _restart_on(self, job_id: str, run_id: str, workers: int, at: float) -> None:
+        """A shrunk victim restarts on its first `workers` workers' GPUs. Only while that run
+        still holds them: the plan's echo, read after the run ended, changes nothing."""
+        job, allocation = self.jobs.get(job_id), self.allocations.get(run_id)
+        if job is None or allocation is None or job.run_id != run_id:
+            return
+        self.restarts[job_id] = RestartRecord(run_id, allocation.placement[:workers], at)
 
     def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
         if data.get("aborted"):
             self.plans.pop(data["plan_id"], None)
+        for victim in data.get("victims", []):
+            restart = self.restarts.get(victim["job_id"])
+            # A victim left running (aborted) or that ended by itself restarts at no size.
+            if (restart is not None and restart.run_id == victim["run_id"]
+                    and victim.get("outcome") in ("aborted", "finished")):
+                del self.restarts[victim["job_id"]]
 
     def _on_NodeWithdrawn(self, data: dict[str, Any], at: float) -> None:
         self.withdrawn[data["node"]] = data.get("reason", "")
@@ -301,79 +335,8 @@ class ClusterView:
         return (j for j in self.jobs.values() if j.state == "pending" and not j.cancelled)
 
     def snapshot(self, now: float, explain: frozenset[str] | None = None) -> Snapshot:
-        held: dict[str, set[int]] = {}
-        shared: dict[str, dict[int, int]] = {}
-        # node → GPU index → quarters that GPU shares hold of it (DECISIONS 66).
-        for allocation in self.allocations.values():
-            for slot in allocation.placement:
-                held.setdefault(slot.node, set()).update(slot.gpus)
-                if slot.share:
-                    on = shared.setdefault(slot.node, {})
-                    for gpu in slot.gpus:
-                        on[gpu] = on.get(gpu, 0) + slot.share
-        nodes = tuple(
-            NodeState(
-                n.name,
-                n.flavor,
-                n.rack,
-                n.gpus,
-                # A withdrawn node offers nothing: its GPUs are neither free nor held.
-                () if n.name in self.withdrawn
-                else tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())),
-                self.config.node_levels(n),
-                # A withdrawn node's shared GPUs have no room either.
-                () if n.name in self.withdrawn else tuple(sorted(shared.get(n.name, {}).items())),
-            )
-            for n in self.config.expanded_nodes()
-        )
-        running = tuple(self._running(a, now) for a in self.allocations.values() if a.job_id in self.jobs)
-        pending = self.pending_index.queues()
-        half_life = self.config.policy.fairshare_half_life_s
-        decay = 0.5 ** (max(0.0, now - self.usage_as_of) / half_life) if self.usage_as_of else 1.0
-        plans = tuple(
-            PlanInFlight(p.preemptor_job_id, p.victim_run_ids, p.target, p.requested_at)
-            for p in self.plans.values()
-            if p.target
-            and p.preemptor_job_id in self.jobs
-            and self.jobs[p.preemptor_job_id].state == "pending"
-        )
-        return Snapshot(
-            nodes=nodes,
-            running=running,
-            pending=pending,
-            usage={t: v * decay for t, v in self.usage.items()},
-            plans=plans,
-            explain=explain,
-            runtime_scale=self.runtime_scale.value,
-            budget_used=self.budget_meter.used(now) if self.budget_meter.periods else None,
-        )
-
-    def _running(self, allocation: Allocation, now: float) -> RunningRun:
-        job = self.jobs[allocation.job_id]
-        spec = job.spec
-        started = job.started_at if job.run_id == allocation.run_id else None
-        # A run proposed or granted but not yet started counts as starting now: it is inside
-        # its minimum runtime, so no plan picks it as a victim before it has even begun.
-        start = started if started is not None else now
-        runtime = spec.declared_runtime_s
-        return RunningRun(
-            run_id=allocation.run_id,
-            job_id=job.job_id,
-            team=spec.team,
-            tier=Tier(spec.queue),
-            flavor=allocation.flavor or spec.flavor,
-            placement=allocation.placement,
-            # A share holds no whole GPU: stopping it frees none (RunningRun.share).
-            gpus=0 if spec.share else sum(len(slot.gpus) for slot in allocation.placement),
-            started_at=start,
-            last_checkpoint_at=job.last_checkpoint_at if started is not None else None,
-            resumable=spec.resumable,
-            preemptions=job.preemptions,
-            borrowed_gpus=allocation.borrowed_gpus,
-            expected_end=(start + runtime) if runtime else None,
-            checkpoint_interval_s=spec.sim.checkpoint_interval_s if spec.sim else None,
-            share=spec.share,
-        )
+        """The policy's input at `now`; `explain`: the pending jobs to explain (None: all)."""
+        return snapshot_of(self, now, explain)
 
     def stops_needed(self) -> list[JobRecord]:
         """Cancelled jobs whose run still holds GPUs and has not been told to stop."""

@@ -18,16 +18,28 @@ def _gpus(data: dict[str, Any]) -> str:
 
 
 def _victims(data: dict[str, Any]) -> str:
-    return ", ".join(f"{v.get('job_name') or v['job_id'][:13]} ({v['queue']}, {v['gpus']} GPUs)"
-                     for v in data.get("victims", []))
+    return ", ".join(f"{v.get('job_name') or v['job_id'][:13]} ({v['queue']}, {v['gpus']} GPUs"
+                     + (f", shrunk to {v['shrink_to']} workers" if v.get("shrink_to") else "")
+                     + ")" for v in data.get("victims", []))
 
 
 def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
     if data.get("preemptor_job_id") == job_id:
         return (f"preempt: {data['reason']}: {data['message']} — victims {_victims(data)},"
                 f" expected loss {data['expected_lost_gpu_seconds'] / 3600:.2f} GPU-h")
+    mine: dict[str, Any] = next(
+        (v for v in data.get("victims", []) if v.get("job_id") == job_id), {})
+    shrunk = (f"; shrunk to {mine['shrink_to']} workers, it restarts on the GPUs it keeps"
+              if mine.get("shrink_to") else "")
     return (f"chosen as a victim for {data['preemptor_queue']} job"
-            f" {data['preemptor_job_id'][:13]}: {data['reason']}")
+            f" {data['preemptor_job_id'][:13]}: {data['reason']}{shrunk}")
+
+
+def _noticed(data: dict[str, Any], job_id: str) -> str:
+    then = (f"save a checkpoint, stop and restart with {data['shrink_to']} workers"
+            if data.get("shrink_to") else "checkpoint and stop")
+    return (f"notice sent: {then} by {data['deadline']} (grace {data['grace_s']:.0f} s) for a"
+            f" {data['preemptor_queue']} job")
 
 
 def _preemption_completed(data: dict[str, Any], job_id: str) -> str:
@@ -71,8 +83,7 @@ DESCRIBE: dict[str, Describe] = {
                                 + (f", lost {d['lost_gpu_seconds'] / 3600:.2f} GPU-h"
                                    if d.get("lost_gpu_seconds") else "")),
     "PreemptionRequested": _preemption_requested,
-    "PreemptionNoticed": lambda d, _: (f"notice sent: checkpoint and stop by {d['deadline']}"
-                                       f" (grace {d['grace_s']:.0f} s) for a {d['preemptor_queue']} job"),
+    "PreemptionNoticed": _noticed,
     "PreemptionCompleted": _preemption_completed,
 }
 

@@ -118,7 +118,7 @@ def preemptions(rows: list[Row], job_id: str) -> list[Row]:
                         else ("aborted" if data.get("aborted") else "completed"))
             if plan["role"] == "suffered" and mine.get("lost_gpu_seconds") is not None:
                 plan["lost_gpu_seconds"] = mine["lost_gpu_seconds"]
-            if plan["role"] == "suffered" and mine.get("outcome") != "acked":
+            if plan["role"] == "suffered" and mine.get("outcome") not in ("acked", "shrunk"):
                 plan.update(acked_at=None, ack_checkpoint_uri=None, ack_event_id=None)
             elif plan["role"] == "suffered" and mine.get("checkpoint_uri"):
                 plan["ack_checkpoint_uri"] = mine["checkpoint_uri"]

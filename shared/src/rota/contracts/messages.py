@@ -24,7 +24,7 @@ from rota.contracts.common import (
     Uri,
     Uuid,
 )
-from rota.contracts.job import JobSpec, Placement
+from rota.contracts.job import MAX_WORKERS, JobSpec, Placement, _absent
 from rota.contracts.requests import (
     ApiError,
     ApiReply,
@@ -339,6 +339,12 @@ class Victim(OpenModel):
     user: Name | None = None
     resumable: StrictBool = False
     last_checkpoint_uri: Uri | None = None
+    shrink_to: StrictInt | None = Field(
+        None, ge=1, le=MAX_WORKERS, exclude_if=_absent,
+        description="An elastic run shrunk instead of stopped: the workers it keeps (its first"
+        " ones), with which it restarts on their GPUs after its checkpoint; `gpus` are the"
+        " dropped workers'. Absent: the run stops.",
+    )
 
 
 class PreemptionRequested(OpenModel):
@@ -373,6 +379,11 @@ class PreemptionNoticed(OpenModel):
     reason: str
     resumable: StrictBool
     resume_from: Uri | None = None
+    shrink_to: StrictInt | None = Field(
+        None, ge=1, le=MAX_WORKERS, exclude_if=_absent,
+        description="A shrink: the run restarts with this many workers on GPUs it keeps."
+        " Absent: it stops and waits in its queue.",
+    )
 
 
 class VictimOutcome(StrEnum):
@@ -380,6 +391,8 @@ class VictimOutcome(StrEnum):
     forced = "forced"
     finished = "finished"
     aborted = "aborted"
+    shrunk = "shrunk"
+    """An elastic victim acknowledged its notice and restarts smaller on GPUs it kept."""
 
 
 class VictimResult(OpenModel):
@@ -422,3 +435,8 @@ class PreemptionNotice(OpenModel):
     grace_s: StrictFloat = Field(ge=0)
     ack_subject: str
     reason: ShortText
+    shrink_to: StrictInt | None = Field(
+        None, ge=1, le=MAX_WORKERS, exclude_if=_absent,
+        description="A shrink: after the stop, the job restarts from this checkpoint with this"
+        " many workers. Absent: it waits in its queue.",
+    )

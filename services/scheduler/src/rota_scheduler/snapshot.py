@@ -1,0 +1,99 @@
+"""The policy's input built from the scheduler's view (`ClusterView.snapshot`): what GPUs are
+free, what runs hold, what waits, and what is in flight. Pure, as the view is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rota.contracts import Tier
+from rota_policy import NodeState, PlanInFlight, Restart, RunningRun, Snapshot
+
+if TYPE_CHECKING:
+    from rota_scheduler.view import Allocation, ClusterView
+
+
+def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None) -> Snapshot:
+    """The policy's input: nodes with their free GPUs, runs, queues, usage, plans and restarts
+    in flight, all from the view (`ClusterView.snapshot`)."""
+    held: dict[str, set[int]] = {}
+    shared: dict[str, dict[int, int]] = {}
+    # node → GPU index → quarters that GPU shares hold of it (DECISIONS 66).
+    for allocation in view.allocations.values():
+        for slot in allocation.placement:
+            held.setdefault(slot.node, set()).update(slot.gpus)
+            if slot.share:
+                on = shared.setdefault(slot.node, {})
+                for gpu in slot.gpus:
+                    on[gpu] = on.get(gpu, 0) + slot.share
+    nodes = tuple(
+        NodeState(
+            n.name,
+            n.flavor,
+            n.rack,
+            n.gpus,
+            # A withdrawn node offers nothing: its GPUs are neither free nor held.
+            () if n.name in view.withdrawn
+            else tuple(i for i in range(n.gpus) if i not in held.get(n.name, ())),
+            view.config.node_levels(n),
+            # A withdrawn node's shared GPUs have no room either.
+            () if n.name in view.withdrawn else tuple(sorted(shared.get(n.name, {}).items())),
+        )
+        for n in view.config.expanded_nodes()
+    )
+    running = tuple(_running(view, a, now) for a in view.allocations.values() if a.job_id in view.jobs)
+    pending = view.pending_index.queues()
+    half_life = view.config.policy.fairshare_half_life_s
+    decay = 0.5 ** (max(0.0, now - view.usage_as_of) / half_life) if view.usage_as_of else 1.0
+    plans = tuple(
+        PlanInFlight(p.preemptor_job_id, p.victim_run_ids, p.target, p.requested_at)
+        for p in view.plans.values()
+        if p.target
+        and p.preemptor_job_id in view.jobs
+        and view.jobs[p.preemptor_job_id].state == "pending"
+    )
+    return Snapshot(
+        nodes=nodes,
+        running=running,
+        pending=pending,
+        usage={t: v * decay for t, v in view.usage.items()},
+        plans=plans,
+        explain=explain,
+        runtime_scale=view.runtime_scale.value,
+        budget_used=view.budget_meter.used(now) if view.budget_meter.periods else None,
+        restarts=tuple(
+            Restart(job_id, r.run_id, r.target, r.requested_at, r.grow)
+            for job_id, r in view.restarts.items() if job_id in view.jobs
+        ),
+    )
+
+def _running(view: ClusterView, allocation: Allocation, now: float) -> RunningRun:
+    job = view.jobs[allocation.job_id]
+    spec = job.spec
+    started = job.started_at if job.run_id == allocation.run_id else None
+    # A run proposed or granted but not yet started counts as starting now: it is inside
+    # its minimum runtime, so no plan picks it as a victim before it has even begun.
+    start = started if started is not None else now
+    runtime = spec.declared_runtime_s
+    return RunningRun(
+        run_id=allocation.run_id,
+        job_id=job.job_id,
+        team=spec.team,
+        tier=Tier(spec.queue),
+        flavor=allocation.flavor or spec.flavor,
+        placement=allocation.placement,
+        # A share holds no whole GPU: stopping it frees none (RunningRun.share).
+        gpus=0 if spec.share else sum(len(slot.gpus) for slot in allocation.placement),
+        started_at=start,
+        last_checkpoint_at=job.last_checkpoint_at if started is not None else None,
+        resumable=spec.resumable,
+        preemptions=job.preemptions,
+        borrowed_gpus=allocation.borrowed_gpus,
+        expected_end=(start + runtime) if runtime else None,
+        checkpoint_interval_s=spec.sim.checkpoint_interval_s if spec.sim else None,
+        share=spec.share,
+        # An elastic gang's range: the policy may shrink it for a preemptor, or grow it.
+        workers_range=(spec.workers_min, spec.workers)
+        if spec.workers_min is not None and spec.workers_min < spec.workers else None,
+    )
+
