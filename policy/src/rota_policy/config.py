@@ -142,6 +142,9 @@ class PolicyConfig:
     preemption_delay_s: float = 0.0
     """How long after submission a job waits for GPUs to free themselves before it may stop
     anyone; a tier's `preemption_delay_s` overrides it."""
+    grow_after_s: float = 1800.0
+    """How long an elastic run must have run since it last started before it may grow on idle
+    GPUs (`grow`), so that a cluster that empties and fills does not restart it every cycle."""
     budgets: dict[tuple[str, str], BudgetLimit] = field(default_factory=dict)
     """Per (team, flavor), its GPU-hour budget; a pair without one is never limited by use."""
     shareable: frozenset[str] = frozenset()
@@ -245,6 +248,7 @@ def policy_config_from(config: RotaConfig) -> PolicyConfig:
         max_preemption_attempts=preemption.max_attempts_per_cycle,
         max_lost_gpu_s_per_plan=preemption.max_lost_gpu_s_per_plan,
         preemption_delay_s=preemption.delay_s,
+        grow_after_s=policy.grow_after_s,
         budgets=_budgets_from(config),
         shareable=frozenset(f.name for f in config.cluster.flavors if f.shareable),
         gang_topology=gangs_of(config),

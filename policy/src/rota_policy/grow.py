@@ -8,8 +8,9 @@ flight on it. It grows to the largest size up to its max whose added workers fit
 a checkpoint on request and restarts at the larger size on its GPUs plus the added ones, which
 are held for it meanwhile: a grow is a checkpoint-triggered restart, not a preemption.
 
-A run grows only if it has run `GROW_AFTER_S` since it last started, so that a cluster that
-empties and fills again does not restart it at every cycle.
+A run grows only if it has run `PolicyConfig.grow_after_s` (30 minutes unless rota.yaml says
+`policy.grow_after_s`) since it last started, so that a cluster that empties and fills again
+does not restart it at every cycle.
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ from rota_policy.model import RunningRun, Slot
 from rota_policy.placement import fit_on_counts
 from rota_policy.topology import need_of
 
-__all__ = ["GROW_AFTER_S", "grows"]
-
-GROW_AFTER_S = 1800.0
-"""How long a run must have run since it last started before it may grow."""
+__all__ = ["grows"]
 
 _NO_LEVEL = need_of(RackAffinity.none, None)
 
@@ -57,7 +55,7 @@ def grows(cy: Cycle) -> tuple[Grow, ...]:
         run for run in cy.snapshot.running
         if run.workers_range is not None and run.flavor in idle and run.resumable
         and len(run.placement) < run.workers_range[1] and run.run_id not in cy.taken
-        and cy.now - run.started_at >= GROW_AFTER_S
+        and cy.now - run.started_at >= cy.config.grow_after_s
     ]
     out = []
     for run in sorted(candidates, key=lambda r: (r.tier.rank, r.started_at, r.run_id)):

@@ -124,7 +124,7 @@ SCHEDULE_CYCLE = Histogram(
 DECISIONS = Counter(
     "rota_scheduler_decisions", "Decisions recorded in the scheduler's decision log.",
     ["decision"], registry=None)
-DECISION_KINDS = ("admit", "hold", "preempt", "stop")
+DECISION_KINDS = ("admit", "hold", "preempt", "stop", "grow")
 
 # ---------------------------------------------------------------- preemption coordinator
 
@@ -136,6 +136,11 @@ PREEMPTION_OUTCOMES = ("acked", "forced", "aborted", "shrunk")
 PREEMPTION_ACK = Histogram(
     "rota_preemption_ack_seconds", "From a victim's notice to its checkpoint acknowledgement.",
     buckets=_SECONDS_ACK, registry=None)
+GROWS = Counter(
+    "rota_grows", "Elastic runs grown on idle GPUs (not preemptions), by how the grow ended:"
+    " grown, aborted (no checkpoint in time; it ran on as it was), finished.", ["outcome"],
+    registry=None)
+GROW_OUTCOMES = ("grown", "aborted", "finished")
 LOST_GPU_SECONDS = Counter(
     "rota_lost_gpu_seconds", "GPU-seconds of work lost by preempted runs (since their last"
     " checkpoint), by the victim's team.", ["team"], registry=None)
@@ -148,7 +153,7 @@ JOB_RUNTIME = Histogram(
 JOBS_FINISHED = Counter(
     "rota_jobs_finished", "Runs that ended, by outcome: finished, failed, preempted, cancelled,"
     " deadline.", ["outcome"], registry=None)
-RUN_OUTCOMES = ("finished", "failed", "preempted", "cancelled", "deadline", "lost")
+RUN_OUTCOMES = ("finished", "failed", "preempted", "cancelled", "deadline", "lost", "resized")
 
 # ---------------------------------------------------------------- notifier
 
@@ -174,7 +179,7 @@ OWNERS: dict[str, tuple[Family, ...]] = {
     "scheduler": (QUEUE_WAIT, QUEUE_PENDING, RUNNING_JOBS, GPUS_ALLOCATED, GPUS_CAPACITY,
                   QUOTA_USED_RATIO, TEAM_USAGE, BUDGET_USED_GPU_HOURS, BUDGET_GPU_HOURS,
                   SCHEDULE_CYCLE, DECISIONS, PREEMPTION_DEFERRED),
-    "preemption": (PREEMPTIONS, PREEMPTION_ACK, LOST_GPU_SECONDS),
+    "preemption": (PREEMPTIONS, PREEMPTION_ACK, LOST_GPU_SECONDS, GROWS),
     "executor": (JOB_RUNTIME, JOBS_FINISHED),
     "notifier": (NOTIFICATIONS,),
 }
@@ -204,6 +209,8 @@ def _zero_known_labels() -> None:
     for tier in Tier:
         for outcome in PREEMPTION_OUTCOMES:
             PREEMPTIONS.labels(tier=tier.value, outcome=outcome)
+    for outcome in GROW_OUTCOMES:
+        GROWS.labels(outcome=outcome)
     for kind in DECISION_KINDS:
         DECISIONS.labels(decision=kind)
     for run_outcome in RUN_OUTCOMES:

@@ -3,6 +3,7 @@
 - `rota.evt.preemption.requested` (durable `preemption-plans`): open one saga per plan.
 - `rota.evt.run.>` (durable `preemption-runs`): acknowledgements and run ends.
 - `rota.evt.job.cancelled` (durable `preemption-cancels`): a cancelled preemptor aborts.
+- `rota.evt.grow.requested` (durable `preemption-grows`): a grow's saga (not a preemption).
 - A timer task forces the stop of victims past their deadline, read from the database.
 - `rota.sys.preemption.plans`: the read API over sagas and victims.
 """
@@ -21,6 +22,7 @@ from rota.service import RotaService, stop_tasks
 from rota_preemption.api import PLANS_SUBJECT, answer
 from rota_preemption.coordinator import (
     CONSUMER_CANCELS,
+    CONSUMER_GROWS,
     CONSUMER_PLANS,
     CONSUMER_RUNS,
     Coordinator,
@@ -71,6 +73,12 @@ def build(
     async def job_cancelled(msg: Msg) -> None:
         """A cancelled preemptor aborts its plan; the victims' notices are withdrawn."""
         await coordinator.job_cancelled(msg.data)
+
+    @service.js_subscriber(s.EVENT_SUBJECTS["GrowRequested"], stream=s.STREAM_EVT,
+                           durable=CONSUMER_GROWS)
+    async def grow_requested(msg: Msg) -> None:
+        """Open a grow's saga: the notice to the growing run."""
+        await coordinator.grow_requested(msg.data)
 
     @service.broker.subscriber(PLANS_SUBJECT, queue="preemption-api")
     async def list_plans(msg: NatsMessage) -> bytes:

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from rota_preemption import domain, store
 from rota_preemption.domain import AckVerdict, Effect, RunEnded, Saga
 from rota_preemption.emit import emit
+from rota_preemption.grow import start_grow
 from rota_preemption.spans import ack_span, plan_span_context
 
 log = logging.getLogger("rota.preemption")
@@ -33,6 +34,7 @@ log = logging.getLogger("rota.preemption")
 CONSUMER_PLANS = "preemption-plans"
 CONSUMER_RUNS = "preemption-runs"
 CONSUMER_CANCELS = "preemption-cancels"
+CONSUMER_GROWS = "preemption-grows"
 DUE_BATCH = 100
 
 M = TypeVar("M", bound=BaseModel)
@@ -97,6 +99,32 @@ class Coordinator:
         self._committed()
         log.info("plan %s for job %s: %d victim(s), %s", request.plan_id,
                  request.preemptor_job_id, len(saga.victims), saga.plan.state.value)
+
+    # ------------------------------------------------------------ GrowRequested
+
+    async def grow_requested(self, raw: bytes) -> None:
+        """A grow's saga (DECISIONS 82): a notice to the growing run, in one transaction with
+        its rows; its run's grace is its tier's, as a victim's would be."""
+        env = self._parse(raw, m.GrowRequested)
+        if env is None:
+            return
+        request, now = env.data, self._clock.now()
+        async with self._engine().begin() as conn:
+            if not await self._outbox.first_time(conn, CONSUMER_GROWS, env.id):
+                return
+            await store.lock_preemptor(conn, request.job_id)
+            if await store.plan_exists(conn, request.grow_id):
+                return
+            ended = await store.lock_runs(conn, [(request.run_id, request.job_id)])
+            saga, effects = start_grow(
+                request, now, grace_s=self.grace_s(request.queue), ended_runs=ended,
+                cancelled=await store.is_cancelled(conn, request.job_id), new_id=new_id,
+            )
+            await store.insert_saga(conn, saga, now)
+            await self._emit(conn, saga, effects)
+        self._committed()
+        log.info("grow %s of run %s (job %s) to %d workers: %s", request.grow_id,
+                 request.run_id, request.job_id, request.workers, saga.plan.state.value)
 
     # ------------------------------------------------------------ run events
 

@@ -11,6 +11,10 @@ Victim lifecycle (the plan's state is derived from its victims):
        ├──stopped without our StopRun──────────────────────────────▶ done (forced)
        └──preemptor cancelled: notice withdrawn────────────────────▶ done (aborted)
 
+A grow (`grow`) is a saga of its own run, not a preemption: its ack ends it `grown`, its stop
+says `resized`, its completion is `GrowCompleted`, and a deadline passed withdraws the notice
+(the run goes on as it was, `aborted`) instead of forcing a stop that would lose work.
+
 An ack and its StopRun commit together, so "acked" is an outcome, never a resting state.
 """
 
@@ -77,6 +81,8 @@ class Victim:
     deadline: datetime
     shrink_to: int | None = None
     """An elastic victim shrunk instead of stopped: the workers it restarts with (DECISIONS 81)."""
+    grow_to: int | None = None
+    """A growing run, no victim: the workers it restarts with (DECISIONS 82)."""
     state: VictimState = VictimState.noticed
     outcome: VictimOutcome | None = None
     checkpoint_uri: str | None = None
@@ -111,6 +117,11 @@ class Saga:
     @property
     def open(self) -> bool:
         return self.plan.state not in TERMINAL_PLAN_STATES
+
+    @property
+    def grow(self) -> bool:
+        """A grow's saga (`grow.start_grow`): one run, which is nobody's victim."""
+        return any(v.grow_to for v in self.victims)
 
     def victim_by_notice(self, notice_id: str) -> Victim | None:
         return next((v for v in self.victims if v.notice_id == notice_id), None)
@@ -237,13 +248,15 @@ def acknowledge(
     if run_id != victim.run_id:
         return AckVerdict.stale_run, []
     if victim.state is VictimState.noticed:
-        # A shrink that saved in time is its own outcome: the run restarts smaller at once.
-        victim.outcome = VictimOutcome.shrunk if victim.shrink_to else VictimOutcome.acked
+        # A shrink or a grow that saved in time is its own outcome: it restarts at its size.
+        victim.outcome = (VictimOutcome.shrunk if victim.shrink_to
+                          else VictimOutcome.grown if victim.grow_to else VictimOutcome.acked)
         victim.checkpoint_uri, victim.acked_at = checkpoint_uri, now
         return AckVerdict.accepted, [*_stop(victim, forced=False, now=now), *settle(saga, now)]
     return {
         VictimOutcome.acked: AckVerdict.duplicate,
         VictimOutcome.shrunk: AckVerdict.duplicate,
+        VictimOutcome.grown: AckVerdict.duplicate,
         VictimOutcome.forced: AckVerdict.late,
         VictimOutcome.aborted: AckVerdict.withdrawn,
         VictimOutcome.finished: AckVerdict.after_end,
@@ -258,6 +271,10 @@ def deadlines_passed(saga: Saga, now: datetime) -> list[Effect]:
     effects: list[Effect] = []
     for victim in saga.victims:
         if victim.state is VictimState.noticed and victim.deadline <= now:
+            if victim.grow_to:  # a grow is nobody's need: the run goes on as it was
+                victim.finish(VictimOutcome.aborted, now)
+                effects.append(WithdrawNotice(victim))
+                continue
             victim.outcome = VictimOutcome.forced
             effects.extend(_stop(victim, forced=True, now=now))
     return [*effects, *settle(saga, now)] if effects else []

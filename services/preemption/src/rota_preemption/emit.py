@@ -21,6 +21,7 @@ from rota_preemption.domain import (
     WithdrawNotice,
     completed_message,
 )
+from rota_preemption.grow import completed_message as grow_completed
 from rota_preemption.spans import effect_span
 
 SOURCE = "preemption"
@@ -32,6 +33,7 @@ def notice(saga: Saga, victim: Victim, *, withdrawn: bool = False) -> m.Preempti
         job_id=victim.job_id, action="withdrawn" if withdrawn else "checkpoint_and_stop",
         deadline=victim.deadline, grace_s=victim.grace_s, ack_subject=s.run_checkpoint(victim.run_id),
         reason=saga.plan.message, shrink_to=None if withdrawn else victim.shrink_to,
+        grow_to=None if withdrawn else victim.grow_to,
     )
 
 
@@ -47,8 +49,10 @@ def noticed(saga: Saga, victim: Victim) -> m.PreemptionNoticed:
 
 
 def stop(saga: Saga, victim: Victim, *, forced: bool) -> m.StopRun:
-    return m.StopRun(run_id=victim.run_id, job_id=victim.job_id,
-                     reason=m.StopReason.preempted, forced=forced, plan_id=saga.plan.plan_id)
+    # A grow's stop is no preemption: the job's budget and the preemption counts ignore it.
+    reason = m.StopReason.resized if victim.grow_to else m.StopReason.preempted
+    return m.StopRun(run_id=victim.run_id, job_id=victim.job_id, reason=reason, forced=forced,
+                     plan_id=saga.plan.plan_id)
 
 
 async def emit(
@@ -69,14 +73,19 @@ async def _emit_one(
         case SendNotice(victim):
             await _run_message(outbox, conn, notice(saga, victim), victim, now,
                                s.control(victim.run_id), s.STREAM_CTL)
-            await _run_message(outbox, conn, noticed(saga, victim), victim, now,
-                               s.EVENT_SUBJECTS["PreemptionNoticed"], s.STREAM_EVT)
+            if not victim.grow_to:  # for humans: a grow preempts nobody
+                await _run_message(outbox, conn, noticed(saga, victim), victim, now,
+                                   s.EVENT_SUBJECTS["PreemptionNoticed"], s.STREAM_EVT)
         case WithdrawNotice(victim):
             await _run_message(outbox, conn, notice(saga, victim, withdrawn=True), victim,
                                now, s.control(victim.run_id), s.STREAM_CTL)
         case SendStop(victim, forced):
             await _run_message(outbox, conn, stop(saga, victim, forced=forced), victim, now,
                                s.RUN_STOP, s.STREAM_CMD)
+        case PublishCompleted(done) if done.grow:
+            env = envelope(grow_completed(done), source=SOURCE,
+                           job_id=done.plan.preemptor_job_id, occurred_at=now)
+            await outbox.add(conn, env, s.EVENT_SUBJECTS["GrowCompleted"], stream=s.STREAM_EVT)
         case PublishCompleted(done):
             env = envelope(completed_message(done), source=SOURCE,
                            job_id=done.plan.preemptor_job_id, occurred_at=now)

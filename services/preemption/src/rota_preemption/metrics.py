@@ -25,6 +25,7 @@ from rota_preemption import store
 log = logging.getLogger("rota.preemption.metrics")
 
 COMPLETED = s.EVENT_SUBJECTS["PreemptionCompleted"]
+GROWN = s.EVENT_SUBJECTS["GrowCompleted"]
 
 
 @metrics.never_raises
@@ -43,8 +44,16 @@ def record_victims(victims: Iterable[Mapping[str, Any]]) -> None:
             metrics.PREEMPTION_ACK.observe(max(0.0, (acked - noticed).total_seconds()))
 
 
+@metrics.never_raises
+def record_grow(outcome: str) -> None:
+    metrics.GROWS.labels(outcome=outcome).inc()
+
+
 def observer(engine: Callable[[], AsyncEngine]) -> PublishedObserver:
     async def published(batch: list[tuple[str, bytes]]) -> None:
+        for subject, payload in batch:
+            if subject == GROWN:  # a grow is no preemption: its own count, from the event
+                record_grow(json.loads(payload)["data"]["outcome"])
         plan_ids = [json.loads(payload)["data"]["plan_id"]
                     for subject, payload in batch if subject == COMPLETED]
         if not plan_ids:

@@ -19,6 +19,7 @@ from rota.contracts.job import share_fraction
 from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CMD, STREAM_EVT
 from rota.ids import new_id, stable_id
 from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
+from rota_policy.decisions import Grow
 
 from rota_scheduler.view import ETA_BUCKET_S, ClusterView, JobRecord
 
@@ -153,6 +154,14 @@ def plan_actions(
                 },
             )
         )
+    for grow in decisions.grows:
+        outgoing = _grow(view, grow, new_uuid())
+        if outgoing is None:
+            continue
+        actions.outgoing.append(outgoing)
+        actions.records.append(DecisionRecord(grow.job_id, "grow", None, {}, {
+            "run_id": grow.run_id, "workers": grow.workers,
+            "added": placement_doc(grow.added)}))
     for explanation in decisions.pending:
         waiting = view.jobs.get(explanation.job_id)
         if waiting is None:
@@ -250,6 +259,30 @@ def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoi
     )
 
 
+def _grow(view: ClusterView, grow: Grow, grow_id: str) -> Outgoing | None:
+    """The GrowRequested of an elastic run (DECISIONS 82): its target is its own placement and
+    the added workers, which the view holds for it from this event on."""
+    job, allocation = view.jobs.get(grow.job_id), view.allocations.get(grow.run_id)
+    if job is None or allocation is None:
+        return None
+    added = sum(len(slot.gpus) for slot in grow.added)
+    return Outgoing(
+        m.GrowRequested(
+            grow_id=grow_id, job_id=job.job_id, run_id=grow.run_id, team=job.spec.team,
+            queue=job.spec.queue, job_name=job.spec.name, user=job.spec.user,
+            workers=grow.workers, added_gpus=added,
+            target=placement_doc(allocation.placement + grow.added),
+            message=(f"{added} idle {allocation.flavor or job.spec.flavor} GPUs: growing from"
+                     f" {len(allocation.placement)} to {grow.workers} workers at its next"
+                     " checkpoint"),
+        ),
+        EVENT_SUBJECTS["GrowRequested"],
+        STREAM_EVT,
+        job.job_id,
+        grow.run_id,
+    )
+
+
 def _stop_cancelled(view: ClusterView, job: JobRecord) -> Outgoing:
     assert job.run_id is not None
     if job.run_id in view.granted_unstarted and job.state == "admitted":
@@ -309,7 +342,7 @@ def record_sent(view: ClusterView, actions: Actions, epoch: float) -> None:
     """Fold what was just committed into the view, before its echo arrives from the stream."""
     for item in actions.outgoing:
         name = type(item.message).__name__
-        if name in ("AllocationProposed", "PreemptionRequested"):
+        if name in ("AllocationProposed", "PreemptionRequested", "GrowRequested"):
             view.apply(name, item.message.model_dump(mode="json"), epoch)
     for job_id, print_ in actions.fingerprints.items():
         view.jobs[job_id].pending_fingerprint = print_

@@ -29,7 +29,8 @@ from rota_scheduler.actions import Actions, DecisionRecord, Outgoing
 FACTORS = ("queue", "age", "fairshare", "quota_headroom", "total")
 
 _DECISION_OF = {"AllocationProposed": "admit", "PreemptionRequested": "preempt",
-                "JobPending": "hold", "StopRun": "stop", "RunStopped": "stop"}
+                "JobPending": "hold", "StopRun": "stop", "RunStopped": "stop",
+                "GrowRequested": "grow"}
 _RUN_ENDS = frozenset({"RunFinished", "RunFailed", "RunStopped"})
 
 
@@ -109,6 +110,10 @@ def decision_attributes(item: Outgoing, record: DecisionRecord | None, traces: J
                       "rota.victim_runs": [v.run_id for v in message.victims],
                       "rota.expected_lost_gpu_seconds": message.expected_lost_gpu_seconds})
         factors = factors or traces.factors.get(message.preemptor_job_id, {})
+    elif isinstance(message, m.GrowRequested):
+        attrs.update({"rota.grow_id": message.grow_id, "rota.run_id": message.run_id,
+                      "rota.workers": message.workers, "rota.gpus": message.added_gpus,
+                      "rota.message": message.message})
     elif isinstance(message, m.JobPending):
         attrs.update({"rota.reasons": [r.code.value for r in message.reasons],
                       "rota.position": message.position,

@@ -83,7 +83,8 @@ class PlanRecord:
 @dataclass
 class RestartRecord:
     """A run that restarts at another size on GPUs held for its job (`rota_policy.Restart`):
-    a shrunk victim on the workers it keeps. Folded from events only, so a new leader that
+    a shrunk victim on the workers it keeps, a growing run on its own and the added ones
+    (DECISIONS 82). Folded from events only, so a new leader that
     replays the stream holds the same GPUs (DECISIONS 81)."""
 
     run_id: str
@@ -238,9 +239,10 @@ class ClusterView:
         job = self._run_ended(data, at)
         if job is None:
             return
-        if data.get("reason") in ("preempted", "lost") and not job.cancelled:
+        if data.get("reason") in ("preempted", "lost", "resized") and not job.cancelled:
             # Back to its queue: the original submit time, and its checkpoint to resume from.
-            # A lost run was not preempted: it spends none of the job's preemption budget.
+            # A lost or resized (grown) run was not preempted: it spends none of the job's
+            # preemption budget.
             job.state = "pending"
             job.preemptions += data.get("reason") == "preempted"
             job.requeued_at = at
@@ -266,6 +268,20 @@ class ClusterView:
         if job is None or allocation is None or job.run_id != run_id:
             return
         self.restarts[job_id] = RestartRecord(run_id, allocation.placement[:workers], at)
+
+    def _on_GrowRequested(self, data: dict[str, Any], at: float) -> None:
+        job = self._job(data)
+        if job is None or job.run_id != data["run_id"] or data["run_id"] not in self.allocations:
+            return  # the echo of a grow whose run already ended: nothing to hold
+        self.restarts[job.job_id] = RestartRecord(data["run_id"], _slots(data["target"]), at,
+                                                  grow=True)
+
+    def _on_GrowCompleted(self, data: dict[str, Any], at: float) -> None:
+        restart = self.restarts.get(data["job_id"])
+        # Not grown (no checkpoint in time, or its run ended): the added GPUs go back.
+        if (restart is not None and restart.run_id == data["run_id"]
+                and data.get("outcome") in ("aborted", "finished")):
+            del self.restarts[data["job_id"]]
 
     def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
         if data.get("aborted"):

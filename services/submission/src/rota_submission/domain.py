@@ -237,7 +237,8 @@ def apply_event(
         aborted = data.get("aborted") and job_id != data.get("preemptor_job_id")
         return ("running", {}) if aborted and state == "preempting" else (state, {})
     if event_type == "RunStopped":
-        if data.get("reason") in ("preempted", "lost"):  # lost: its node, or its gang start
+        # lost: its node, or its gang start; resized: it grows, from its checkpoint
+        if data.get("reason") in ("preempted", "lost", "resized"):
             changes: dict[str, Any] = {"run_id": None}
             if data.get("checkpoint_uri"):
                 changes["resume_from"] = data["checkpoint_uri"]

@@ -85,6 +85,12 @@ DESCRIBE: dict[str, Describe] = {
     "PreemptionRequested": _preemption_requested,
     "PreemptionNoticed": _noticed,
     "PreemptionCompleted": _preemption_completed,
+    "GrowRequested": lambda d, _: (f"grow: {d['message']} (to {_gpus({'placement': d['target']})};"
+                                   " not a preemption)"),
+    "GrowCompleted": lambda d, _: {
+        "grown": "grown: it saved a checkpoint and restarts larger",
+        "aborted": "grow abandoned: no checkpoint in time, or cancelled; it runs on as it was",
+    }.get(d["outcome"], f"grow ended: {d['outcome']}"),
 }
 
 

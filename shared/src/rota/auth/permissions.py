@@ -48,6 +48,8 @@ EVENT_OWNERS: dict[str, frozenset[str]] = {
     "PreemptionRequested": frozenset({"scheduler"}),
     "PreemptionNoticed": frozenset({"preemption"}),
     "PreemptionCompleted": frozenset({"preemption"}),
+    "GrowRequested": frozenset({"scheduler"}),
+    "GrowCompleted": frozenset({"preemption"}),
     "NodeWithdrawn": frozenset({"executor"}),
     "NodeRestored": frozenset({"executor"}),
 }

@@ -159,6 +159,11 @@ class Policy(_Strict):
     backfill_reservations: int = Field(
         1, ge=1, le=10_000, description="Blocked jobs per flavor that get a reservation (1: EASY)."
     )
+    grow_after_s: float = Field(
+        1800.0, ge=0, le=7 * 86_400,
+        description="An elastic run grows on idle GPUs only after it has run this long since it"
+        " last started.",
+    )
 
 
 class Preemption(_Strict):

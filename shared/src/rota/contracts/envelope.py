@@ -42,6 +42,8 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionRequested": m.PreemptionRequested,
     "PreemptionNoticed": m.PreemptionNoticed,
     "PreemptionCompleted": m.PreemptionCompleted,
+    "GrowRequested": m.GrowRequested,
+    "GrowCompleted": m.GrowCompleted,
     "NodeWithdrawn": m.NodeWithdrawn,
     "NodeRestored": m.NodeRestored,
 }

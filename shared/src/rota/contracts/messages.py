@@ -80,6 +80,10 @@ class StopReason(StrEnum):
     lost = "lost"
     """The backend lost the run (its node went away, or its gang never started): it goes back
     to its queue and resumes from its last checkpoint, like a preempted run."""
+    resized = "resized"
+    """An elastic run stopped after its checkpoint to restart at once at another size on GPUs
+    held for it (a grow, DECISIONS 82): back to its queue like a preempted run, but no
+    preemption."""
 
 
 class StopRun(StrictModel):
@@ -393,6 +397,39 @@ class VictimOutcome(StrEnum):
     aborted = "aborted"
     shrunk = "shrunk"
     """An elastic victim acknowledged its notice and restarts smaller on GPUs it kept."""
+    grown = "grown"
+    """A growing run (`GrowRequested`, no victim of anyone's) saved and restarts larger."""
+
+
+class GrowRequested(OpenModel):
+    """An elastic run below its max grows on idle GPUs (DECISIONS 74, 82): told to save a
+    checkpoint, it stops and restarts with `workers` workers on `target`, its own GPUs and the
+    added ones, which the scheduler holds for it meanwhile. Not a preemption: no budget, no
+    preemption metrics, and a run that does not save in time keeps running as it was."""
+
+    grow_id: Uuid
+    job_id: Uuid
+    run_id: Uuid
+    team: Name
+    queue: Tier
+    job_name: JobName | None = None
+    user: Name | None = None
+    workers: StrictInt = Field(ge=2, le=MAX_WORKERS)
+    added_gpus: GpuCount
+    target: Placement
+    message: ShortText
+
+
+class GrowCompleted(OpenModel):
+    """A grow's saga ended: `grown` (it saved and stopped, and restarts larger), `aborted` (no
+    checkpoint in time, or the job was cancelled: it keeps running as it was) or `finished`
+    (its run ended first)."""
+
+    grow_id: Uuid
+    job_id: Uuid
+    run_id: Uuid
+    outcome: VictimOutcome
+    checkpoint_uri: Uri | None = None
 
 
 class VictimResult(OpenModel):
@@ -439,4 +476,10 @@ class PreemptionNotice(OpenModel):
         None, ge=1, le=MAX_WORKERS, exclude_if=_absent,
         description="A shrink: after the stop, the job restarts from this checkpoint with this"
         " many workers. Absent: it waits in its queue.",
+    )
+    grow_to: StrictInt | None = Field(
+        None, ge=2, le=MAX_WORKERS, exclude_if=_absent,
+        description="A grow, not a preemption (`plan_id` is the grow's id): after the stop, the"
+        " job restarts from this checkpoint with this many workers. Without an ack by"
+        " `deadline` the notice is withdrawn and the run goes on as it was.",
     )

@@ -129,6 +129,8 @@ EVENT_SUBJECTS: dict[str, str] = {
     "PreemptionRequested": "rota.evt.preemption.requested",
     "PreemptionNoticed": "rota.evt.preemption.noticed",
     "PreemptionCompleted": "rota.evt.preemption.completed",
+    "GrowRequested": "rota.evt.grow.requested",
+    "GrowCompleted": "rota.evt.grow.completed",
     "NodeWithdrawn": "rota.evt.node.withdrawn",
     "NodeRestored": "rota.evt.node.restored",
 }

@@ -109,3 +109,58 @@ def test_a_plan_aborted_before_the_stop_drops_the_restart() -> None:
                 preemptor_job_id=plan.preemptor_job_id, aborted=True,
                 victims=[{"run_id": proposal.run_id, "job_id": elastic, "outcome": "aborted"}])
     assert elastic not in story.view.restarts
+
+
+# ---------------------------------------------------------------- grow (DECISIONS 82)
+
+
+def _grow_requested() -> tuple[Recorded, m.AllocationProposed, m.GrowRequested]:
+    """An elastic run of 2 workers beside a production run of 2 nodes; the production run
+    ends, and half an hour later its GPUs are still idle: the elastic run grows onto them."""
+    story = Recorded()
+    busy = story.submit(team="nlp", user="alice", queue="production", workers=2,
+                        gpus_per_worker=8)
+    [first] = of(story.cycle(), m.AllocationProposed)
+    story.grant_and_start(first)
+    story.submit(team="nlp", user="bob", queue="training", workers={"min": 2, "max": 4},
+                 gpus_per_worker=8)
+    [elastic] = of(story.cycle(), m.AllocationProposed)
+    assert len(elastic.placement) == 2
+    story.grant_and_start(elastic)
+    story.now += 60
+    story.event("RunFinished", run_id=first.run_id, job_id=busy)
+    story.event("AllocationReleased", run_id=first.run_id, job_id=busy)
+    assert not of(story.cycle(), m.GrowRequested)  # it has not run half an hour yet
+    story.now += 1800
+    [grow] = of(story.cycle(), m.GrowRequested)
+    return story, elastic, grow
+
+
+def test_an_elastic_run_grows_onto_idle_gpus_held_for_it_and_restarts_on_them() -> None:
+    story, elastic, grow = _grow_requested()
+    assert (grow.job_id, grow.run_id, grow.workers, grow.added_gpus) == (
+        elastic.job_id, elastic.run_id, 4, 16)
+    assert grow.target[:2] == elastic.placement
+    assert story.view.restarts[elastic.job_id].grow
+    assert not of(story.cycle(), m.GrowRequested)  # asked once
+    # A job that arrives meanwhile does not get the GPUs held for the grow.
+    late = story.submit(team="vision", user="carol", queue="experiment", gpus_per_worker=8)
+    added = {(w.node, g) for w in grow.target[2:] for g in w.gpus}
+    out = story.cycle()
+    assert all(not added & {(w.node, g) for w in p.placement for g in w.gpus}
+               for p in of(out, m.AllocationProposed) if p.job_id == late)
+    story.event("RunStopped", run_id=elastic.run_id, job_id=elastic.job_id,
+                reason="resized", checkpoint_uri="s3://ckpt/grow")
+    story.event("AllocationReleased", run_id=elastic.run_id, job_id=elastic.job_id)
+    job = story.view.jobs[elastic.job_id]
+    assert job.preemptions == 0 and job.resume_from == "s3://ckpt/grow"  # no preemption
+    [again] = [p for p in of(story.cycle(), m.AllocationProposed) if p.job_id == elastic.job_id]
+    assert [(w.node, w.gpus) for w in again.placement] == [(w.node, w.gpus) for w in grow.target]
+    assert again.gpus == 32
+
+
+def test_a_grow_that_was_not_grown_gives_its_gpus_back() -> None:
+    story, elastic, grow = _grow_requested()
+    story.event("GrowCompleted", grow_id=grow.grow_id, job_id=elastic.job_id,
+                run_id=elastic.run_id, outcome="aborted")
+    assert elastic.job_id not in story.view.restarts

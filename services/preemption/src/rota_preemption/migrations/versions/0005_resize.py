@@ -1,5 +1,5 @@
-"""A victim may be shrunk instead of stopped (DECISIONS 81): the workers it keeps, and the
-outcomes `shrunk` and, for a grow's saga, `grown` (DECISIONS 82).
+"""A victim may be shrunk instead of stopped (DECISIONS 81), and a saga may be a grow's
+(DECISIONS 82): the workers each restarts with, and the outcomes `shrunk` and `grown`.
 
 Revision ID: 0005
 """
@@ -17,6 +17,7 @@ SCHEMA = "preemption"
 
 def upgrade() -> None:
     op.add_column("victims", sa.Column("shrink_to", sa.Integer), schema=SCHEMA)
+    op.add_column("victims", sa.Column("grow_to", sa.Integer), schema=SCHEMA)
     op.drop_constraint("victims_outcome_known", "victims", schema=SCHEMA, type_="check")
     op.create_check_constraint(
         "victims_outcome_known", "victims",
