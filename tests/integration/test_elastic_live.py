@@ -4,7 +4,8 @@ is the whole stream, and the ledger's GPUs are the whole table, so neither may s
 
 A production job shrinks a running elastic gang (2 to 4 workers of 2 GPUs, on one node of 8):
 the victim saves, its saga ends `shrunk`, it restarts at 2 workers on the GPUs it kept and the
-preemptor runs on the dropped ones. Once the preemptor is done, the gang grows back on them.
+preemptor runs on the dropped ones. And a gang below its max grows onto GPUs that went idle,
+through a grow's saga that preempts nobody.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ CONFIG: dict[str, Any] = {
                "experiment": {"preemption_grace_s": 60}},
     "teams": {"nlp": {"quota": {"h100": 8}}, "research": {"quota": {"h100": 0}}},
     "preemption": {"min_runtime_s": 1, "delay_s": 0},
+    "policy": {"grow_after_s": 1},
 }
 SERVICES = ("ledger", "preemption", "executor", "scheduler")
 SETTINGS = {"ROTA_SCHEDULER_TICK_S": "0.5", "ROTA_PREEMPTION_TIMER_INTERVAL_S": "0.2",
@@ -144,7 +146,7 @@ async def test_a_production_job_shrinks_an_elastic_gang_which_restarts_on_the_gp
 
     urgent = await stack.submit(
         name="release", team="nlp", user="alice", queue="production", workers=2,
-        gpus_per_worker=2, sim={"duration_s": 3})
+        gpus_per_worker=2, sim={"duration_s": 600})  # running still when the ledger is read
     [plan] = await _one(stack, "PreemptionRequested", urgent)
     [victim] = plan["data"]["victims"]
     assert (victim["job_id"], victim["shrink_to"], victim["gpus"]) == (gang, 2, 4)
@@ -172,3 +174,36 @@ async def test_a_production_job_shrinks_an_elastic_gang_which_restarts_on_the_gp
     owners = {(node, gpu): run for node, gpu, run in held}
     assert len(held) == len(owners)
     assert {k for k, run in owners.items() if run == again["run_id"]} == _gpus(kept)
+
+
+async def test_an_elastic_gang_grows_onto_gpus_that_went_idle_without_a_preemption(
+    stack: Stack,
+) -> None:
+    first = await stack.submit(name="short", team="nlp", user="alice", queue="production",
+                               workers=2, gpus_per_worker=2, sim={"duration_s": 4})
+    [busy] = await _one(stack, "RunStarted", first)
+    gang = await stack.submit(
+        name="elastic-train", team="nlp", user="bob", queue="training",
+        workers={"min": 2, "max": 4}, gpus_per_worker=2, resumable=True,
+        sim={"duration_s": 36_000, "checkpoint_interval_s": 5, "checkpoint_save_s": 1})
+    [small] = await _one(stack, "RunStarted", gang)
+    assert len(small["data"]["placement"]) == 2  # the other 4 GPUs are the short job's
+
+    [grow] = await _one(stack, "GrowRequested", gang)
+    assert (grow["run_id"], grow["data"]["workers"], grow["data"]["added_gpus"]) == (
+        small["run_id"], 4, 4)
+    assert _gpus(grow["data"]["target"][2:]) == _gpus(busy["data"]["placement"])
+    [done] = await _one(stack, "GrowCompleted", gang)
+    assert done["data"]["outcome"] == "grown"
+    stopped = [e for e in await _one(stack, "RunStopped", gang) if e["run_id"] == small["run_id"]]
+    assert stopped[0]["data"]["reason"] == "resized"
+
+    _, grown = await _one(stack, "RunStarted", gang, count=2)
+    assert grown["data"]["resumed_from"] == done["data"]["checkpoint_uri"]
+    assert [(w["node"], w["gpus"]) for w in grown["data"]["placement"]] == [
+        (w["node"], w["gpus"]) for w in grow["data"]["target"]]
+    # No preemption: nothing was asked of the coordinator's preemption plans or noticed.
+    assert await stack.of("PreemptionRequested") == []
+    assert await stack.of("PreemptionNoticed") == []
+    held = await stack.active_gpus()
+    assert len(held) == len({(node, gpu) for node, gpu, _ in held}) == 8
