@@ -48,6 +48,15 @@ def test_preemption_notice_says_when_why_what_and_where() -> None:
         assert "ReportCheckpoint" in body and "RunCheckpointed" not in body  # the protocol
 
 
+def test_a_shrink_notice_says_it_restarts_smaller_at_once() -> None:
+    out = Renderer().render("preemption_noticed", notice_context(shrink_to=2), NOW)
+    for body in (out.text, out.html, out.slack):
+        assert "2 workers" in body
+        assert "original submit time" not in body and "original place" not in body
+    plain = Renderer().render("preemption_noticed", notice_context(), NOW)
+    assert "workers" not in plain.text
+
+
 def test_relative_deadline_is_computed_when_sent() -> None:
     ctx = notice_context()
     later = Renderer().render("preemption_noticed", ctx, NOW + timedelta(minutes=5))

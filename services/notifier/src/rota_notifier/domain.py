@@ -130,7 +130,7 @@ def notices(
             "grace_s": data.grace_s, "preemptor_job_id": data.preemptor_job_id,
             "preemptor_queue": data.preemptor_queue.value, "reason": data.reason,
             "resumable": data.resumable, "resume_from": data.resume_from,
-            "control_subject": control(data.run_id),
+            "control_subject": control(data.run_id), "shrink_to": data.shrink_to,
         }
         return notice(Kind.preemption_noticed, env.id, ctx, data.job_id, data.team, data.user)
 
