@@ -17,7 +17,7 @@ from rota_policy.model import QUARTERS, Slot
 from rota_policy.placement import ClusterState
 from rota_policy.victimpool import Ranked
 
-__all__ = ["Choice", "SharedGpus", "describe_freed", "share_target"]
+__all__ = ["Choice", "SharedGpus", "describe_freed", "describe_need", "share_target"]
 
 Choice = tuple[int, Ranked]
 """A candidate of one search: (its category for this preemptor, the pool run). Keys end with
@@ -82,11 +82,22 @@ def _fraction(quarters: int) -> str:
 
 
 def describe_freed(slots: Sequence[Slot], flavor: str) -> str:
-    """What stopping the victims frees, for a plan's message: "2 t4 GPUs", or "0.5 of one t4
-    GPU" per share victim (its GPU is freed whole only with the other shares on it)."""
+    """What stopping the victims frees, for a plan's message: "2 t4 GPUs", "0.5 of one t4 GPU"
+    for a share, "2 shares (1) of one t4 GPU" for shares of one GPU; past three shared GPUs,
+    only how many (a message stays short)."""
     whole = sum(len(s.gpus) for s in slots if not s.share)
     parts = [f"{whole} {flavor} GPU{'s' if whole != 1 else ''}"] if whole else []
-    parts += [f"{_fraction(s.share)} of one {flavor} GPU" for s in slots if s.share]
+    per_gpu: dict[tuple[str, int], list[int]] = {}
+    for s in slots:
+        if s.share:
+            per_gpu.setdefault((s.node, s.gpus[0]), []).append(s.share)
+    if len(per_gpu) > 3:
+        return " and ".join([*parts, f"shares of {len(per_gpu)} {flavor} GPUs"])
+    for shares in per_gpu.values():
+        if len(shares) == 1:
+            parts.append(f"{_fraction(shares[0])} of one {flavor} GPU")
+        else:
+            parts.append(f"{len(shares)} shares ({_fraction(sum(shares))}) of one {flavor} GPU")
     return " and ".join(parts)
 
 

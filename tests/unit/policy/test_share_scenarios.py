@@ -108,7 +108,7 @@ ROWS: list[Row] = [
         gpu_jobs("nlp", "production", gpus=1, name="prod"),
         team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), admits=(), victims=("h1", "h2"),
         reasons={"prod": (Code.WAITING_FOR_PREEMPTION,)},
-        says={"prod": "needs 1 gpu GPUs; stopping 2 run(s) (experiment) stops 0.5 of one gpu GPU and 0.5 of one gpu GPU"},
+        says={"prod": "needs 1 gpu GPUs; stopping 2 run(s) (experiment) stops 2 shares (1) of one gpu GPU"},
         check=_target("prod", Slot(0, "n0", (7,)))),
     Row("a production share stops one experiment share and leaves the other running beside it",
         cluster(1, Run("cv", "training", gpus=7), Run("cv", "experiment", share=2, gpu=7, run_id="a"),

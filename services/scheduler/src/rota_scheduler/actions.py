@@ -227,6 +227,7 @@ def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoi
                 user=job.spec.user if job else None,
                 resumable=job.spec.resumable if job else False,
                 last_checkpoint_uri=job.last_checkpoint_uri if job else None,
+                gpu_share=share_fraction(choice.share),
             )
         )
     return Outgoing(

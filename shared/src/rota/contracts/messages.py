@@ -24,7 +24,7 @@ from rota.contracts.common import (
     Uri,
     Uuid,
 )
-from rota.contracts.job import JobSpec, Placement
+from rota.contracts.job import GpuShare, JobSpec, Placement, absent
 from rota.contracts.requests import (
     ApiError,
     ApiReply,
@@ -339,6 +339,10 @@ class Victim(OpenModel):
     user: Name | None = None
     resumable: StrictBool = False
     last_checkpoint_uri: Uri | None = None
+    gpu_share: GpuShare | None = Field(
+        None, exclude_if=absent,
+        description="A GPU share stopped (DECISIONS 84): the fraction of its one GPU it frees, with"
+        " `gpus` 0. Absent: it holds `gpus` whole GPUs.")
 
 
 class PreemptionRequested(OpenModel):
