@@ -35,7 +35,7 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     # quota that borrowers are using (reclaim). Most blocked jobs have neither.
     # The victim pool costs a pass over the running runs, so it is looked at last.
     misses = cy.planner_cache.fewest_missed
-    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.need)
+    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.need, job.share)
     missed = misses.get(miss_key)
     if missed is not None and job.workers >= missed:
         return None

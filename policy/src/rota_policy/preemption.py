@@ -195,6 +195,8 @@ def _too_few_slots(job: PendingJob, ctx: PreemptionContext, held: dict[int, int]
     its free GPUs, or one slot from its free GPUs plus the `held` GPUs (per node) of runs that
     would stop."""
     state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
+    if job.share and state.share_room(job.flavor, job.share):
+        return False  # room on a GPU already shared seats it
     buckets = state.buckets.get(job.flavor, [])
     # Nodes by free count: what free GPUs alone offer costs a step per count, not per node.
     slots = sum((count // per_worker) * len(buckets[count]) for count in range(per_worker, len(buckets)))
