@@ -157,6 +157,12 @@ def test_why_and_trace_words() -> None:
     victim = describe("PreemptionRequested", {"preemptor_job_id": "p" * 36, "preemptor_queue":
                                               "production", "reason": "reclaim", "victims": []}, "j")
     assert victim.startswith("chosen as a victim for production job")
+    half = {"job_id": "j", "job_name": "nb", "queue": "experiment", "gpus": 0, "gpu_share": 0.5}
+    plan = {"preemptor_job_id": "p" * 36, "preemptor_queue": "production", "reason": "rota:lower_tier",
+            "message": "m", "victims": [half], "expected_lost_gpu_seconds": 0.0}
+    assert describe("PreemptionRequested", plan, "j").startswith(
+        "chosen as a victim for production job ppppppppppppp (stops its 0.5 of one GPU)")
+    assert "victims nb (experiment, 0.5 of one GPU)" in describe("PreemptionRequested", plan, "p" * 36)
 
 
 def test_events_outside_state_events_never_change_a_job() -> None:

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from rota_policy.decisions import PreemptionPlan
 from rota_policy.model import PendingJob
 from rota_policy.preemption import (
-    Choice,
     Offer,
     best_plan,
     credit,
@@ -29,6 +28,7 @@ from rota_policy.preemption import (
     rota_plan,
     worst,
 )
+from rota_policy.sharevictims import Choice, SharedGpus
 from rota_policy.victimpool import PreemptionContext, ordered_bucket, pool_buckets
 from rota_policy.victimrules import LOWER_TIER, may_reclaim_for, victim_category
 
@@ -76,6 +76,7 @@ def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Cho
     what their victims lose."""
     seated = sum(offer[2] for offer in offers)
     prefixes: dict[int, list[Choice]] = {}
+    shared = SharedGpus(ctx.state, job.share)
     current: tuple[int, bool, int] | None = None
     for choice in choices:
         bad, loss = worst(choice), choice[1].loss
@@ -95,7 +96,7 @@ def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Cho
                 made[:] = [m for m in made if m[0] >= loss]
         if seated >= workers:
             break
-        for node, prefix in credit(choice, gained, prefixes, per_worker):
+        for node, prefix in credit(choice, gained, prefixes, per_worker, shared):
             cost = offer_cost(prefix)
             made.append((cost[1], (cost, node, 1, prefix)))
     else:

@@ -35,23 +35,24 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     # quota that borrowers are using (reclaim). Most blocked jobs have neither.
     # The victim pool costs a pass over the running runs, so it is looked at last.
     misses = cy.planner_cache.fewest_missed
-    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.need)
+    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.need, job.share)
     missed = misses.get(miss_key)
     if missed is not None and job.workers >= missed:
         return None
     quota = ctx.quota
-    reclaim = quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
+    reclaim = quota.in_use(job.team, job.flavor) + job.demand <= quota.limits(job.team, job.flavor).quota
     if not reclaim and _victim_pool_rank(cy, job.flavor) <= job.tier.rank:
         return None
-    # An elastic victim shrunk keeps running: asked before any run is stopped (DECISIONS 73).
-    plan = shrink_plan(job, ctx) or cheapest_plan(job, ctx)
+    # An elastic victim shrunk keeps running: asked before any run is stopped (DECISIONS 73);
+    # not for a share, whose target is quarters of one GPU (DECISIONS 84).
+    plan = (None if job.share else shrink_plan(job, ctx)) or cheapest_plan(job, ctx)
     if plan is None:
         misses[miss_key] = job.workers
     return plan
 
 
 ROTA_RULES = Rules(name="rota", order="score", quotas=True, backfill="reserve", planner=_rota_planner,
-                   preempt_for_wait_target=True, grow=True)
+                   preempt_for_wait_target=True, grow=True, share_victims=True)
 _ROTA_NO_BACKFILL = replace(ROTA_RULES, backfill="none")
 
 

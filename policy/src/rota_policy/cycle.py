@@ -36,7 +36,8 @@ class PlanHold:
 
     team: str
     flavor: str
-    gpus: int
+    gpus: float
+    """What quota counts of its target: GPUs, or a share's fraction."""
     held: tuple[tuple[int, tuple[int, ...]], ...]
 
 
@@ -63,11 +64,15 @@ class Rules:
     False: whenever the job is blocked (Kueue, Slurm)."""
     grow: bool = False
     """Grow elastic runs on idle GPUs nobody waits for (`grow`; Rota)."""
+    share_victims: bool = False
+    """GPU shares are victims, and a share searches for victims (Rota: DECISIONS 84); False:
+    a share is no victim and stops nobody (the baselines, whose searches count whole GPUs)."""
 
 
-MissKey = tuple[Tier, str, str, int, Need]
-"""A job's tier, team, flavor, GPUs per worker and topology need (rack affinity included):
-what a failed search for victims depends on, but for the number of workers."""
+MissKey = tuple[Tier, str, str, int, Need, int]
+"""A job's tier, team, flavor, GPUs per worker, topology need (rack affinity included) and
+share: what a failed search for victims depends on, but for the number of workers (a share
+may find room on a shared GPU where a whole GPU is not to be had, and the reverse)."""
 
 
 @dataclass(slots=True)
@@ -165,9 +170,11 @@ class Cycle:
     def preemption(self) -> PreemptionContext:
         # One context per cycle, so that planners share its per-cycle victim pools.
         if self._preemption is None:
+            whole = self.runs_by_flavor  # fills `_share_runs`
             self._preemption = PreemptionContext(
-                self.now, self.config, self.state, self.quota, self.runs_by_flavor, self.taken,
+                self.now, self.config, self.state, self.quota, whole, self.taken,
                 idle_only=frozenset(self.budget.idle_only),
+                share_runs=self._share_runs if self.rules.share_victims else {},
             )
         return self._preemption
 
@@ -181,7 +188,7 @@ class Cycle:
                 out[flavors.pop()] = list(running)
             else:
                 for run in running:
-                    if not run.share:  # a share frees no whole GPU alone: no victim (DECISIONS 68)
+                    if not run.share:  # shares are apart: they free no whole GPU alone (DECISIONS 84)
                         out.setdefault(run.flavor, []).append(run)
                     else:
                         self._share_runs.setdefault(run.flavor, []).append(run)
@@ -215,7 +222,7 @@ class Cycle:
         book = self.books.get(flavor)
         if book is None:
             taken = self.taken
-            runs = [r for r in self.runs_by_flavor.get(flavor, ()) if r.run_id not in taken]
+            runs = [r for r in self.runs_by_flavor.get(flavor, ()) if r.run_id not in taken]  # whole runs
             ends = expected_ends(runs, self.now, self.config.default_runtime_s)
             releases = list(zip(ends, [r.gpus for r in runs], strict=True))
             releases.extend(
@@ -302,10 +309,22 @@ class Cycle:
         self.plans.append(plan)
         self.plan_ready_at[job.job_id] = self.now + self.config.checkpoint_save_s
         self.taken.update(v.run_id for v in plan.victims)
-        self.quota.add(job.team, job.flavor, job.gpus)
-        for slot in plan.target:
-            node = self.state.layout.index[slot.node]
-            free = set(self.state.free[node])
-            already = tuple(g for g in slot.gpus if g in free)
-            if already:
-                self.state.take_exact(node, already)
+        self.quota.add(job.team, job.flavor, job.demand)
+        hold(self.state, plan.target)
+
+
+def hold(state: ClusterState, target: tuple[Slot, ...]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Hold a plan's target for its preemptor: its GPUs already free, taken; its GPUs that
+    shares hold, kept from new shares (`ClusterState.held`). Returns the GPUs taken per node."""
+    holds = []
+    for slot in target:
+        node = state.layout.index[slot.node]
+        free = set(state.free[node])
+        already = tuple(g for g in slot.gpus if g in free)
+        if already:
+            state.take_exact(node, already)
+            holds.append((node, already))
+        shared = state.parts.get(node)
+        if shared:
+            state.held.update((node, g) for g in slot.gpus if g in shared)
+    return tuple(holds)

@@ -53,6 +53,9 @@ class VictimChoice:
     shrink_to: int = 0
     """An elastic run shrunk instead of stopped (DECISIONS 73): the workers it keeps, its first
     ones, and restarts with on their GPUs; `gpus` are the dropped workers'. 0: it stops."""
+    share: int = 0
+    """A GPU share stopped (DECISIONS 84): the quarters of its one GPU that it frees, with
+    `gpus` 0; 0: it holds `gpus` whole GPUs."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rota_policy.config import PolicyConfig
-from rota_policy.cycle import Cycle, PlanHold, Planner, Rules
+from rota_policy.cycle import Cycle, PlanHold, Planner, Rules, hold
 from rota_policy.decisions import Decisions
 from rota_policy.grow import grows
-from rota_policy.model import Snapshot
+from rota_policy.model import QUARTERS, Slot, Snapshot
 from rota_policy.reasons import explain
 from rota_policy.restarts import resolve_restarts
 from rota_policy.walk import walk
@@ -51,37 +51,46 @@ def _resolve_plans(cy: Cycle) -> None:
             if run is not None:
                 cy.taken.add(run_id)
                 victim_gpus.update((s.node, g) for s in run.placement for g in s.gpus)
-        complete, broken = True, False
-        for slot in plan.target:
-            node = state.layout.index.get(slot.node)
-            if node is None:
-                broken = True
-                break
-            free = set(state.free[node])
-            for g in slot.gpus:
-                if g in free:
-                    continue
-                complete = False
-                if (slot.node, g) not in victim_gpus:
-                    broken = True
+        complete, broken = _target_state(cy, plan.target, victim_gpus)
         if broken:
             cy.abandoned.append(plan.preemptor_job_id)
             continue
-        holds = []
-        for slot in plan.target:
-            node = state.layout.index[slot.node]
-            free = set(state.free[node])
-            held = tuple(g for g in slot.gpus if g in free)
-            if held:
-                state.take_exact(node, held)
-                holds.append((node, held))
+        share = plan.target[0].share if len(plan.target) == 1 else 0
+        if complete and share:  # its quarters, on a GPU free or with room: booked now
+            slot = plan.target[0]
+            state.book_share(state.layout.index[slot.node], slot.gpus[0], share)
+            holds: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        else:
+            holds = hold(state, plan.target)
         cy.planned[plan.preemptor_job_id] = plan.target if complete else None
         asked = cy.now if plan.requested_at is None else plan.requested_at
         cy.plan_ready_at[plan.preemptor_job_id] = max(cy.now, asked + cy.config.checkpoint_save_s)
-        gpus = sum(len(s.gpus) for s in plan.target)
+        gpus = sum(s.share / QUARTERS if s.share else len(s.gpus) for s in plan.target)
         flavor = state.layout.node_flavor[state.layout.index[plan.target[0].node]] if plan.target else ""
         cy.quota.add(queue.team, flavor, gpus)
-        cy.plan_holds[plan.preemptor_job_id] = PlanHold(queue.team, flavor, gpus, tuple(holds))
+        cy.plan_holds[plan.preemptor_job_id] = PlanHold(queue.team, flavor, gpus, holds)
+
+
+def _target_state(
+    cy: Cycle, target: tuple[Slot, ...], victim_gpus: set[tuple[str, int]]
+) -> tuple[bool, bool]:
+    """Whether every GPU of a plan's target is free (a share's: free or with room for its
+    quarters), and whether one is held by a run that is not its victim (the plan is broken)."""
+    state = cy.state
+    complete = True
+    for slot in target:
+        node = state.layout.index.get(slot.node)
+        if node is None:
+            return False, True
+        free = set(state.free[node])
+        shared = state.parts.get(node, {})
+        for g in slot.gpus:
+            if g in free or (slot.share and g in shared and shared[g] + slot.share <= QUARTERS):
+                continue
+            complete = False
+            if (slot.node, g) not in victim_gpus:
+                return False, True
+    return complete, False
 
 
 def _prepared(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Cycle:

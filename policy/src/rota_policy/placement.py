@@ -69,7 +69,7 @@ def fit_on_counts(
 class ClusterState:
     """A mutable working copy of the nodes for one cycle."""
 
-    __slots__ = ("buckets", "free", "free_total", "layout", "parts")
+    __slots__ = ("buckets", "free", "free_total", "held", "layout", "parts")
 
     def __init__(self, nodes: tuple[NodeState, ...], layout: Layout | None = None) -> None:
         """`layout`, if given, is used only if it is the layout of `nodes` (compared in full)."""
@@ -77,6 +77,9 @@ class ClusterState:
         free = self.free = [list(n.free) for n in nodes]
         self.parts: dict[int, dict[int, int]] = {i: dict(n.shared) for i, n in enumerate(nodes) if n.shared}
         """Per node index with GPUs that shares hold in part: GPU index -> quarters held."""
+        self.held: set[tuple[int, int]] = set()
+        """Shared GPUs (node index, GPU index) that a plan's target names: no new share joins
+        them this cycle, so the room its victims leave stays for its preemptor (DECISIONS 84)."""
         self.free_total: dict[str, int] = {}
         self.buckets: dict[str, list[dict[int, None]]] = {}
         max_node = self.layout.max_node
@@ -134,11 +137,14 @@ class ClusterState:
         room = QUARTERS - job.share
         best: tuple[int, int] | None = None
         node_flavor = self.layout.node_flavor
+        kept = self.held
         for node, held in self.parts.items():
             if node_flavor[node] != job.flavor:
                 continue
-            for used in held.values():
-                if used <= room and (best is None or used > best[0] or (used == best[0] and node < best[1])):
+            for gpu, used in held.items():
+                if used > room or (kept and (node, gpu) in kept):
+                    continue
+                if best is None or used > best[0] or (used == best[0] and node < best[1]):
                     best = (used, node)
         if best is not None:
             return [(best[1], 1)]
@@ -148,11 +154,12 @@ class ClusterState:
         """Whether some GPU of `flavor` already shared has room for `share` more quarters."""
         room = QUARTERS - share
         node_flavor = self.layout.node_flavor
+        kept = self.held
         return any(
-            used <= room
+            used <= room and (not kept or (node, gpu) not in kept)
             for node, held in self.parts.items()
             if node_flavor[node] == flavor
-            for used in held.values()
+            for gpu, used in held.items()
         )
 
     # ------------------------------------------------------------ changes
@@ -163,7 +170,8 @@ class ClusterState:
         held = self.parts.get(node)
         room = QUARTERS - share
         if held:
-            fits = [(-used, gpu) for gpu, used in held.items() if used <= room]
+            kept = self.held
+            fits = [(-used, gpu) for gpu, used in held.items() if used <= room and (node, gpu) not in kept]
             if fits:
                 gpu = min(fits)[1]
                 held[gpu] += share
@@ -171,6 +179,21 @@ class ClusterState:
         gpu = self.take(node, 1)[0]
         self.parts.setdefault(node, {})[gpu] = share
         return gpu
+
+    def book_share(self, node: int, gpu: int, share: int) -> bool:
+        """Book `share` quarters on GPU `gpu` of `node` (a plan's target), if it is free or has
+        room; False if not (its victims have not all stopped)."""
+        held = self.parts.get(node)
+        if held is not None and gpu in held:
+            if held[gpu] + share > QUARTERS:
+                return False
+            held[gpu] += share
+            return True
+        if gpu not in self.free[node]:
+            return False
+        self.take_exact(node, (gpu,))
+        self.parts.setdefault(node, {})[gpu] = share
+        return True
 
     def place(self, job: PendingJob, fit: Fit) -> tuple[Slot, ...]:
         """Book the ladder's fit for `job`: its share, or its whole GPUs."""

@@ -19,18 +19,18 @@ then the cheapest nodes (in the best rack, for rack-bound gangs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rota.contracts.common import Tier
 
 from rota_policy.decisions import PreemptionPlan, VictimChoice
-from rota_policy.model import PendingJob, RunningRun, Slot
-from rota_policy.placement import ClusterState, Fit, fit_on_counts
+from rota_policy.model import QUARTERS, PendingJob, RunningRun, Slot
+from rota_policy.placement import ClusterState, Fit
+from rota_policy.sharevictims import Choice, SharedGpus, describe_freed, describe_need, share_target
 from rota_policy.victimpool import (
     PoolRun,
     PreemptionContext,
-    Ranked,
     expected_loss,
     gpus_by_node,
     ranked_run,
@@ -52,10 +52,11 @@ __all__ = [
     "PreemptionContext",
     "best_plan",
     "expected_loss",
-    "greedy_plan",
-    "lower_tier_loses_too_much",
+        "lower_tier_loses_too_much",
+    "make_plan",
     "offer_cost",
     "rota_plan",
+    "slots_from",
     "victim_pool",
     "worst",
 ]
@@ -70,15 +71,11 @@ class Candidate:
     key: tuple[object, ...]
 
 
-Choice = tuple[int, Ranked]
-"""A candidate of one search: (its category for this preemptor, the pool run). Keys end with
-the run id, so sorting choices never compares further than (category, key)."""
-
 Offer = tuple[tuple[object, ...], int, int, tuple[Choice, ...]]
 """What a node offers a gang: (cost, node index, worker slots, the victims to stop for them)."""
 
 
-def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
+def slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
     """Exact GPU indices for a fit on currently free GPUs plus the victims' GPUs."""
     pools = {node: sorted(set(state.free[node]) | set(freed.get(node, ()))) for node, _ in fit}
     slots = []
@@ -89,7 +86,7 @@ def _slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> t
     return tuple(slots)
 
 
-def _plan(
+def make_plan(
     job: PendingJob, chosen: Sequence[Candidate], target: tuple[Slot, ...], style: str
 ) -> PreemptionPlan:
     victims = tuple(
@@ -102,6 +99,7 @@ def _plan(
             c.loss,
             c.run.team != job.team,
             WHY[c.category],
+            share=c.run.share,
         )
         for c in chosen
     )
@@ -116,11 +114,17 @@ def _plan(
         expected_lost_gpu_s=lost,
         reason=f"{style}:{WHY[worst]}",
         message=(
-            f"{job.tier.value} job {job.job_id} needs {job.gpus} {job.flavor} GPUs; stopping"
-            f" {len(victims)} run(s) ({', '.join(tiers)}) frees them, expected loss"
-            f" {lost / 3600:.2f} GPU-hours"
+            f"{job.tier.value} job {job.job_id} needs {describe_need(job.gpus, job.share, job.flavor)};"
+            f" stopping {len(victims)} run(s) ({', '.join(tiers)}) {_frees(chosen, job.flavor)},"
+            f" expected loss {lost / 3600:.2f} GPU-hours"
         ),
     )
+
+
+def _frees(chosen: Sequence[Candidate], flavor: str) -> str:
+    if not any(c.run.share for c in chosen):
+        return "frees them"
+    return "stops " + describe_freed([s for c in chosen for s in c.run.placement], flavor)
 
 
 # ---------------------------------------------------------------- Rota
@@ -158,7 +162,7 @@ def _rota_candidates(job: PendingJob, ctx: PreemptionContext) -> list[Choice]:
         if category is None:
             continue
         picked.append((run, run_rank, category))
-        picked_gpus += run.gpus
+        picked_gpus += run.gpus or 1  # a share may free its GPU, with the others on it
     # Every slot of a plan comes from free GPUs or victims' GPUs: if both together are too few,
     # no choice of nodes can fit the gang (the common case under load), so stop before costing.
     if ctx.state.free_total.get(flavor, 0) + picked_gpus < job.gpus:
@@ -191,6 +195,8 @@ def _too_few_slots(job: PendingJob, ctx: PreemptionContext, held: dict[int, int]
     its free GPUs, or one slot from its free GPUs plus the `held` GPUs (per node) of runs that
     would stop."""
     state, per_worker, workers = ctx.state, job.gpus_per_worker, job.workers
+    if job.share and state.share_room(job.flavor, job.share):
+        return False  # room on a GPU already shared seats it
     buckets = state.buckets.get(job.flavor, [])
     # Nodes by free count: what free GPUs alone offer costs a step per count, not per node.
     slots = sum((count // per_worker) * len(buckets[count]) for count in range(per_worker, len(buckets)))
@@ -218,20 +224,29 @@ def free_offers(job: PendingJob, ctx: PreemptionContext) -> tuple[list[Offer], d
     state, per_worker = ctx.state, job.gpus_per_worker
     offers: list[Offer] = []
     gained: dict[int, int] = {}
+    room = QUARTERS - job.share
     for node in state.layout.flavor_nodes.get(job.flavor, []):
         free = len(state.free[node])
         if free >= per_worker:
             offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
+        elif job.share and any(  # room on a GPU already shared seats a share at no cost
+            used <= room and (node, gpu) not in state.held for gpu, used in state.parts.get(node, {}).items()
+        ):
+            offers.append((((-1, 0, False), 0.0, 0), node, 1, ()))
         else:
             gained[node] = free
     return offers, gained
 
 
 def credit(
-    choice: Choice, gained: dict[int, int], prefixes: dict[int, list[Choice]], per_worker: int
+    choice: Choice, gained: dict[int, int], prefixes: dict[int, list[Choice]], per_worker: int,
+    shared: SharedGpus,
 ) -> list[tuple[int, tuple[Choice, ...]]]:
     """Adds a victim's GPUs to what each of its nodes has gained; returns the nodes whose gain
-    now seats a worker, each with the victims that free it, in order."""
+    now seats a worker, each with the victims that free it, in order. A share's GPU counts
+    once the shares met on it leave the preemptor's room (`sharevictims`)."""
+    if choice[1].run.share:
+        return shared.credit(choice, gained, prefixes, per_worker)
     seated = []
     for node, gpus in choice[1].on_nodes:
         have = gained.get(node)
@@ -258,8 +273,9 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
     per_worker = job.gpus_per_worker
     offers, gained = free_offers(job, ctx)
     prefixes: dict[int, list[Choice]] = {}
+    shared = SharedGpus(ctx.state, job.share)
     for choice in choices:
-        for node, prefix in credit(choice, gained, prefixes, per_worker):
+        for node, prefix in credit(choice, gained, prefixes, per_worker, shared):
             offers.append((offer_cost(prefix), node, 1, prefix))
     offers.sort(key=lambda o: (o[0], o[1]))
     return offers
@@ -312,97 +328,45 @@ def best_plan(job: PendingJob, ctx: PreemptionContext, offers: list[Offer]) -> P
     victims = tuple(Candidate(r.run, category, r.loss, (category, *r.key)) for category, r in ordered)
     if not _admissible(job, victims, ctx):
         return None
+    return make_plan(job, victims, _target(job, state, fit, victims), "rota")
+
+
+def _target(job: PendingJob, state: ClusterState, fit: Fit, victims: Sequence[Candidate]) -> tuple[Slot, ...]:
+    """The preemptor's exact placement on the plan's nodes: free GPUs and the GPUs its victims
+    free (a share victim's GPU only with every share on it, which the search made sure of), or
+    a share preemptor's one GPU with its quarters."""
     index = state.layout.index
+    if job.share:
+        node = fit[0][0]
+        name = state.layout.names[node]
+        slots = [s for v in victims for s in v.run.placement if s.node == name]
+        return share_target(state, node, slots, job.share)
     freed: dict[int, list[int]] = {}
     for victim in victims:
         for slot in victim.run.placement:
             freed.setdefault(index[slot.node], []).extend(slot.gpus)
-    return _plan(job, victims, _slots_from(state, fit, freed), "rota")
+    return slots_from(state, fit, freed)
 
 
 def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionContext) -> bool:
     """Quota, borrowing and loss rules for the whole set (victims can share a team)."""
     quota, cfg = ctx.quota, ctx.config
-    own = sum(c.run.gpus for c in victims if c.run.team == job.team)
-    if not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
+    own = sum(c.run.demand for c in victims if c.run.team == job.team)
+    if not quota.check(job.team, job.flavor, job.demand, released=own).ok:
         return False
     if any(c.category == RECLAIM or c.category == LAST_RESORT for c in victims) and (
-        quota.in_use(job.team, job.flavor) - own + job.gpus > quota.limits(job.team, job.flavor).quota
+        quota.in_use(job.team, job.flavor) - own + job.demand > quota.limits(job.team, job.flavor).quota
     ):
         return False
-    per_team: dict[str, int] = {}
+    per_team: dict[str, float] = {}
     over = ctx.idle_only
     for c in victims:
         # Only borrowed GPUs of another team's guaranteed work may be taken: experiment work
         # and work past an idle_only budget are guaranteed nothing.
         if (c.run.team != job.team and c.run.tier is not Tier.experiment
                 and (not over or (c.run.team, job.flavor) not in over)):
-            per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.gpus
+            per_team[c.run.team] = per_team.get(c.run.team, 0) + c.run.demand
     if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
         return False
     cap = cfg.max_lost_gpu_s_per_plan
     return cap is None or sum(c.loss for c in victims) <= cap
-
-
-# ---------------------------------------------------------------- baselines: greedy by order
-
-
-def greedy_plan(
-    job: PendingJob,
-    ctx: PreemptionContext,
-    candidates: Sequence[Candidate],
-    allowed: Callable[[Candidate, dict[str, int], int], bool],
-    style: str,
-    *,
-    quotas: bool,
-) -> PreemptionPlan | None:
-    """Kueue's and Slurm's way: add victims in order until the job fits, then drop the unneeded.
-
-    `allowed(candidate, taken_per_team, own_released)` re-checks a candidate against the victims
-    chosen so far (Kueue only reclaims from a team while it is still borrowing).
-    """
-    state, quota, index = ctx.state, ctx.quota, ctx.state.layout.index
-    nodes, counts = state.layout.flavor_nodes.get(job.flavor, []), state.counts()
-    per_worker, workers = job.gpus_per_worker, job.workers
-
-    def fits(own: int) -> Fit | None:
-        if quotas and not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
-            return None
-        if sum(counts[n] for n in nodes) < job.gpus:
-            return None
-        return fit_on_counts(counts, nodes, state.layout, workers, per_worker, job.need)
-
-    def apply(c: Candidate, sign: int) -> None:
-        for slot in c.run.placement:
-            counts[index[slot.node]] += sign * len(slot.gpus)
-
-    chosen: list[Candidate] = []
-    taken: dict[str, int] = {}
-    own = 0
-    fit: Fit | None = None
-    for c in candidates:
-        if not allowed(c, taken, own):
-            continue
-        chosen.append(c)
-        taken[c.run.team] = taken.get(c.run.team, 0) + c.run.gpus
-        own += c.run.gpus if c.run.team == job.team else 0
-        apply(c, +1)
-        fit = fits(own)
-        if fit is not None:
-            break
-    if fit is None or not chosen:
-        return None
-    for c in reversed(chosen[:-1]):
-        apply(c, -1)
-        trial_own = own - (c.run.gpus if c.run.team == job.team else 0)
-        trial = fits(trial_own)
-        if trial is None:
-            apply(c, +1)
-            continue
-        chosen.remove(c)
-        own, fit = trial_own, trial
-    freed: dict[int, list[int]] = {}
-    for c in chosen:
-        for slot in c.run.placement:
-            freed.setdefault(index[slot.node], []).extend(slot.gpus)
-    return _plan(job, chosen, _slots_from(state, fit, freed), style)

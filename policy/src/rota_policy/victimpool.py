@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -40,19 +41,21 @@ __all__ = [
 
 
 def rota_loss(run: RunningRun, now: float) -> float:
-    """GPU-seconds lost under Rota's notice-and-save: nothing if resumable, else the whole run."""
+    """GPU-seconds lost under Rota's notice-and-save: nothing if resumable, else the whole run
+    (a share's, times its fraction: `demand`)."""
     if run.resumable:
         return 0.0
     ran = now - run.started_at  # a conditional, not max(): asked of every pool run per cycle
-    return run.gpus * (ran if ran > 0.0 else 0.0)
+    return run.demand * (ran if ran > 0.0 else 0.0)
 
 
 def expected_loss(run: RunningRun, now: float) -> float:
-    """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all."""
+    """GPU-seconds lost if the run stopped now without saving: since its last checkpoint, or all
+    (a share's times its fraction)."""
     last = run.last_checkpoint(now) if run.resumable else None
     since = run.started_at if last is None else last
     unsaved = now - since
-    return run.gpus * (unsaved if unsaved > 0.0 else 0.0)
+    return run.demand * (unsaved if unsaved > 0.0 else 0.0)
 
 
 OVER_BUDGET = len(TIER_ORDER)
@@ -113,6 +116,9 @@ class PreemptionContext:
     idle_only: frozenset[tuple[str, str]] = frozenset()
     """(team, flavor) pairs past a budget that keeps them to idle GPUs: their runs rank below
     every tier (`OVER_BUDGET`), so anyone may stop them, as borrowed experiment work."""
+    share_runs: dict[str, list[RunningRun]] = field(default_factory=dict)
+    """Per flavor, the runs that hold GPU shares, victims as any run (DECISIONS 84); empty for
+    the baselines, whose searches count whole GPUs only."""
 
 
 def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
@@ -132,7 +138,8 @@ def victim_pool(ctx: PreemptionContext, flavor: str) -> list[PoolRun]:
             for p in (cfg.protection(t),)
         }
         runs: list[PoolRun] = []
-        for run in ctx.runs_by_flavor.get(flavor, ()):
+        whole, shares = ctx.runs_by_flavor.get(flavor, ()), ctx.share_runs.get(flavor)
+        for run in chain(whole, shares) if shares else whole:
             rank, min_runtime, budget = rules[run.tier]
             if over and (run.team, flavor) in over:
                 rank = OVER_BUDGET
@@ -204,7 +211,9 @@ def ranked_run(ctx: PreemptionContext, run: RunningRun, rank: int) -> Ranked:
 def gpus_by_node(
     run: RunningRun, index: dict[str, int], into: dict[int, int] | None = None
 ) -> dict[int, int]:
-    """The GPUs `run` holds on each node (several of its workers may share one), added to `into`."""
+    """The GPUs `run` holds on each node (several of its workers may share one), added to `into`.
+    A share counts its one GPU: what stopping it could free at most, as the searches' early
+    refusals that read this need (it frees the GPU only with the other shares on it)."""
     out = {} if into is None else into
     for slot in run.placement:
         node = index[slot.node]

@@ -73,7 +73,7 @@ def victim_category(
     lent = borrowing.get(run.team)
     if lent is None:
         lent = borrowing[run.team] = quota.borrowing(run.team, job.flavor)
-    borrowed = lent >= run.gpus
+    borrowed = lent >= run.demand
     if lower and (borrowed or run.tier is Tier.experiment or run_rank == OVER_BUDGET):
         return LOWER_TIER
     if not borrowed or not may_reclaim:
@@ -85,4 +85,4 @@ def may_reclaim_for(job: PendingJob, ctx: PreemptionContext) -> bool:
     """Whether `job` stays within its team's quota: only then may it take back what others
     borrowed."""
     quota = ctx.quota
-    return quota.in_use(job.team, job.flavor) + job.gpus <= quota.limits(job.team, job.flavor).quota
+    return quota.in_use(job.team, job.flavor) + job.demand <= quota.limits(job.team, job.flavor).quota

@@ -173,7 +173,8 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
         cy.admit(job, target, via_plan=True)
         w.ready.discard(job.job_id)
         return
-    if cy.state.free_total.get(job.flavor, 0) >= job.gpus:
+    state, flavor = cy.state, job.flavor
+    if state.free_total.get(flavor, 0) >= job.gpus or (job.share and state.share_room(flavor, job.share)):
         cy.release_plan_quota(job.job_id)
         outcome = admission(cy, job)
         if not isinstance(outcome, Block):
@@ -238,8 +239,8 @@ def _search(
 
 def _may_search(cy: Cycle, job: PendingJob, code: Code) -> bool:
     """Whether the job, on its flavor, may search for victims now that `code` blocks it."""
-    if job.share:
-        return False  # a share takes idle room only, never anyone's GPUs (DECISIONS 68)
+    if job.share and not cy.rules.share_victims:
+        return False  # the baselines' searches count whole GPUs (DECISIONS 84)
     if cy.budget.only_idle(job.team, job.flavor) is not None:
         return False  # past its budget a job takes idle GPUs only, never anyone's
     patient = cy.rules.preempt_for_wait_target and code is Code.INSUFFICIENT_CAPACITY

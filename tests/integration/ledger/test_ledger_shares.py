@@ -1,6 +1,7 @@
 """GPU shares in the ledger against real PostgreSQL (DECISIONS 66): shares on one GPU never
 exceed 1, a whole-GPU grant never meets a share, and the database keeps both rules even when
-the ledger's own check is blind (`gpu_claims`). A100s of the builders' cluster are shareable."""
+the ledger's own check is blind (`gpu_claims`); a share stopped by a preemption gives back only
+its own quarters (DECISIONS 84). A100s of the builders' cluster are shareable."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.ledger.conftest import queued, rows
 from tests.integration.ledger.test_ledger_rules import ask, grant, reject
-from tests.unit.ledger.builders import proposal, run_ended
+from tests.unit.ledger.builders import preemption_requested, proposal, run_ended
 
 
 def share(gpu: int, fraction: float, clock: FakeClock, **kw: Any) -> Any:
@@ -144,3 +145,35 @@ async def test_quota_counts_a_share_as_its_fraction_and_the_read_api_shows_it(
     (run,) = reply.result["allocations"]
     assert run["placement"] == [{"worker": 0, "node": "a-0", "gpus": [0], "gpu_share": 0.75}]
     assert run["gpus"] == 1
+
+
+async def test_a_preempted_share_frees_only_its_quarters_for_its_preemptor(
+    ledger: Ledger, ledger_engine: AsyncEngine, clock: FakeClock,
+) -> None:
+    """Two halves on one GPU; a plan stops one of them for a production half (DECISIONS 84):
+    the other's claim stays, the preemptor's half is granted beside it, and a whole GPU is
+    refused there until both are released."""
+    victim, neighbour = share(2, 0.5, clock), share(2, 0.5, clock)
+    await grant(ledger, victim)
+    await grant(ledger, neighbour)
+    requested = preemption_requested([victim], clock.now(), target=[("a-0", [2])], target_share=0.5)
+    assert requested.data.victims[0].gpu_share == 0.5 and requested.data.victims[0].gpus == 1
+    assert await ledger.preemption(requested.to_bytes()) == 1  # its GPU, held for the preemptor
+    clock.advance(60)
+    await ledger.run_ended(run_ended("RunStopped", victim, clock.now()).to_bytes())
+    assert await claims(ledger_engine) == [("a-0", 2, "shared", 2)]  # the neighbour's half stays
+    # Held: another job's half may not take the room the victim left.
+    assert (await reject(ledger, share(2, 0.5, clock))).code is Code.HELD_FOR_PREEMPTOR
+    assert [r.run_id for r in await rows(ledger_engine, "allocations", node="a-0") if r.released_at is None] \
+        == [neighbour.data.run_id]
+    preemptor = share(2, 0.5, clock, plan_id=requested.data.plan_id, job_id=requested.data.preemptor_job_id)
+    await grant(ledger, preemptor)
+    assert await claims(ledger_engine) == [("a-0", 2, "shared", 4)]
+    whole = proposal([("a-0", [2])], clock.now(), team="vision", user="carol", flavor="a100")
+    assert (await reject(ledger, whole)).code is Code.GPU_TAKEN
+    await ledger.run_ended(run_ended("RunFinished", neighbour, clock.now()).to_bytes())
+    assert (await reject(ledger, proposal([("a-0", [2])], clock.now(), team="vision", user="carol",
+                                          flavor="a100"))).code is Code.GPU_TAKEN  # one half is left
+    await ledger.run_ended(run_ended("RunFinished", preemptor, clock.now()).to_bytes())
+    assert await claims(ledger_engine) == []
+    await grant(ledger, proposal([("a-0", [2])], clock.now(), team="vision", user="carol", flavor="a100"))

@@ -93,15 +93,16 @@ def run_ended(kind: str, proposed: Envelope[Any], at: datetime, *,
 
 def preemption_requested(victims: Sequence[Envelope[Any]], at: datetime, *,
                          plan_id: str | None = None, preemptor_job_id: str | None = None,
-                         target: On | None = None) -> Envelope[Any]:
+                         target: On | None = None, target_share: float | None = None) -> Envelope[Any]:
     fields: dict[str, Any] = {}
     if target is not None:
-        fields["target"] = placement(target)
+        fields["target"] = placement(target, target_share)
     data = m.PreemptionRequested.model_validate({
         "plan_id": plan_id or new_id(), "preemptor_job_id": preemptor_job_id or new_id(),
         "preemptor_queue": "production", "preemptor_team": "vision",
         "victims": [{"run_id": v.data.run_id, "job_id": v.data.job_id, "team": v.data.team,
-                     "queue": "experiment", "gpus": v.data.gpus, "expected_lost_gpu_seconds": 0}
+                     "queue": "experiment", "gpus": v.data.gpus, "expected_lost_gpu_seconds": 0,
+                     **({"gpu_share": v.data.placement[0].gpu_share} if v.data.placement[0].gpu_share else {})}
                     for v in victims],
         "reason": "PRIORITY", "message": "a production job needs the GPUs",
         "expected_lost_gpu_seconds": 0, **fields,

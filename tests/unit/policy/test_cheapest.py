@@ -5,7 +5,8 @@ gang; `preemption.rota_plan` costs every run the job may stop. On random cluster
 every tier, team, size and age, spanning nodes, resumable or not, some already victims) and
 random preemptors, both must give the same plan, or both none; with random per-queue
 protection too (who may preempt each queue, its minimum runtime and budget), and clusters that
-declare levels (block > rack) with preemptors that require or prefer one.
+declare levels (block > rack) with preemptors that require or prefer one; and GPU shares
+(DECISIONS 84): GPUs shared by runs of any tier, team and age, as victims, and share preemptors.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
     nodes = draw(st.integers(2, 8))
     world = World(nodes=nodes, racks=draw(st.sampled_from((1, 2, 4))), blocks=draw(st.sampled_from((0, 0, 1, 2))))
     for node in range(nodes):
+        for _ in range(draw(st.sampled_from((0, 0, 1, 2)))):  # GPUs that shares hold, filled or nearly
+            shares = draw(st.sampled_from(((2, 2), (1, 1, 2), (3, 1), (2,), (1, 2), (1, 1, 1, 1))))
+            if not world.free[node]:
+                break  # a gang of the node before spans it
+            gpu = world.free[node][0]
+            for share in shares:
+                world.run(
+                    draw(st.sampled_from(TEAMS)), draw(st.sampled_from(TIERS[1:] + TIERS)), node=node,
+                    share=share, gpu=gpu, started=NOW - draw(st.sampled_from((100.0, 900.0, 20_000.0))),
+                    resumable=draw(st.booleans()), preemptions=draw(st.sampled_from((0, 0, 20))),
+                    checkpoint=NOW - draw(st.sampled_from((0.0, 50.0, 700.0))),
+                )  # fmt: skip
         # Full nodes, but for a GPU or two: a job short of GPUs must stop someone.
         while len(world.free[node]) > draw(st.sampled_from((0, 0, 0, 1, 2))):
             left = len(world.free[node])
@@ -64,6 +77,7 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
             gpus=draw(st.sampled_from((1, 2, 4, 8))), workers=draw(st.sampled_from((1, 1, 2, 3))),
             rack=(rack := draw(st.sampled_from(("none", "none", "preferred", "required")))), name=f"j{i}",
             topology=None if rack != "none" else draw(st.sampled_from(TOPOLOGIES)),
+            share=draw(st.sampled_from((0, 0, 0, 1, 2, 3))),
         )[0]
         for i in range(draw(st.integers(1, 6)))
     ]  # fmt: skip
@@ -71,6 +85,7 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
         {t: draw(st.sampled_from((0, 8, 16, 32))) for t in TEAMS},
         borrowing=draw(st.sampled_from(({}, dict.fromkeys(TEAMS, 64)))),
         max_lost_gpu_s_per_plan=draw(st.sampled_from((0.0, None, 5_000.0))),
+        shareable=frozenset({"gpu"}),
     )
     if draw(st.booleans()):
         config = config.with_overrides(tiers={t: draw(protections(config.tier(t))) for t in Tier})
@@ -81,7 +96,7 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
     return cy, jobs
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
 def test_the_early_exit_finds_the_reference_plan(world: tuple[Cycle, list[PendingJob]]) -> None:
     cy, jobs = world
@@ -98,3 +113,19 @@ def test_some_searches_find_a_plan() -> None:
     job = gpu_jobs("a", "training", gpus=4)[0]
     plan = cheapest_plan(job, cy.preemption)
     assert plan is not None and plan == rota_plan(job, cy.preemption)
+
+
+def test_some_searches_stop_shares() -> None:
+    """Shares are among the victims the random clusters offer: a whole GPU from two halves,
+    room for a half from one of them; both searches agree."""
+    world = World(nodes=1)
+    world.run("b", "training", gpus=7, started=NOW - 900.0)
+    world.run("b", "experiment", share=2, gpu=7, started=NOW - 900.0, run_id="h1")
+    world.run("b", "experiment", share=2, gpu=7, started=NOW - 900.0, run_id="h2")
+    config = team_config(dict.fromkeys(TEAMS, 8), shareable=frozenset({"gpu"}))
+    cy = Cycle(world.snapshot([]), NOW, config, ROTA_RULES)
+    whole, half = gpu_jobs("a", "training", gpus=1)[0], gpu_jobs("a", "training", share=2)[0]
+    for job, stopped in ((whole, {"h1", "h2"}), (half, {"h1"})):
+        plan = cheapest_plan(job, cy.preemption)
+        assert plan is not None and plan == rota_plan(job, cy.preemption)
+        assert {v.run_id for v in plan.victims} == stopped

@@ -13,6 +13,7 @@ from rota_policy import Decisions, Slot
 
 from tests.unit.policy.builders import Run, cluster, gpu_jobs, team_config
 from tests.unit.policy.test_policy_scenarios import NOW, Row, run_row
+from tests.unit.policy.test_protection_scenarios import PROD_ONLY, queues
 
 SHAREABLE = frozenset({"gpu"})
 
@@ -21,6 +22,14 @@ def _placed(job_id: str, *slot: Slot) -> Callable[[Decisions], None]:
     def check(d: Decisions) -> None:
         (a,) = [a for a in d.admissions if a.job_id == job_id]
         assert a.placement == slot, a.placement
+
+    return check
+
+
+def _target(job_id: str, *slot: Slot) -> Callable[[Decisions], None]:
+    def check(d: Decisions) -> None:
+        (p,) = [p for p in d.plans if p.preemptor_job_id == job_id]
+        assert p.target == slot, p.target
 
     return check
 
@@ -87,16 +96,75 @@ ROWS: list[Row] = [
         gpu_jobs("nlp", share=1, name="quarter") + gpu_jobs("nlp", gpus=1, name="one", submitted=5),
         team_config({"nlp": 1}, borrowing={"nlp": 0}, shareable=SHAREABLE), admits=("quarter",),
         reasons={"one": (Code.QUOTA_EXCEEDED,)}),
-    Row("a share is no victim: production waits rather than stop an experiment share it cannot free a GPU by",
+    Row("a share is a victim: production stops the experiment run and the share alone on the GPU it needs",
         cluster(1, Run("cv", "experiment", gpus=7), Run("cv", "experiment", share=2, gpu=7, run_id="share")),
         gpu_jobs("nlp", "production", gpus=8, name="prod"),
-        team_config({"nlp": 8, "cv": 0}, shareable=SHAREABLE), admits=(), victims=(),
+        team_config({"nlp": 8, "cv": 0}, shareable=SHAREABLE), admits=(), victims=("share", "run-cv-expe-0"),
+        reasons={"prod": (Code.WAITING_FOR_PREEMPTION,)}, says={"prod": "0.5 of one gpu GPU"},
+        check=_target("prod", Slot(0, "n0", tuple(range(8))))),
+    Row("a whole-GPU production job stops two experiment halves on one GPU, which frees it",
+        cluster(1, Run("cv", "training", gpus=7), Run("cv", "experiment", share=2, gpu=7, run_id="h1"),
+                Run("cv", "experiment", share=2, gpu=7, run_id="h2")),
+        gpu_jobs("nlp", "production", gpus=1, name="prod"),
+        team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), admits=(), victims=("h1", "h2"),
+        reasons={"prod": (Code.WAITING_FOR_PREEMPTION,)},
+        says={"prod": "needs 1 gpu GPUs; stopping 2 run(s) (experiment) stops 2 shares (1) of one gpu GPU"},
+        check=_target("prod", Slot(0, "n0", (7,)))),
+    Row("a production share stops one experiment share and leaves the other running beside it",
+        cluster(1, Run("cv", "training", gpus=7), Run("cv", "experiment", share=2, gpu=7, run_id="a"),
+                Run("cv", "experiment", share=2, gpu=7, run_id="b")),
+        gpu_jobs("nlp", "production", share=2, name="half"),
+        team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), admits=(), victims=("a",),
+        reasons={"half": (Code.WAITING_FOR_PREEMPTION,)}, says={"half": "needs 0.5 of one gpu GPU"},
+        check=_target("half", Slot(0, "n0", (7,), 2))),
+    Row("a production share stops just enough: one quarter of three, where a half needs room",
+        cluster(1, Run("cv", "training", gpus=7), Run("cv", "experiment", share=1, gpu=7, run_id="q1"),
+                Run("cv", "experiment", share=1, gpu=7, run_id="q2"),
+                Run("cv", "experiment", share=1, gpu=7, run_id="q3")),
+        gpu_jobs("nlp", "production", share=2, name="half"),
+        team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), admits=(), victims=("q1",),
+        check=_target("half", Slot(0, "n0", (7,), 2))),
+    Row("a whole-GPU job does not plan a GPU one of whose two shares it may not stop",
+        cluster(1, Run("cv", "training", gpus=7), Run("cv", "experiment", share=2, gpu=7, run_id="exp"),
+                Run("cv", "training", share=2, gpu=7, run_id="kept")),
+        gpu_jobs("nlp", "production", gpus=1, name="prod"),
+        team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), admits=(), victims=(),
         reasons={"prod": (Code.INSUFFICIENT_CAPACITY,)}),
-    Row("a share stops nobody: it waits for room while experiment work holds every GPU",
+    Row("a whole job's failed search does not stop a share of its queue from finding room by one",
+        cluster(1, Run("cv", "training", gpus=7), Run("cv", "experiment", share=2, gpu=7, run_id="exp"),
+                Run("cv", "training", share=2, gpu=7, run_id="kept")),
+        gpu_jobs("nlp", "training", gpus=1, name="one", submitted=-100_000.0)
+        + gpu_jobs("nlp", "training", share=2, name="half", submitted=-99_000.0),
+        team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), admits=(), victims=("exp",),
+        reasons={"one": (Code.INSUFFICIENT_CAPACITY,), "half": (Code.WAITING_FOR_PREEMPTION,)},
+        check=_target("half", Slot(0, "n0", (7,), 2))),
+    Row("a share too young to stop (its queue's minimum runtime) keeps its GPU; the whole job waits",
+        cluster(1, Run("cv", "training", gpus=7), Run("cv", "experiment", share=2, gpu=7, run_id="old"),
+                Run("cv", "experiment", share=2, gpu=7, run_id="young", started=NOW - 10.0)),
+        gpu_jobs("nlp", "production", gpus=1, name="prod"),
+        queues(team_config({"nlp": 8, "cv": 8}, shareable=SHAREABLE), experiment={"min_runtime_s": 600.0}),
+        admits=(), victims=(), reasons={"prod": (Code.INSUFFICIENT_CAPACITY,)}),
+    Row("a share only production may stop (preemptible_by) is safe from a training share, which stops the other",
+        cluster(1, Run("cv", "production", gpus=7), Run("cv", "experiment", share=1, gpu=7, run_id="shielded"),
+                Run("cv", "training", share=1, gpu=7, run_id="open", started=-7200.0),
+                Run("cv", "experiment", share=2, gpu=7, run_id="safe")),
+        gpu_jobs("nlp", "training", share=1, name="quarter"),
+        queues(team_config({"nlp": 8, "cv": 0}, shareable=SHAREABLE), experiment=PROD_ONLY),
+        admits=(), victims=("open",), check=_target("quarter", Slot(0, "n0", (7,), 1))),
+    Row("a share stops a whole run when no GPU is shared: it takes one GPU of the ones freed",
         cluster(1, Run("cv", "experiment", gpus=8)),
         gpu_jobs("nlp", "production", share=2, name="half"),
-        team_config({"nlp": 8, "cv": 0}, shareable=SHAREABLE), admits=(), victims=(),
-        reasons={"half": (Code.INSUFFICIENT_CAPACITY,)}),
+        team_config({"nlp": 8, "cv": 0}, shareable=SHAREABLE), admits=(), victims=("run-cv-expe-0",),
+        check=_target("half", Slot(0, "n0", (0,), 2))),
+    Row("a share on a node that a gang also wants: a production gang stops the share and the run beside it",
+        cluster(2, Run("cv", "training", node=1, gpus=8), Run("cv", "experiment", node=0, gpus=6),
+                Run("cv", "experiment", node=0, share=3, gpu=6, run_id="s1"),
+                Run("cv", "experiment", node=0, share=1, gpu=6, run_id="s2"),
+                Run("cv", "experiment", node=0, share=2, gpu=7, run_id="s3")),
+        gpu_jobs("nlp", "production", gpus=8, name="gang"),
+        team_config({"nlp": 8, "cv": 16}, shareable=SHAREABLE), admits=(),
+        victims=("s2", "s3", "s1", "run-cv-expe-1"),
+        check=_target("gang", Slot(0, "n0", tuple(range(8))))),
     Row("a share behind a reservation: room on a shared GPU takes no whole GPU, so it starts",
         cluster(1, Run("cv", "training", gpus=4, end=NOW + 3600), Run("cv", "training", share=2, gpu=4)),
         gpu_jobs("nlp", "production", gpus=8, name="big", submitted=0)

@@ -123,3 +123,38 @@ def test_a_cluster_without_shares_gives_the_policy_no_shared_gpus() -> None:
     (node,) = story.view.snapshot(story.now).nodes
     assert (node.free, node.shared) == ((1,), ())
     assert all(w.gpu_share is None for p in story.cycle() for w in p.placement)
+
+
+def test_a_production_half_preempts_one_experiment_half_and_starts_beside_the_other() -> None:
+    """DECISIONS 84 in the live view: the plan names one share victim with its fraction and a
+    target with the preemptor's; the victim's release frees only its quarters, and the
+    preemptor is proposed onto that GPU, beside the half that kept running."""
+    story = Story()
+    halves = [story.submit(gpu_share=0.5, queue="experiment") for _ in range(4)]
+    running = story.cycle()
+    for p in running:
+        story.grant_and_start(p)
+    story.now += 3600.0
+    prod = story.submit(gpu_share=0.5, queue="production")
+    decisions = schedule(story.view.snapshot(story.now), story.now, POLICY)
+    (plan,) = decisions.plans
+    assert plan.preemptor_job_id == prod and len(plan.victims) == 1 and plan.victims[0].share == 2
+    assert "stops 0.5 of one t4 GPU" in plan.message
+    actions = plan_actions(story.view, decisions, now=story.now, new_uuid=story.uuid)
+    record_sent(story.view, actions, story.now)
+    (requested,) = [i.message for i in actions.outgoing if isinstance(i.message, m.PreemptionRequested)]
+    (victim,) = requested.victims
+    assert (victim.gpus, victim.gpu_share) == (0, 0.5)
+    assert requested.target is not None and requested.target[0].gpu_share == 0.5
+    assert "gpu_share" not in m.Victim(**{**victim.model_dump(), "gpu_share": None}).model_dump(mode="json")
+    for item in actions.outgoing:
+        story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+    gpu = requested.target[0].gpus[0]
+    story.event("RunStopped", run_id=victim.run_id, job_id=victim.job_id, reason="preempted", forced=False)
+    story.event("AllocationReleased", run_id=victim.run_id, job_id=victim.job_id, team="nlp", flavor="t4",
+                gpus=1, gpu_seconds=0.0)
+    assert dict(story.view.snapshot(story.now).nodes[0].shared)[gpu] == 2  # the other half stays
+    (proposal,) = story.cycle()
+    assert (proposal.job_id, proposal.plan_id, proposal.placement[0].gpus, proposal.placement[0].gpu_share) == (
+        prod, requested.plan_id, [gpu], 0.5)
+    assert victim.job_id in halves and story.view.jobs[victim.job_id].state == "pending"

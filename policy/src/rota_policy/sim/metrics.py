@@ -26,7 +26,8 @@ squeue_eta_*  the same two, for what `squeue --start` would have printed (`sim.s
 eta       median over jobs of |ETA at submit - actual start| / max(actual wait, 60 s)
 gpu_shares  only on a cluster with a shareable flavor: the jobs asking for a share and their
           average wait, the GPU-hours held (a shared GPU whole), the completed jobs per GPU-hour
-          held, and the makespan (last finish - first submit)
+          held, the makespan (last finish - first submit), how often a share was stopped as a
+          victim and how many shares had a plan of their own (DECISIONS 84)
 flavor_fallback  only for a trace where some job lists several flavors: how many do, their
           average wait, how many started on another flavor than their first at least once, and
           the average wait of the jobs that list one flavor
@@ -146,6 +147,8 @@ def _shares(sim: Simulator) -> dict[str, Any]:
         "held_gpu_hours": held_h,
         "jobs_per_gpu_hour": len(done) / held_h if held_h > 0 else 0.0,
         "makespan_s": last - sim.accounts.window[0],
+        "share_preemptions": sum(j.preemptions for j in shares),
+        "share_preemptors": sum(j.t.job_id in sim.preemptors for j in shares),
     }}
 
 

@@ -239,6 +239,7 @@ def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoi
                 resumable=job.spec.resumable if job else False,
                 last_checkpoint_uri=job.last_checkpoint_uri if job else None,
                 shrink_to=choice.shrink_to or None,
+                gpu_share=share_fraction(choice.share),
             )
         )
     return Outgoing(

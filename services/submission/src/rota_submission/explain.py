@@ -17,8 +17,14 @@ def _gpus(data: dict[str, Any]) -> str:
                      for p in data.get("placement") or [])
 
 
+def _held(victim: dict[str, Any]) -> str:
+    """What a victim gives up: its GPUs, or its share of one GPU (DECISIONS 84)."""
+    share = victim.get("gpu_share")
+    return f"{share:g} of one GPU" if share else f"{victim['gpus']} GPUs"
+
+
 def _victims(data: dict[str, Any]) -> str:
-    return ", ".join(f"{v.get('job_name') or v['job_id'][:13]} ({v['queue']}, {v['gpus']} GPUs"
+    return ", ".join(f"{v.get('job_name') or v['job_id'][:13]} ({v['queue']}, {_held(v)}"
                      + (f", shrunk to {v['shrink_to']} workers" if v.get("shrink_to") else "")
                      + ")" for v in data.get("victims", []))
 
@@ -29,10 +35,11 @@ def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
                 f" expected loss {data['expected_lost_gpu_seconds'] / 3600:.2f} GPU-h")
     mine: dict[str, Any] = next(
         (v for v in data.get("victims", []) if v.get("job_id") == job_id), {})
+    stops = f" (stops its {mine['gpu_share']:g} of one GPU)" if mine.get("gpu_share") else ""
     shrunk = (f"; shrunk to {mine['shrink_to']} workers, it restarts on the GPUs it keeps"
               if mine.get("shrink_to") else "")
     return (f"chosen as a victim for {data['preemptor_queue']} job"
-            f" {data['preemptor_job_id'][:13]}: {data['reason']}{shrunk}")
+            f" {data['preemptor_job_id'][:13]}{stops}: {data['reason']}{shrunk}")
 
 
 def _noticed(data: dict[str, Any], job_id: str) -> str:

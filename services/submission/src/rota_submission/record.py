@@ -70,8 +70,9 @@ def _plan(data: Row, job_id: str, at: Any) -> Row:
         "preemptor_job_id": data.get("preemptor_job_id"),
         "preemptor_queue": data.get("preemptor_queue"),
         "expected_lost_gpu_seconds": data.get("expected_lost_gpu_seconds"),
-        "victims": [{k: v.get(k) for k in ("job_id", "run_id", "job_name", "team", "queue",
-                                            "gpus", "expected_lost_gpu_seconds")}
+        "victims": [{**{k: v.get(k) for k in ("job_id", "run_id", "job_name", "team", "queue",
+                                               "gpus", "expected_lost_gpu_seconds")},
+                     **({"gpu_share": v["gpu_share"]} if v.get("gpu_share") else {})}
                     for v in data.get("victims", [])],
         "noticed_at": None, "deadline": None, "acked_at": None, "ack_checkpoint_uri": None,
         "ack_event_id": None,

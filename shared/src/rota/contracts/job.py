@@ -48,7 +48,7 @@ def share_quarters(share: float | None) -> int:
     return round(share * QUARTERS) if share else 0
 
 
-def _absent(value: object) -> bool:
+def absent(value: object) -> bool:
     """Left out of the JSON when unset, so a spec or placement without a share encodes (and
     hashes, and sizes) exactly as before the field existed."""
     return value is None
@@ -145,7 +145,7 @@ class JobSpec(StrictModel):
     )
     gpus_per_worker: StrictInt = Field(1, ge=1, le=MAX_GPUS_PER_WORKER)
     gpu_share: GpuShare | None = Field(
-        None, exclude_if=_absent,
+        None, exclude_if=absent,
         description="This fraction of one GPU (0.25, 0.5 or 0.75), shared with other jobs, on a"
         " flavor with `shareable: true`; only with workers 1 and gpus_per_worker 1. Absent: whole"
         " GPUs.",
@@ -256,7 +256,7 @@ class WorkerPlacement(StrictModel):
     node: Name
     gpus: Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_GPUS_PER_WORKER)]
     gpu_share: GpuShare | None = Field(
-        None, exclude_if=_absent,
+        None, exclude_if=absent,
         description="The fraction of its one GPU this worker holds (a GPU share); absent: it"
         " holds its GPUs whole.")
 

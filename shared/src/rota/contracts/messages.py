@@ -24,7 +24,7 @@ from rota.contracts.common import (
     Uri,
     Uuid,
 )
-from rota.contracts.job import MAX_WORKERS, JobSpec, Placement, _absent
+from rota.contracts.job import MAX_WORKERS, GpuShare, JobSpec, Placement, absent
 from rota.contracts.requests import (
     ApiError,
     ApiReply,
@@ -344,11 +344,15 @@ class Victim(OpenModel):
     resumable: StrictBool = False
     last_checkpoint_uri: Uri | None = None
     shrink_to: StrictInt | None = Field(
-        None, ge=1, le=MAX_WORKERS, exclude_if=_absent,
+        None, ge=1, le=MAX_WORKERS, exclude_if=absent,
         description="An elastic run shrunk instead of stopped: the workers it keeps (its first"
         " ones), with which it restarts on their GPUs after its checkpoint; `gpus` are the"
         " dropped workers'. Absent: the run stops.",
     )
+    gpu_share: GpuShare | None = Field(
+        None, exclude_if=absent,
+        description="A GPU share stopped (DECISIONS 84): the fraction of its one GPU it frees, with"
+        " `gpus` 0. Absent: it holds `gpus` whole GPUs.")
 
 
 class PreemptionRequested(OpenModel):
@@ -384,7 +388,7 @@ class PreemptionNoticed(OpenModel):
     resumable: StrictBool
     resume_from: Uri | None = None
     shrink_to: StrictInt | None = Field(
-        None, ge=1, le=MAX_WORKERS, exclude_if=_absent,
+        None, ge=1, le=MAX_WORKERS, exclude_if=absent,
         description="A shrink: the run restarts with this many workers on GPUs it keeps."
         " Absent: it stops and waits in its queue.",
     )
@@ -473,12 +477,12 @@ class PreemptionNotice(OpenModel):
     ack_subject: str
     reason: ShortText
     shrink_to: StrictInt | None = Field(
-        None, ge=1, le=MAX_WORKERS, exclude_if=_absent,
+        None, ge=1, le=MAX_WORKERS, exclude_if=absent,
         description="A shrink: after the stop, the job restarts from this checkpoint with this"
         " many workers. Absent: it waits in its queue.",
     )
     grow_to: StrictInt | None = Field(
-        None, ge=2, le=MAX_WORKERS, exclude_if=_absent,
+        None, ge=2, le=MAX_WORKERS, exclude_if=absent,
         description="A grow, not a preemption (`plan_id` is the grow's id): after the stop, the"
         " job restarts from this checkpoint with this many workers. Without an ack by"
         " `deadline` the notice is withdrawn and the run goes on as it was.",
