@@ -26,7 +26,12 @@ from rota.bus.broker import ensure_streams, publish_headers
 from rota.config import load_config
 from rota.contracts import JobSpec, envelope
 from rota.contracts import messages as m
-from rota.contracts.subjects import EVENT_SUBJECTS, LEDGER_ALLOCATIONS, STREAM_EVT
+from rota.contracts.subjects import (
+    EVENT_SUBJECTS,
+    LEDGER_ALLOCATIONS,
+    PREEMPTION_PLANS,
+    STREAM_EVT,
+)
 from rota.db.engine import async_url
 from rota.embedded import EmbeddedNats
 from rota.endpoints import Endpoints
@@ -205,5 +210,7 @@ async def test_an_elastic_gang_grows_onto_gpus_that_went_idle_without_a_preempti
     # No preemption: nothing was asked of the coordinator's preemption plans or noticed.
     assert await stack.of("PreemptionRequested") == []
     assert await stack.of("PreemptionNoticed") == []
+    plans = await api(stack.nc, PREEMPTION_PLANS, m.ListPreemptions(job_id=gang))
+    assert plans.ok and plans.result == []  # the coordinator lists its grow as no preemption
     held = await stack.active_gpus()
     assert len(held) == len({(node, gpu) for node, gpu, _ in held}) == 8

@@ -14,7 +14,9 @@ from itertools import accumulate
 from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 
+from rota_policy.inflight import PlanInFlight, Restart
 from rota_policy.layout import Layout
+from rota_policy.slot import Slot
 from rota_policy.topology import Need, TopologyNeed, need_of
 
 __all__ = [
@@ -34,18 +36,6 @@ __all__ = [
 
 QUARTERS = 4
 """A GPU share is a whole number of quarters of one GPU (DECISIONS 66): sums stay exact."""
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """One gang member's share of a placement: a node and the GPU indices on it."""
-
-    worker: int
-    node: str
-    gpus: tuple[int, ...]
-    share: int = 0
-    """Quarters (1-3) of the one GPU in `gpus` that this worker holds (a GPU share, DECISIONS
-    66); 0: it holds the GPUs in `gpus` whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,41 +350,6 @@ def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[Pend
         PendingQueue(tier, team, flavor, tuple(sorted(q, key=lambda j: (j.submitted_at, j.job_id))))
         for (tier, team, flavor), q in sorted(buckets.items(), key=lambda kv: (kv[0][0].rank, kv[0][1:]))
     )
-
-
-@dataclass(frozen=True, slots=True)
-class PlanInFlight:
-    """A preemption already requested: the victims still stopping and where the preemptor goes.
-
-    Every GPU of `target` that is free is held for the preemptor; once all are free, the
-    preemptor is admitted on exactly that placement.
-    """
-
-    preemptor_job_id: str
-    victim_run_ids: tuple[str, ...]
-    target: tuple[Slot, ...]
-    requested_at: float | None = None
-    """When the victims were told to stop; None: unknown, taken as now."""
-
-
-@dataclass(frozen=True, slots=True)
-class Restart:
-    """A run that restarts at another size on GPUs held for it (DECISIONS 81): an elastic
-    victim shrunk to the workers it keeps, or a run that grows onto added GPUs.
-
-    While `run_id` holds GPUs, the free GPUs of `target` are held for the job; once the job
-    waits again (its run saved and stopped) and every GPU of `target` is free, it is admitted
-    on exactly `target`, whatever the queue ahead of it: the GPUs were its own, or held for it.
-    """
-
-    job_id: str
-    run_id: str
-    """The run that saves and stops first; its GPUs are the job's until it does."""
-    target: tuple[Slot, ...]
-    requested_at: float | None = None
-    """When the run was asked to save; None: unknown, taken as now."""
-    grow: bool = False
-    """A grow (DECISIONS 74, 82); False: a shrink (DECISIONS 73, 81)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_preemption.domain import Plan, PlanState, RunEnd, Saga, Victim, VictimState
+from rota_preemption.grow import REASON as GROW_REASON
 
 SCHEMA = "preemption"
 metadata = sa.MetaData(schema=SCHEMA)
@@ -226,7 +227,8 @@ async def list_sagas(
     conn: AsyncConnection, *, plan_id: str | None, job_id: str | None, open_only: bool,
     limit: int,
 ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    query = sa.select(plans)
+    # A grow's saga shares the tables but is no preemption: the read API lists plans only.
+    query = sa.select(plans).where(plans.c.reason != GROW_REASON)
     if plan_id:
         query = query.where(plans.c.plan_id == plan_id)
     if job_id:

@@ -154,14 +154,7 @@ def plan_actions(
                 },
             )
         )
-    for grow in decisions.grows:
-        outgoing = _grow(view, grow, new_uuid())
-        if outgoing is None:
-            continue
-        actions.outgoing.append(outgoing)
-        actions.records.append(DecisionRecord(grow.job_id, "grow", None, {}, {
-            "run_id": grow.run_id, "workers": grow.workers,
-            "added": placement_doc(grow.added)}))
+    _grow_actions(view, decisions, actions, new_uuid)
     for explanation in decisions.pending:
         waiting = view.jobs.get(explanation.job_id)
         if waiting is None:
@@ -258,6 +251,19 @@ def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoi
         STREAM_EVT,
         plan.preemptor_job_id,
     )
+
+
+def _grow_actions(view: ClusterView, decisions: Decisions, actions: Actions,
+                  new_uuid: Callable[[], str]) -> None:
+    """A GrowRequested and its decision record per grow, in step (`tracing.paired`)."""
+    for grow in decisions.grows:
+        outgoing = _grow(view, grow, new_uuid())
+        if outgoing is None:
+            continue
+        actions.outgoing.append(outgoing)
+        actions.records.append(DecisionRecord(grow.job_id, "grow", None, {}, {
+            "run_id": grow.run_id, "workers": grow.workers,
+            "added": placement_doc(grow.added)}))
 
 
 def _grow(view: ClusterView, grow: Grow, grow_id: str) -> Outgoing | None:
