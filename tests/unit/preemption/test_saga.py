@@ -286,3 +286,17 @@ def test_completed_message_lists_every_victim() -> None:
     assert message.aborted and message.plan_id == uid(1)
     assert [(v.outcome, v.checkpoint_uri) for v in message.victims] == [
         (A, "s3://ckpt/acked"), (AB, None)]
+
+
+def test_a_share_victim_goes_through_the_normal_saga() -> None:
+    """A GPU share stopped for a preemptor (DECISIONS 84, 85): `gpus` 0 and its fraction in
+    `gpu_share`; notice, acknowledgement, stop and end as for any run, nothing counts GPUs."""
+    req = request()
+    half = req.victims[0].model_copy(update={"gpus": 0, "gpu_share": 0.5, "expected_lost_gpu_seconds": 0.0})
+    saga, effects = open_saga(req.model_copy(update={"victims": [half]}))
+    assert names(effects, saga) == ["notice:0"] and saga.victims[0].gpus == 0
+    assert names(apply(saga, Ack(0)), saga) == ["stop:0"]
+    assert names(apply(saga, Ended(0, RunEnd.stopped, reason=StopReason.preempted, uri="s3://ckpt/acked")),
+                 saga) == ["completed"]
+    assert [(v.outcome, v.checkpoint_uri) for v in domain.completed_message(saga).victims] == [
+        (A, "s3://ckpt/acked")]
