@@ -54,7 +54,7 @@ CONFIG: dict[str, Any] = {
 }
 SERVICES = ("ledger", "preemption", "executor", "scheduler")
 SETTINGS = {"ROTA_SCHEDULER_TICK_S": "0.5", "ROTA_PREEMPTION_TIMER_INTERVAL_S": "0.2",
-            "ROTA_SIM_TICK_S": "0.1"}
+            "ROTA_SIM_TICK_S": "0.1", "ROTA_SCHEDULER_LEASE_TTL_S": "2"}
 
 
 @dataclass
@@ -84,6 +84,16 @@ class Stack:
         assert reply.ok, reply.error
         return [(w["node"], g, row["run_id"]) for row in reply.result["allocations"]
                 for w in row["placement"] for g in w["gpus"]]
+
+    async def kill_scheduler(self) -> None:
+        """kill -9 the scheduler, then start another, which replays the stream to lead."""
+        old = self.services["scheduler"]
+        assert old.process is not None
+        old.process.kill()
+        old.process.wait()
+        new = ServiceProcess("scheduler", old.endpoints, old.log_dir / "again", old.extra_env)
+        self.services["scheduler"] = new.start()
+        await new.wait_ready(self.nc)
 
     def logs(self) -> str:
         return "\n".join(f"--- {name}\n{s.log()[-3000:]}" for name, s in self.services.items())
@@ -137,13 +147,17 @@ async def _one(stack: Stack, kind: str, job_id: str, count: int = 1) -> list[dic
     return found
 
 
+@pytest.mark.parametrize("scheduler_killed", [False, True], ids=["", "scheduler-killed"])
 async def test_a_production_job_shrinks_an_elastic_gang_which_restarts_on_the_gpus_it_kept(
-    stack: Stack,
+    stack: Stack, scheduler_killed: bool,
 ) -> None:
+    """`scheduler-killed`: kill -9 once the plan is out; the next leader, rebuilt from the
+    stream, still holds the kept GPUs for the gang's restart."""
     gang = await stack.submit(
         name="elastic-sweep", team="research", user="dave", queue="experiment",
         workers={"min": 2, "max": 4}, gpus_per_worker=2, resumable=True,
-        sim={"duration_s": 36_000, "checkpoint_interval_s": 5, "checkpoint_save_s": 1})
+        sim={"duration_s": 36_000, "checkpoint_interval_s": 5,
+             "checkpoint_save_s": 4 if scheduler_killed else 1})
     [first] = await _one(stack, "RunStarted", gang)
     [proposed] = await _one(stack, "AllocationProposed", gang)
     assert len(proposed["data"]["placement"]) == 4  # all 8 GPUs, borrowed
@@ -153,6 +167,8 @@ async def test_a_production_job_shrinks_an_elastic_gang_which_restarts_on_the_gp
         name="release", team="nlp", user="alice", queue="production", workers=2,
         gpus_per_worker=2, sim={"duration_s": 600})  # running still when the ledger is read
     [plan] = await _one(stack, "PreemptionRequested", urgent)
+    if scheduler_killed:
+        await stack.kill_scheduler()
     [victim] = plan["data"]["victims"]
     assert (victim["job_id"], victim["shrink_to"], victim["gpus"]) == (gang, 2, 4)
     [noticed] = await _one(stack, "PreemptionNoticed", gang)

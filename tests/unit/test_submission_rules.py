@@ -101,6 +101,7 @@ TRANSITIONS: list[tuple[str, str, dict[str, Any], str]] = [
     ("running", "PreemptionNoticed", {}, "preempting"),
     ("preempting", "RunStopped", {"reason": "preempted", "checkpoint_uri": "s3://c"}, "pending"),
     ("running", "RunStopped", {"reason": "lost", "checkpoint_uri": "s3://c"}, "pending"),
+    ("running", "RunStopped", {"reason": "resized", "checkpoint_uri": "s3://c"}, "pending"),
     ("running", "RunStopped", {"reason": "cancelled"}, "cancelled"),
     ("running", "RunFinished", {}, "finished"),
     ("running", "RunFailed", {}, "failed"),

@@ -23,6 +23,7 @@ PREEMPTION_CONSUMERS = (
     (STREAM_EVT, "preemption-plans", "rota.evt.preemption.requested"),
     (STREAM_EVT, "preemption-runs", "rota.evt.run.>"),
     (STREAM_EVT, "preemption-cancels", "rota.evt.job.cancelled"),
+    (STREAM_EVT, "preemption-grows", "rota.evt.grow.requested"),
 )
 
 CONFIG = {

@@ -83,9 +83,9 @@ class PlanRecord:
 @dataclass
 class RestartRecord:
     """A run that restarts at another size on GPUs held for its job (`rota_policy.Restart`):
-    a shrunk victim on the workers it keeps, a growing run on its own and the added ones
-    (DECISIONS 82). Folded from events only, so a new leader that
-    replays the stream holds the same GPUs (DECISIONS 81)."""
+    a shrunk victim on the workers it keeps (DECISIONS 81), a growing run on its own and the
+    added ones (DECISIONS 82). Folded from events only, so a new leader that replays the
+    stream holds the same GPUs."""
 
     run_id: str
     target: tuple[Slot, ...]
