@@ -52,7 +52,7 @@ __all__ = [
     "PreemptionContext",
     "best_plan",
     "expected_loss",
-        "lower_tier_loses_too_much",
+    "lower_tier_loses_too_much",
     "make_plan",
     "offer_cost",
     "rota_plan",
