@@ -96,7 +96,11 @@ class Eta:
         free = self.free.get(flavor, 0)
         if free >= gpus:
             return clock
-        for t, back in sorted(self.releases.get(flavor, ())):
+        # The releases in order, popped from a copy of the heap only as far as needed: a
+        # multi-flavor job asks this of each flavor, and sorting all of them cost more.
+        events = self.releases.get(flavor, []).copy()
+        while events:
+            t, back = heapq.heappop(events)
             free += back
             clock = max(clock, t)
             if free >= gpus:

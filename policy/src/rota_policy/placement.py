@@ -69,12 +69,14 @@ def fit_on_counts(
 class ClusterState:
     """A mutable working copy of the nodes for one cycle."""
 
-    __slots__ = ("buckets", "free", "free_total", "held", "layout", "parts")
+    __slots__ = ("_counts", "buckets", "free", "free_total", "held", "layout", "parts")
 
     def __init__(self, nodes: tuple[NodeState, ...], layout: Layout | None = None) -> None:
         """`layout`, if given, is used only if it is the layout of `nodes` (compared in full)."""
         self.layout = layout_of(nodes, layout)
         free = self.free = [list(n.free) for n in nodes]
+        self._counts = [len(f) for f in free]
+        """Free GPUs per node index, kept as `free` changes (`counts`)."""
         self.parts: dict[int, dict[int, int]] = {i: dict(n.shared) for i, n in enumerate(nodes) if n.shared}
         """Per node index with GPUs that shares hold in part: GPU index -> quarters held."""
         self.held: set[tuple[int, int]] = set()
@@ -96,7 +98,8 @@ class ClusterState:
     # ------------------------------------------------------------ queries
 
     def counts(self) -> list[int]:
-        return [len(f) for f in self.free]
+        """Free GPUs per node index: a copy, which the caller may change."""
+        return self._counts.copy()
 
     def free_on(self, flavor: str) -> int:
         return self.free_total.get(flavor, 0)
@@ -127,7 +130,7 @@ class ClusterState:
                         return fit
             return None
         nodes = layout.flavor_nodes[job.flavor]
-        return fit_on_counts(self.counts(), nodes, layout, workers, per_worker, job.need)
+        return fit_on_counts(self._counts, nodes, layout, workers, per_worker, job.need)
 
     def find_share(self, job: PendingJob) -> Fit | None:
         """Where a GPU share goes (DECISIONS 67): onto the GPU already shared that it fills the
@@ -206,7 +209,8 @@ class ClusterState:
     def _move(self, node: int, before: int) -> None:
         buckets = self.buckets[self.layout.node_flavor[node]]
         del buckets[before][node]
-        buckets[len(self.free[node])][node] = None
+        count = self._counts[node] = len(self.free[node])
+        buckets[count][node] = None
 
     def take(self, node: int, gpus: int) -> tuple[int, ...]:
         """Take the `gpus` lowest free indices of `node`."""

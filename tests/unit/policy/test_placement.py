@@ -39,3 +39,15 @@ def test_layout_of_keeps_only_a_matching_layout() -> None:
     kept = layout_of(_nodes(2))
     assert layout_of(_nodes(2, free=3), kept) is kept
     assert layout_of(_nodes(3), kept) is not kept
+
+
+def test_counts_follow_every_change_and_a_caller_may_change_its_copy() -> None:
+    state = ClusterState(_nodes(3, free=8))
+    state.take(0, 3)
+    state.take_exact(1, (0, 5, 7))
+    state.give(0, (1,))
+    state.allocate([(2, 8)])
+    assert state.counts() == [len(f) for f in state.free] == [6, 5, 0]
+    mine = state.counts()
+    mine[0] = 99
+    assert state.counts() == [6, 5, 0]
