@@ -19,9 +19,10 @@ class QueueRow(BaseModel):
     team: str
     flavor: str
     pending_jobs: int
-    pending_gpus: int
+    pending_gpus: int | float
+    """A GPU share counts its fraction of one GPU (0.5)."""
     running_jobs: int
-    gpus_in_use: int
+    gpus_in_use: int | float
     quota: int
     borrowed_gpus: int
     oldest_pending_at: datetime | None = None

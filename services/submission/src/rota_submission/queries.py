@@ -88,6 +88,8 @@ async def summarize_queues(
         rows = await store.queue_summary(conn, team or query.team)
         budgets = await store.budget_uses(conn, team or query.team)
     for row in rows:
+        row["pending_gpus"] = gpu_count(row["pending_gpus"])
+        row["gpus_in_use"] = gpu_count(row["gpus_in_use"])
         team_config = config.teams.get(row["team"])
         row["quota"] = team_config.quota.get(row["flavor"], 0) if team_config else 0
         # The team's use this period against its budget of the flavor, as the scheduler last
@@ -98,3 +100,10 @@ async def summarize_queues(
         row["budget_resets_at"] = use["resets_at"] if use else None
     rows.sort(key=lambda r: (Tier(r["queue"]).rank, r["team"], r["flavor"]))
     return m.ApiReply(ok=True, result=rows)
+
+
+def gpu_count(value: float) -> int | float:
+    """Whole GPUs as an integer, as before shares; a sum with a share in it as its fraction
+    (1.5), so a reader of whole counts sees the same numbers it always did."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
