@@ -132,7 +132,8 @@ class PendingPreemption(BaseModel):
     plan_id: str
     state: str
     preemptor_team: str
-    victim_gpus: int
+    victim_gpus: int | float
+    """A GPU share victim counts its fraction of one GPU."""
 
 
 class ClusterPage(Page):

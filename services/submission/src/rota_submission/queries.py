@@ -10,6 +10,7 @@ from rota.contracts import Tier
 from rota.contracts import messages as m
 from rota.ids import short_id
 from rota.tracing import trace_id_hex
+from rota.units import gpu_count
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_submission import explain, record, store
@@ -100,10 +101,3 @@ async def summarize_queues(
         row["budget_resets_at"] = use["resets_at"] if use else None
     rows.sort(key=lambda r: (Tier(r["queue"]).rank, r["team"], r["flavor"]))
     return m.ApiReply(ok=True, result=rows)
-
-
-def gpu_count(value: float) -> int | float:
-    """Whole GPUs as an integer, as before shares; a sum with a share in it as its fraction
-    (1.5), so a reader of whole counts sees the same numbers it always did."""
-    number = float(value)
-    return int(number) if number.is_integer() else number
