@@ -68,7 +68,7 @@ class ShareStack(Stack):
             async with engine.connect() as conn:
                 rows = await conn.execute(sa.text(
                     "SELECT node, gpu, kind, used FROM ledger.gpu_claims ORDER BY node, gpu"))
-                return [tuple(r) for r in rows]  # type: ignore[misc]
+                return [(r.node, r.gpu, r.kind, r.used) for r in rows]
         finally:
             await engine.dispose()
 
