@@ -58,3 +58,20 @@ async def test_a_share_is_accepted_where_allowed_and_read_as_a_fraction(
     assert refused.error is not None
     assert (refused.error.code, refused.error.field) == ("FLAVOR_NOT_SHAREABLE", "gpu_share")
     assert "shareable: true on a100" in refused.error.message
+
+
+async def test_the_queue_summary_counts_a_share_as_its_fraction(
+    nc: Client, shares_submission: ServiceProcess
+) -> None:
+    for name in ("quarter-a", "quarter-b"):
+        reply = await api(nc, s.api_submit("nlp"), submit_job(
+            name=name, queue="experiment", gpus_per_worker=1, gpu_share=0.25))
+        assert reply.ok, reply.error
+    listed = await api(nc, s.API_JOBS_LIST, m.ListJobs(team="nlp", limit=100))
+    pending = [row for row in listed.result if row["state"] == "pending"
+               and (row["queue"], row["flavor"]) == ("experiment", "h100")]
+    expected = sum(row["gpu_share"] or row["gpus"] for row in pending)
+    summary = await api(nc, s.API_QUEUES_SUMMARY, m.SummarizeQueues(team="nlp"))
+    row = next(r for r in summary.result if (r["queue"], r["flavor"]) == ("experiment", "h100"))
+    assert row["pending_gpus"] == expected
+    assert any(r["gpu_share"] == 0.25 for r in pending)

@@ -101,6 +101,15 @@ def test_rota_preemptions_prints_one_line_per_victim_with_short_ids(
     assert LONG_URI in wide and plans[0]["plan_id"] in wide
 
 
+def test_rota_preemptions_wide_shows_a_share_victim_as_its_fraction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    plans = [plan(victim(gpus=0, gpu_share=0.5))]
+    monkeypatch.setattr(operations, "call", lambda *args: plans)
+    wide = runner.invoke(app, ["preemptions", "-o", "wide"])
+    assert wide.exit_code == 0, wide.output
+    assert "0.5 of 1" in wide.stdout
+
+
 def test_rota_up_prints_one_line_per_service_and_the_log_paths_only_when_wide(
         capsys: pytest.CaptureFixture[str]) -> None:
     services = {name: {"state": "ready", "pid": 12345 + i,
@@ -149,3 +158,13 @@ def test_age_is_short() -> None:
     now = datetime(2026, 12, 2, 12, tzinfo=UTC)
     assert [age(now - timedelta(seconds=s), now) for s in (5, 125, 7300, 200_000)] == [
         "5s", "2m", "2h", "2d"]
+
+
+def test_rota_queues_shows_a_share_as_its_fraction(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"queue": "experiment", "team": "research", "flavor": "t4", "pending_jobs": 1,
+             "pending_gpus": 0.5, "running_jobs": 3, "gpus_in_use": 1.5, "borrowed_gpus": 2,
+             "oldest_pending_at": None, "quota": 4}]
+    monkeypatch.setattr(jobs_cli, "call", lambda *args: rows)
+    result = runner.invoke(app, ["queues"])
+    assert result.exit_code == 0, result.output
+    assert "(0.5" in result.stdout and "1.5/4" in result.stdout  # 80 columns wrap "GPUs)"

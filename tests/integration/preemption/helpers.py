@@ -53,6 +53,8 @@ class Victim:
     run_id: str = field(default_factory=new_id)
     job_id: str = field(default_factory=new_id)
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    share: float | None = None
+    """A GPU share: `gpus` 0 and this fraction of one GPU in the request."""
 
     def env(self, endpoints: Endpoints) -> dict[str, str]:
         """The run environment the executor would give it, for `rota.sdk.attach`."""
@@ -62,8 +64,9 @@ class Victim:
 
     def model(self) -> m.Victim:
         return m.Victim(run_id=self.run_id, job_id=self.job_id, team="ml", queue=self.tier,
-                        gpus=8, expected_lost_gpu_seconds=120.0, job_name="victim-job",
-                        user="alice", resumable=True)
+                        gpus=0 if self.share else 8, expected_lost_gpu_seconds=120.0,
+                        job_name="victim-job", user="alice", resumable=True,
+                        gpu_share=self.share)
 
 
 class Saga:

@@ -187,3 +187,14 @@ async def test_the_human_notice_is_published_before_the_stop_and_no_notifier_is_
     assert noticed["data"]["run_id"] == stop["data"]["run_id"] == saga.victim.run_id
     assert noticed["occurred_at"] <= stop["occurred_at"]
     assert stop["data"]["forced"] is False
+
+
+async def test_a_share_victim_is_listed_with_its_fraction(
+    nc: Client, coordinator: ServiceProcess
+) -> None:
+    saga = Saga(nc, coordinator, Victim(share=0.5))
+    await saga.begin()
+    await saga.run_finished()
+    assert [v["outcome"] for v in (await saga.completed())["victims"]] == ["finished"]
+    [victim] = (await saga.plan())["victims"]
+    assert (victim["gpus"], victim["gpu_share"]) == (0, 0.5)

@@ -70,6 +70,14 @@ def test_cluster_marks_borrowed_and_preempted_gpus_and_leaves_idle_ones_empty() 
     assert page.pending_preemptions[0].victim_gpus == 2
 
 
+def test_a_pending_preemption_counts_share_victims_as_their_fractions() -> None:
+    halves = [{"run_id": f"r{i}", "gpus": 0, "gpu_share": 0.5, "team": "vision"} for i in (0, 1)]
+    plans = [{"plan_id": "p", "state": "noticed", "preemptor_team": "nlp", "victims": halves},
+             {"plan_id": "q", "state": "noticed", "preemptor_team": "nlp", "victims": halves[:1]}]
+    page = views.cluster_page(PLATFORM_VIEWER, CONFIG, [], plans, NOW)
+    assert [p.victim_gpus for p in page.pending_preemptions] == [1, 0.5]
+
+
 def test_a_team_sees_other_teams_gpus_as_occupied_by_someone_not_whose() -> None:
     allocations = [allocation("j-vis", "vision", "production", "node-1", [0], borrowed=1)]
     cell = views.cluster_page(NLP, CONFIG, allocations, [], NOW).nodes[1].gpus[0]

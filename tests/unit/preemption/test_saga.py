@@ -295,6 +295,7 @@ def test_a_share_victim_goes_through_the_normal_saga() -> None:
     half = req.victims[0].model_copy(update={"gpus": 0, "gpu_share": 0.5, "expected_lost_gpu_seconds": 0.0})
     saga, effects = open_saga(req.model_copy(update={"victims": [half]}))
     assert names(effects, saga) == ["notice:0"] and saga.victims[0].gpus == 0
+    assert saga.victims[0].gpu_share == 0.5  # kept for the sagas listing (DECISIONS 86)
     assert names(apply(saga, Ack(0)), saga) == ["stop:0"]
     assert names(apply(saga, Ended(0, RunEnd.stopped, reason=StopReason.preempted, uri="s3://ckpt/acked")),
                  saga) == ["completed"]

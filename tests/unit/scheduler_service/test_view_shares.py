@@ -11,7 +11,7 @@ from rota.config.loader import parse_config
 from rota.contracts import messages as m
 from rota.ids import new_id
 from rota_policy import policy_config_from, schedule
-from rota_scheduler.actions import plan_actions, record_sent
+from rota_scheduler.actions import borrowed_whole, plan_actions, record_sent
 from rota_scheduler.metrics import gpus_allocated
 from rota_scheduler.view import ClusterView
 
@@ -158,3 +158,9 @@ def test_a_production_half_preempts_one_experiment_half_and_starts_beside_the_ot
     assert (proposal.job_id, proposal.plan_id, proposal.placement[0].gpus, proposal.placement[0].gpu_share) == (
         prod, requested.plan_id, [gpu], 0.5)
     assert victim.job_id in halves and story.view.jobs[victim.job_id].state == "pending"
+
+
+def test_a_share_above_its_quota_proposes_its_one_gpu_borrowed() -> None:
+    """The policy counts a borrowing half as 0.5; the contract's count, like the ledger's
+    grant, is whole GPUs, so the proposal says 1 (a fraction there failed every cycle)."""
+    assert [borrowed_whole(b) for b in (0, 0.25, 0.5, 1.0, 3.0, 2.0000000001)] == [0, 1, 1, 1, 3, 2]

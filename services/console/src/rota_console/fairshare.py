@@ -37,7 +37,7 @@ class UsageHistory:
     samples: deque[tuple[datetime, dict[str, float]]] = field(default_factory=deque)
     _last_at: datetime | None = None
 
-    def record(self, at: datetime, gpus_in_use: dict[str, int]) -> None:
+    def record(self, at: datetime, gpus_in_use: dict[str, float]) -> None:
         if self._last_at is not None:
             dt = max(0.0, (at - self._last_at).total_seconds())
             decay = 2.0 ** (-dt / self.half_life_s)
@@ -51,12 +51,12 @@ class UsageHistory:
             self.samples.popleft()
 
 
-def usage_by_team(summary: list[dict[str, object]]) -> dict[str, int]:
-    used: dict[str, int] = {}
+def usage_by_team(summary: list[dict[str, object]]) -> dict[str, float]:
+    used: dict[str, float] = {}
     for row in summary:
         team = str(row.get("team"))
         value = row.get("gpus_in_use")
-        used[team] = used.get(team, 0) + (value if isinstance(value, int) else 0)
+        used[team] = used.get(team, 0) + (value if isinstance(value, int | float) else 0)
     return used
 
 

@@ -19,9 +19,10 @@ class QueueRow(BaseModel):
     team: str
     flavor: str
     pending_jobs: int
-    pending_gpus: int
+    pending_gpus: int | float
+    """A GPU share counts its fraction of one GPU (0.5)."""
     running_jobs: int
-    gpus_in_use: int
+    gpus_in_use: int | float
     quota: int
     borrowed_gpus: int
     oldest_pending_at: datetime | None = None
@@ -131,7 +132,8 @@ class PendingPreemption(BaseModel):
     plan_id: str
     state: str
     preemptor_team: str
-    victim_gpus: int
+    victim_gpus: int | float
+    """A GPU share victim counts its fraction of one GPU."""
 
 
 class ClusterPage(Page):

@@ -143,7 +143,8 @@ def redact_plan(plan: dict[str, Any], viewer: Viewer) -> dict[str, Any]:
             victims.append(victim)
         else:
             victims.append({"team": OTHER_TEAM, "gpus": victim.get("gpus"),
-                            "state": victim.get("state"), "outcome": victim.get("outcome")})
+                            "state": victim.get("state"), "outcome": victim.get("outcome"),
+                            **({"gpu_share": victim["gpu_share"]} if victim.get("gpu_share") else {})})
     redacted = {**plan, "victims": victims}
     if not ours:
         redacted.update(preemptor_job_id=None, preemptor_team=OTHER_TEAM, message=None)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rota.config import RotaConfig
 from rota.contracts.common import TIER_ORDER, Tier
+from rota.units import gpu_count
 
 from rota_console.pages import (
     ClusterPage,
@@ -170,8 +171,9 @@ def cluster_page(viewer: Viewer, config: RotaConfig, allocations: list[dict[str,
     teams = sorted({c.team for c in cells.values() if c.team})
     pending = [PendingPreemption(plan_id=p["plan_id"], state=str(p.get("state")),
                                  preemptor_team=str(p.get("preemptor_team")),
-                                 victim_gpus=sum(int(v.get("gpus") or 0)
-                                                 for v in p.get("victims", [])))
+                                 victim_gpus=gpu_count(sum(
+                                     float(v.get("gpu_share") or v.get("gpus") or 0)
+                                     for v in p.get("victims", []))))
                for p in open_plans]
     return ClusterPage(viewer=viewer.team, generated_at=now, nodes=nodes, teams=teams,
                        gpus_total=sum(n.gpus for n in config.expanded_nodes()),

@@ -22,7 +22,7 @@ _VICTIM_FIELDS = (
     "run_id", "job_id", "job_name", "team", "user_name", "queue", "gpus", "resumable",
     "notice_id", "grace_s", "deadline", "state", "outcome", "checkpoint_uri",
     "lost_gpu_seconds", "expected_lost_gpu_seconds", "noticed_at", "acked_at", "stop_sent_at",
-    "done_at",
+    "done_at", "gpu_share",
 )
 _PLAN_FIELDS = (
     "plan_id", "preemptor_job_id", "preemptor_queue", "preemptor_team", "state", "reason",

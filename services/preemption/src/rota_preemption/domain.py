@@ -83,6 +83,8 @@ class Victim:
     """An elastic victim shrunk instead of stopped: the workers it restarts with (DECISIONS 81)."""
     grow_to: int | None = None
     """A growing run, no victim: the workers it restarts with (DECISIONS 82)."""
+    gpu_share: float | None = None
+    """A GPU share stopped: the fraction of its one GPU it frees, with `gpus` 0 (DECISIONS 86)."""
     state: VictimState = VictimState.noticed
     outcome: VictimOutcome | None = None
     checkpoint_uri: str | None = None
@@ -223,6 +225,7 @@ def start(
             resumable=v.resumable, last_checkpoint_uri=v.last_checkpoint_uri,
             expected_lost_gpu_seconds=v.expected_lost_gpu_seconds, notice_id=new_id(),
             grace_s=grace, deadline=now + timedelta(seconds=grace), shrink_to=v.shrink_to,
+            gpu_share=v.gpu_share,
         ))
     effects: list[Effect] = []
     for victim in saga.victims:

@@ -71,6 +71,7 @@ victims = sa.Table(
     sa.Column("deadline", TS, nullable=False),
     sa.Column("shrink_to", sa.Integer),
     sa.Column("grow_to", sa.Integer),
+    sa.Column("gpu_share", sa.Float),
     sa.Column("state", sa.Text, nullable=False),
     sa.Column("outcome", sa.Text),
     sa.Column("checkpoint_uri", sa.Text),
@@ -263,7 +264,7 @@ def _victim_row(v: Victim) -> dict[str, Any]:
         "resumable": v.resumable, "last_checkpoint_uri": v.last_checkpoint_uri,
         "expected_lost_gpu_seconds": v.expected_lost_gpu_seconds, "notice_id": v.notice_id,
         "grace_s": v.grace_s, "deadline": v.deadline, "shrink_to": v.shrink_to,
-        "grow_to": v.grow_to,
+        "grow_to": v.grow_to, "gpu_share": v.gpu_share,
         **{k: _db(getattr(v, k)) for k in _VICTIM_MUTABLE},
     }
 
@@ -285,7 +286,7 @@ def _victim(row: Any) -> Victim:
         last_checkpoint_uri=row["last_checkpoint_uri"],
         expected_lost_gpu_seconds=row["expected_lost_gpu_seconds"], notice_id=row["notice_id"],
         grace_s=row["grace_s"], deadline=row["deadline"], shrink_to=row["shrink_to"],
-        grow_to=row["grow_to"],
+        grow_to=row["grow_to"], gpu_share=row["gpu_share"],
         state=VictimState(row["state"]),
         outcome=VictimOutcome(row["outcome"]) if row["outcome"] else None,
         checkpoint_uri=row["checkpoint_uri"], lost_gpu_seconds=row["lost_gpu_seconds"],

@@ -7,6 +7,7 @@ the proposed runs, then marks the view.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -79,6 +80,12 @@ def _iso(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
 
 
+def borrowed_whole(borrowed: float) -> int:
+    """The contract counts borrowed GPUs whole: a share above its team's quota borrows its one
+    GPU, as the ledger's grant says (`rota_ledger.domain`), though the policy counts 0.5."""
+    return math.ceil(round(borrowed, 6))
+
+
 def plan_actions(
     view: ClusterView,
     decisions: Decisions,
@@ -112,7 +119,7 @@ def plan_actions(
                     flavor=admission.flavor or spec.flavor,
                     placement=placement_doc(admission.placement),
                     gpus=held,
-                    borrowed_gpus=admission.borrowed_gpus,
+                    borrowed_gpus=borrowed_whole(admission.borrowed_gpus),
                     plan_id=plan_of.get(job.job_id) if admission.via_plan else None,
                 ),
                 EVENT_SUBJECTS["AllocationProposed"],

@@ -10,6 +10,7 @@ from rota.contracts import Tier
 from rota.contracts import messages as m
 from rota.ids import short_id
 from rota.tracing import trace_id_hex
+from rota.units import gpu_count
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_submission import explain, record, store
@@ -88,6 +89,8 @@ async def summarize_queues(
         rows = await store.queue_summary(conn, team or query.team)
         budgets = await store.budget_uses(conn, team or query.team)
     for row in rows:
+        row["pending_gpus"] = gpu_count(row["pending_gpus"])
+        row["gpus_in_use"] = gpu_count(row["gpus_in_use"])
         team_config = config.teams.get(row["team"])
         row["quota"] = team_config.quota.get(row["flavor"], 0) if team_config else 0
         # The team's use this period against its budget of the flavor, as the scheduler last

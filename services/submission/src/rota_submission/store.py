@@ -192,15 +192,17 @@ ACTIVE = ("admitted", "running", "preempting")
 
 
 async def queue_summary(conn: AsyncConnection, team: str | None) -> list[dict[str, Any]]:
-    """Per (queue, team, flavor): pending and running jobs and GPUs, and borrowed GPUs."""
+    """Per (queue, team, flavor): pending and running jobs and GPUs, and borrowed GPUs. A
+    GPU share counts its fraction of one GPU, as the ledger counts it against quota."""
     pending = jobs.c.state == "pending"
     active = jobs.c.state.in_(ACTIVE)
+    gpus = sa.func.coalesce(jobs.c.spec["gpu_share"].as_float(), jobs.c.gpus)
     query = sa.select(
         jobs.c.queue, jobs.c.team, jobs.c.flavor,
         sa.func.count().filter(pending).label("pending_jobs"),
-        sa.func.coalesce(sa.func.sum(jobs.c.gpus).filter(pending), 0).label("pending_gpus"),
+        sa.func.coalesce(sa.func.sum(gpus).filter(pending), 0).label("pending_gpus"),
         sa.func.count().filter(active).label("running_jobs"),
-        sa.func.coalesce(sa.func.sum(jobs.c.gpus).filter(active), 0).label("gpus_in_use"),
+        sa.func.coalesce(sa.func.sum(gpus).filter(active), 0).label("gpus_in_use"),
         sa.func.coalesce(sa.func.sum(jobs.c.borrowed_gpus).filter(active), 0).label("borrowed_gpus"),
         sa.func.min(jobs.c.submitted_at).filter(pending).label("oldest_pending_at"),
     ).where(jobs.c.state.in_(("pending", *ACTIVE))).group_by(jobs.c.queue, jobs.c.team, jobs.c.flavor)

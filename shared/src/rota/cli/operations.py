@@ -22,7 +22,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 PREEMPTION_COLUMNS = (
     Column("PREEMPTOR", whole=True), Column("STATE", whole=True), Column("VICTIM", whole=True),
     Column("OUTCOME", whole=True), Column("ACKED", whole=True), Column("LOST", whole=True),
-    Column("PLAN", wide=True), Column("QUEUE", wide=True), Column("VICTIM NAME", wide=True),
+    Column("PLAN", wide=True), Column("QUEUE", wide=True), Column("GPUS", wide=True),
+    Column("VICTIM NAME", wide=True),
     Column("CHECKPOINT", wide=True),
 )
 
@@ -39,10 +40,18 @@ def preemption_rows(plans: list[dict[str, Any]]) -> list[list[str]]:
                 victim.get("outcome") or victim.get("state") or "-",
                 str(victim.get("acked_at") or "-")[11:19] or "-",
                 gpu_time(victim.get("lost_gpu_seconds") or 0.0),
-                plan["plan_id"], plan["preemptor_queue"], victim.get("job_name") or "-",
+                plan["plan_id"], plan["preemptor_queue"], victim_gpus(victim),
+                victim.get("job_name") or "-",
                 victim.get("checkpoint_uri") or "-",
             ])
     return rows
+
+
+def victim_gpus(victim: dict[str, Any]) -> str:
+    """What the victim stops: its GPUs, or a GPU share's fraction of one (its `gpus` are 0)."""
+    if victim.get("gpu_share"):
+        return f"{victim['gpu_share']:g} of 1"
+    return str(victim["gpus"]) if "gpus" in victim else "-"
 
 
 @handled

@@ -81,7 +81,9 @@ RECEIVED: list[Received] = [
     Received(s.API_QUEUES_SUMMARY, m.SummarizeQueues,
              "Jobs and GPUs per queue, team and flavor. Also on rota.api.queues.summary.{team}.",
              "a list of {queue, team, flavor, pending_jobs, pending_gpus, running_jobs, "
-             "gpus_in_use, borrowed_gpus, oldest_pending_at, quota}"),
+             "gpus_in_use, borrowed_gpus, oldest_pending_at, quota}; pending_gpus and "
+             "gpus_in_use count a GPU share as its fraction (an integer when whole, else a "
+             "number such as 1.5)"),
     Received(s.NOTIFICATIONS_LIST, m.ListNotifications, "Answered by the notifier.",
              "a list of notifications (kind, channel, recipient, status, created_at, sent_at, "
              "next_attempt_at, attempts, last_error, job_id, ...)"),
