@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,36 +100,49 @@ class Stack:
         return "\n".join(f"--- {name}\n{s.log()[-3000:]}" for name, s in self.services.items())
 
 
-@pytest.fixture
-async def stack(server_endpoints: Endpoints, tmp_path: Path) -> AsyncIterator[Stack]:
+@asynccontextmanager
+async def live_services(
+    server_endpoints: Endpoints, tmp_path: Path, config_doc: dict[str, Any],
+    names: tuple[str, ...], prefix: str,
+) -> AsyncIterator[tuple[Client, dict[str, ServiceProcess], str]]:
+    """`names` as real processes on a NATS server and a database of their own, with
+    `config_doc` as their rota.yaml; yields the client, the services and the database URL."""
     server = EmbeddedNats(tmp_path / "nats-home")
     url = server.start()
-    name = f"rota_elastic_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     await _admin(server_endpoints.database_url, f'CREATE DATABASE "{name}"')
     database = make_url(async_url(server_endpoints.database_url)).set(database=name)
     endpoints = Endpoints(url, database.render_as_string(hide_password=False))
     config = tmp_path / "rota.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
+    config.write_text(yaml.safe_dump(config_doc))
     load_config(config)
     client = await nats.connect(url)
     await ensure_streams(client.jetstream())
     services = {
         svc: ServiceProcess(svc, endpoints, tmp_path / svc, {
             **SETTINGS, "ROTA_CONFIG": str(config), "ROTA_HOME": str(tmp_path / svc)})
-        for svc in SERVICES
+        for svc in names
     }
     try:
         for service in services.values():
             service.start()
         for service in services.values():
             await service.wait_ready(client)
-        yield Stack(client, services)
+        yield client, services, endpoints.database_url
     finally:
         for service in services.values():
             service.stop()
         await client.close()
         server.stop()
         await _admin(server_endpoints.database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def stack(server_endpoints: Endpoints, tmp_path: Path) -> AsyncIterator[Stack]:
+    async with live_services(server_endpoints, tmp_path, CONFIG, SERVICES, "rota_elastic") as (
+        client, services, _,
+    ):
+        yield Stack(client, services)
 
 
 def _gpus(placement: list[dict[str, Any]]) -> set[tuple[str, int]]:

@@ -11,30 +11,21 @@ Every step waits on an event or a row, never on time.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import sqlalchemy as sa
-import yaml
-from rota.bus.broker import ensure_streams
-from rota.config import load_config
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
-from rota.db.engine import async_url
-from rota.embedded import EmbeddedNats
 from rota.endpoints import Endpoints
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.builders import submit_job
-from tests.conftest import _admin
-from tests.integration.harness import ServiceProcess, api, eventually
-from tests.integration.test_elastic_live import SETTINGS, Stack, _one
+from tests.integration.harness import api, eventually
+from tests.integration.test_elastic_live import Stack, _one, live_services
 
 CONFIG: dict[str, Any] = {
     "cluster": {"flavors": [{"name": "h100", "shareable": True}],
@@ -81,34 +72,10 @@ class ShareStack(Stack):
 
 @pytest.fixture
 async def stack(server_endpoints: Endpoints, tmp_path: Path) -> AsyncIterator[ShareStack]:
-    server = EmbeddedNats(tmp_path / "nats-home")
-    url = server.start()
-    name = f"rota_shares_{uuid.uuid4().hex[:10]}"
-    await _admin(server_endpoints.database_url, f'CREATE DATABASE "{name}"')
-    database = make_url(async_url(server_endpoints.database_url)).set(database=name)
-    endpoints = Endpoints(url, database.render_as_string(hide_password=False))
-    config = tmp_path / "rota.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
-    load_config(config)
-    client = await nats.connect(url)
-    await ensure_streams(client.jetstream())
-    services = {
-        svc: ServiceProcess(svc, endpoints, tmp_path / svc, {
-            **SETTINGS, "ROTA_CONFIG": str(config), "ROTA_HOME": str(tmp_path / svc)})
-        for svc in SERVICES
-    }
-    try:
-        for service in services.values():
-            service.start()
-        for service in services.values():
-            await service.wait_ready(client)
-        yield ShareStack(client, services, endpoints.database_url)
-    finally:
-        for service in services.values():
-            service.stop()
-        await client.close()
-        server.stop()
-        await _admin(server_endpoints.database_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+    async with live_services(server_endpoints, tmp_path, CONFIG, SERVICES, "rota_shares") as (
+        client, services, database_url,
+    ):
+        yield ShareStack(client, services, database_url)
 
 
 def _on(started: dict[str, Any]) -> list[tuple[str, list[int], float | None]]:
