@@ -94,3 +94,29 @@ def test_the_fill_reads_the_job_id_of_an_envelope() -> None:
     assert job_id_of(json.dumps({"job_id": None, "data": {"job_id": job_id}}).encode()) == job_id
     assert job_id_of(b"not json") is None
     assert job_id_of(b"[1, 2]") is None
+
+
+def test_without_an_exporter_no_provider_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rota import telemetry
+
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    monkeypatch.setattr(telemetry, "_configured", False)
+    before = trace.get_tracer_provider()
+    assert telemetry.setup_tracing("scheduler") is None
+    assert trace.get_tracer_provider() is before
+
+
+def test_non_recording_spans_still_name_each_jobs_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rota.tracing
+
+    # What every span is when no SDK provider is installed (no exporter asked for).
+    monkeypatch.setattr(rota.tracing, "tracer", lambda: trace.NoOpTracer())
+    job, other = new_id(), new_id()
+    with start_job_trace("rota.job.submit", job) as root:
+        assert not root.is_recording()
+        headers = outbox_headers(job, "JobSubmitted")
+    assert context_from_headers(headers) is not None
+    assert headers["traceparent"].split("-")[1] == trace_id_hex(job)
+    with job_span("rota.scheduler.cycle", other):  # inside another job's span
+        headers = outbox_headers(job, "AllocationProposed")
+    assert headers["traceparent"].split("-")[1] == trace_id_hex(job)
