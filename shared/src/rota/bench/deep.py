@@ -12,6 +12,7 @@ Process figures come from /proc, so they are Linux only, like the rest of the be
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from nats.aio.client import Client
 
 from rota.contracts import envelope
@@ -45,13 +47,31 @@ def rss_mb(pid: int) -> float:
     return pages * _PAGE / 1e6
 
 
-def cpu_of(pids: Mapping[str, int]) -> dict[str, float]:
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and of its descendants alive now: PostgreSQL's postmaster
+    and its backends, one per pooled connection, which live as long as the services do."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def cpu_of(pids: Mapping[str, int], trees: Mapping[str, int] | None = None) -> dict[str, float]:
+    """CPU seconds so far of each named process, and of each named process tree."""
     out = {}
     for name, pid in pids.items():
         try:
             out[name] = cpu_seconds(pid)
         except (OSError, IndexError, ValueError):
             out[name] = float("nan")  # restarted or gone: no figure rather than a wrong one
+    for name, pid in (trees or {}).items():
+        try:
+            out[name] = tree_cpu_seconds(pid)
+        except psutil.Error:
+            out[name] = float("nan")
     return out
 
 

@@ -47,6 +47,8 @@ class Result:
     messages_per_job: float
     wall_s: float
     cpu_s_per_job: dict[str, float]
+    server_cpu_s_per_job: dict[str, float] | None = None
+    """NATS and PostgreSQL (with its backends), when they are the embedded ones."""
     deep: DeepQueue | None = None
     burst: bool = False
     all_recorded_s: float | None = None
@@ -68,6 +70,9 @@ class Result:
             **({"cpu_s_per_job_by_replica": {name: round(s, 5) for name, s in
                                              self.cpu_s_per_job.items()}}
                if per_service(self.cpu_s_per_job).keys() != self.cpu_s_per_job.keys() else {}),
+            **({"server_cpu_s_per_job": {name: round(s, 5) for name, s in
+                                         self.server_cpu_s_per_job.items()}}
+               if self.server_cpu_s_per_job else {}),
             **({"burst": self.jobs, "all_recorded_s": _round(self.all_recorded_s),
                 "all_granted_s": _round(self.all_granted_s)} if self.burst else {}),
         }
@@ -128,10 +133,13 @@ async def _stream_messages(nc: Client) -> int:
 
 async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None,
               creds: str | None = None, *, pending: int = 0, burst: bool = False,
-              pids: Mapping[str, int] | None = None) -> Result:
+              pids: Mapping[str, int] | None = None,
+              server_pids: Mapping[str, int] | None = None) -> Result:
     """`creds`: the admin's, when the stack's NATS has auth on (it submits for a team of its
-    own and reads the events). `pids`: the services' processes, for their CPU per job."""
+    own and reads the events). `pids`: the services' processes, for their CPU per job;
+    `server_pids`: the embedded servers' (each with its child processes)."""
     pids = pids or {}
+    server_pids = server_pids or {}
     nc = await nats.connect(nats_url, user_credentials=creds)
     deep = None
     if pending:
@@ -161,7 +169,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     await nc.subscribe("rota.evt.job.submitted", cb=on_submitted)
     await nc.subscribe("rota.evt.allocation.granted", cb=on_granted)
     before = await _stream_messages(nc)
-    cpu_before = cpu_of(pids)
+    cpu_before = cpu_of(pids, server_pids)
     run_id = uuid.uuid4().hex[:8]
     start = time.perf_counter()
     interval = 1.0 / rate if rate and not burst else 0.0
@@ -191,7 +199,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), timeout=max(60.0, jobs / 20))
     await asyncio.sleep(1.0)  # let the last events land before counting messages
-    cpu_after = cpu_of(pids)
+    cpu_after = cpu_of(pids, server_pids)
     latencies = [(granted[job_of_submission[sid]] - t) * 1000 for sid, t in sent.items()
                  if sid in job_of_submission and job_of_submission[sid] in granted]
     last = max(granted.values(), default=start)
@@ -209,6 +217,8 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         wall_s=time.perf_counter() - start,
         cpu_s_per_job={name: (cpu_after[name] - cpu_before[name]) / max(1, jobs)
                        for name in pids},
+        server_cpu_s_per_job={name: (cpu_after[name] - cpu_before[name]) / max(1, jobs)
+                              for name in server_pids},
         deep=deep,
         burst=burst,
         all_recorded_s=max(recorded) - start if len(recorded) >= jobs else None,

@@ -54,10 +54,12 @@ def e2e(
             stack.start()
             assert stack.endpoints is not None
             pids = {p.name: p.process.pid for p in stack.processes if p.process is not None}
+            servers = embedded_server_pids(stack)
             result = asyncio.run(run(stack.endpoints.nats_url, burst or jobs, rate,
                                      progress=lambda t: err_console.print(f"rota bench: {t}"),
                                      creds=stack.endpoints.nats_creds, pending=pending,
-                                     burst=burst is not None, pids=pids))
+                                     burst=burst is not None, pids=pids,
+                                     server_pids=servers))
         finally:
             ignore_signals()
             stack.stop()
@@ -66,6 +68,16 @@ def e2e(
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
     emit_json(figures)
+
+
+def embedded_server_pids(stack: Stack) -> dict[str, int]:
+    """The embedded NATS server's and PostgreSQL postmaster's pids, for their CPU per job."""
+    infra, out = stack.infra, {}
+    if infra is not None and infra.nats is not None and infra.nats.process is not None:
+        out["nats"] = infra.nats.process.pid
+    if infra is not None and infra.postgres is not None and infra.postgres.pid is not None:
+        out["postgres"] = infra.postgres.pid
+    return out
 
 
 @bench_app.command("core")
