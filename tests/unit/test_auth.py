@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from rota.auth import senders
 from rota.auth.jwt import USER, KeyPair, claims_of, decode, encode, read_creds, verify
 from rota.auth.keys import AuthDir, run_creds
 from rota.auth.permissions import (
@@ -16,7 +18,10 @@ from rota.auth.permissions import (
 from rota.bus.options import connect_options, creds_team
 from rota.contracts.subjects import EVENT_SUBJECTS
 from rota.db.engine import make_engine
+from rota.ids import new_id
 from rota.settings import Settings
+
+from tests.unit.notifier.events import pending
 
 
 def test_a_jwt_is_believed_only_with_its_issuers_signature() -> None:
@@ -70,3 +75,31 @@ def test_the_cli_speaks_as_the_team_its_credentials_name(tmp_path: Path) -> None
 def test_database_errors_name_no_bound_value() -> None:
     engine = make_engine("postgresql://nobody@127.0.0.1:1/none")
     assert engine.sync_engine.hide_parameters
+
+
+def test_a_service_believes_its_own_messages_without_verifying_them_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler, ledger = senders.Signer(KeyPair.create(USER)), senders.Signer(KeyPair.create(USER))
+    check = senders.SenderCheck(senders.Roster({scheduler.public: "scheduler",
+                                                ledger.public: "ledger"}))
+    subject = EVENT_SUBJECTS["JobPending"]
+    body = pending(datetime(2026, 12, 4, tzinfo=UTC), new_id()).to_bytes()
+    verified: list[bytes] = []
+    real_verify = senders.verify
+
+    def counting_verify(public: str, data: bytes, signature: bytes) -> bool:
+        verified.append(data)
+        return real_verify(public, data, signature)
+
+    monkeypatch.setattr(senders, "verify", counting_verify)
+    monkeypatch.setattr(senders, "_signer", scheduler)
+    own = scheduler.headers(body)
+    assert check.refusal(subject, own, body) is None
+    assert verified == []  # its own signature over exactly this body: no second check
+    # The same signature over other bytes is checked, and refused.
+    other = body.replace(b"scheduler", b"schedulex")
+    assert check.refusal(subject, own, other) == f"{subject}: the signature does not match the body"
+    assert verified == [other]
+    # Another process's messages are always verified (here: the owner rule refuses first).
+    foreign = ledger.headers(body)
+    assert "only" in (check.refusal(subject, foreign, body) or "")
