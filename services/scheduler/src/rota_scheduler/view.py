@@ -24,7 +24,7 @@ from rota_policy.model import QUARTERS
 from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
-from rota_scheduler.snapshot import snapshot_of
+from rota_scheduler.snapshot import RunningMemo, snapshot_of
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
 ETA_BUCKET_S = 60.0
@@ -116,6 +116,8 @@ class ClusterView:
     """What finished jobs ran against what they declared, which the ETAs scale by."""
     budget_meter: BudgetMeter = field(init=False)
     """GPU-seconds each budgeted (team, flavor) used this period, from run starts and ends."""
+    running_memo: RunningMemo = field(default_factory=dict, repr=False)
+    """The last snapshot's running runs, which the next reuses where nothing changed."""
 
     def __post_init__(self) -> None:
         self.budget_meter = BudgetMeter({
@@ -352,7 +354,7 @@ class ClusterView:
 
     def snapshot(self, now: float, explain: frozenset[str] | None = None) -> Snapshot:
         """The policy's input at `now`; `explain`: the pending jobs to explain (None: all)."""
-        return snapshot_of(self, now, explain)
+        return snapshot_of(self, now, explain, self.running_memo)
 
     def stops_needed(self) -> list[JobRecord]:
         """Cancelled jobs whose run still holds GPUs and has not been told to stop."""

@@ -1,0 +1,67 @@
+"""The snapshot that reuses last cycle's running runs equals the one built from scratch, at
+every step of a story with starts, checkpoints, preemptions, restarts and time passing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rota.contracts import messages as m
+from rota_scheduler.snapshot import snapshot_of
+
+from tests.unit.scheduler_service.test_view_and_actions import Story, of
+
+
+class CheckedStory(Story):
+    """Before each cycle, and at `check()`, the memo's snapshot must equal the plain one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+
+    def check(self) -> None:
+        reused = self.view.snapshot(self.now)
+        assert reused == snapshot_of(self.view, self.now, None), f"check {self.checks}"
+        self.checks += 1
+
+    def cycle(self) -> list[Any]:
+        self.check()
+        return super().cycle()
+
+
+def test_the_reused_running_runs_equal_fresh_ones_through_a_preemption_story() -> None:
+    story = CheckedStory()
+    victims = [story.submit(workers=1, team="research", user="dave", queue="experiment",
+                            resumable=True) for _ in range(4)]
+    proposals = of(story.cycle(), m.AllocationProposed)
+    story.check()
+    story.now += 30  # proposed, not started: such a run starts "now", which moves
+    story.check()
+    for proposal in proposals:
+        story.grant_and_start(proposal)
+        story.check()
+    story.now += 1800
+    first = proposals[0]
+    story.event("RunCheckpointed", run_id=first.run_id, job_id=first.job_id,
+                checkpoint_uri="s3://ckpt/1", step=100)
+    story.check()
+    story.now += 1800
+    preemptor = story.submit(workers=2, team="nlp", user="alice", queue="production")
+    [plan] = of(story.cycle(), m.PreemptionRequested)
+    for victim in plan.victims:
+        story.event("RunStopped", run_id=victim.run_id, job_id=victim.job_id,
+                    reason="preempted", checkpoint_uri=f"s3://ckpt/{victim.job_id}")
+        story.check()
+        story.event("AllocationReleased", run_id=victim.run_id, job_id=victim.job_id,
+                    team="research", flavor="h100", gpus=8, gpu_seconds=1.0)
+        story.check()
+    out = story.cycle()
+    for proposal in of(out, m.AllocationProposed):
+        story.grant_and_start(proposal)
+    story.now += 600
+    for proposal in of(story.cycle(), m.AllocationProposed):  # the victims, back on freed GPUs
+        story.grant_and_start(proposal)
+    story.now += 7200
+    story.check()
+    assert preemptor in {r.job_id for r in story.view.snapshot(story.now).running}
+    assert set(victims) & {r.job_id for r in story.view.snapshot(story.now).running}
+    assert story.checks >= 12
