@@ -163,20 +163,27 @@ class OutboxRelay:
                 log.exception("outbox relay: an observer failed")
 
     async def drain(self) -> int:
+        """Publish every row committed before the call. A batch shorter than the limit took
+        all there were, so no empty read follows it: that read, a transaction of its own,
+        came after every batch a busy service wrote."""
         total = 0
         while (sent := await self.drain_once()) > 0:
             total += sent
+            if sent < self._batch_size:
+                break
         return total
 
     async def run(self) -> None:
         while True:
+            # Cleared before draining: a commit's `wake` during the drain is not lost, and
+            # brings the next drain at once.
+            self._wake.clear()
             try:
                 await self.drain()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS or the database is away; rows wait for the next try
                 log.warning("outbox relay: %s; retrying", exc)
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._poll_interval_s)
 
