@@ -77,6 +77,7 @@ def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None,
         ),
     )
 
+
 def _running_reused(view: ClusterView, now: float, memo: RunningMemo) -> tuple[RunningRun, ...]:
     fresh: RunningMemo = {}
     for allocation in view.allocations.values():

@@ -19,6 +19,7 @@ import binascii
 import hashlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ class Signer:
 
     def __init__(self, key: KeyPair) -> None:
         self._key = key
-        self._made: dict[str, bytes] = {}
+        self._made: OrderedDict[str, bytes] = OrderedDict()
 
     @classmethod
     def from_creds(cls, path: Path) -> Signer:
@@ -65,7 +66,7 @@ class Signer:
         signature = base64.b64encode(self._key.sign(body)).decode()
         self._made[signature] = _digest(body)
         if len(self._made) > MADE_REMEMBERED:
-            del self._made[next(iter(self._made))]  # the oldest: dicts keep insertion order
+            self._made.popitem(last=False)  # the oldest
         return {SIGNER_HEADER: self._key.public, SIGNATURE_HEADER: signature}
 
     def made(self, signer: str, signature: str, body: bytes) -> bool:
