@@ -95,3 +95,35 @@ async def test_the_lease_is_renewed_while_a_long_cycle_decides(
         await asyncio.gather(releaser, keeper, return_exceptions=True)
         await lease.release()
         await js.delete_key_value(bucket)
+
+
+async def test_a_long_backlog_of_held_events_is_folded_in_order_with_turns_for_the_loop(
+    endpoints: Endpoints, nc: Client
+) -> None:
+    config = load_config()
+    service = RotaService("scheduler", migrations=None, settings=Settings(),
+                          endpoints=endpoints)  # fmt: skip
+    scheduler = app.Scheduler(service, config, policy_config_from(config))
+    backlog = [new_id() for _ in range(3 * app.SLICE)]
+    scheduler._held = [_submitted(nc, job_id) for job_id in backlog]  # held while deciding
+    turns = 0
+    late = new_id()
+
+    async def meanwhile() -> None:
+        nonlocal turns
+        await asyncio.sleep(0)
+        await scheduler.on_event(_submitted(nc, late))  # arrives while the backlog is folded
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(meanwhile())
+    await asyncio.sleep(0)
+    try:
+        await scheduler._fold_held()
+    finally:
+        other.cancel()
+        await asyncio.gather(other, return_exceptions=True)
+    assert turns >= 2, "the loop had no turn while the backlog was folded"
+    assert list(scheduler.view.jobs) == [*backlog, late]  # in the stream's order
+    assert scheduler._held is None

@@ -56,6 +56,10 @@ log = logging.getLogger("rota.scheduler")
 
 SOURCE = "scheduler"
 
+SLICE = 256
+"""Events folded, or messages built, between two turns of the event loop: the lease's renewal
+and the server's pings never wait behind a long backlog."""
+
 EXPLAINED_PER_CYCLE = 2_000
 """JobPending events one cycle publishes at most, and jobs it asks about between full explains:
 a cycle's transaction and its explaining stay small however many waits change at once."""
@@ -199,13 +203,13 @@ class Scheduler:
         except asyncio.CancelledError:
             raise  # the thread may still be reading the view: events stay held, we are stopping
         except Exception:
-            self._fold_held()
+            await self._fold_held()
             raise
         for job_id in decisions.abandoned_plans:
             for plan_id in [p.plan_id for p in self.view.plans.values() if p.preemptor_job_id == job_id]:
                 self.view.plans.pop(plan_id, None)
             self.view.restarts.pop(job_id, None)  # its GPUs went to another: it starts anywhere
-        self._fold_held()
+        await self._fold_held()
         backlog = (self.held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
         if backlog or (asked is not None and len(asked) >= EXPLAINED_PER_CYCLE):
             self.dirty.set()  # more to explain: the next cycle comes after the debounce
@@ -220,6 +224,8 @@ class Scheduler:
             for item, record in paired(actions, self.traces):
                 with decision_span(item, record, self.traces, cycle_id):
                     rows.append(self._outbox_row(item, now))
+                if len(rows) % SLICE == 0:
+                    await asyncio.sleep(0)
             await self.service.outbox.add_rows(conn, rows)
         record_sent(self.view, actions, epoch)
         self.held_back = backlog
@@ -228,11 +234,18 @@ class Scheduler:
         if self.service.relay is not None:
             self.service.relay.wake()
 
-    def _fold_held(self) -> None:
-        """Fold in, in order, the events that arrived while a cycle decided."""
-        held, self._held = self._held or [], None
-        for msg in held:
-            self._take(msg)
+    async def _fold_held(self) -> None:
+        """Fold in, in order, the events that arrived while a cycle decided. The loop gets a
+        turn every `SLICE` events, and what arrives meanwhile joins the end of the list, so
+        the order stays the stream's."""
+        held = self._held or []
+        folded = 0
+        while folded < len(held):
+            self._take(held[folded])
+            folded += 1
+            if folded % SLICE == 0:
+                await asyncio.sleep(0)
+        self._held = None
 
     def _decide(self, epoch: float) -> tuple[Decisions, Actions, frozenset[str] | None]:
         """Phases 2-3 and the plan of 4, in a worker thread: nothing else touches the view
