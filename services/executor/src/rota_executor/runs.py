@@ -52,6 +52,7 @@ class Executor:
     def __init__(self, service: RotaService, nodes: list[Node]) -> None:
         self.service = service
         self.nodes = nodes
+        self._nodes_by_name = {node.name: node for node in nodes}
         self.backend: Backend | None = None
 
     @property
@@ -106,7 +107,7 @@ class Executor:
             if start.run_id in wanted:
                 log.info("duplicate StartRun for run %s: it starts once", start.run_id)
                 continue
-            problem = placement_problem(list(start.placement), self.nodes) or backend.unsupported(
+            problem = placement_problem(list(start.placement), self._nodes_by_name) or backend.unsupported(
                 start.spec)
             wanted[start.run_id] = (start, problem, context_from_headers(headers))
         if not wanted:
