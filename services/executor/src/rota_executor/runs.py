@@ -1,8 +1,9 @@
 """The executor's bookkeeping: every change to a run and the event reporting it, in one transaction.
 
-Handlers (`app.py`) call `start`, `stop`, `report_checkpoint` and `notice_seen`; backends call
-back through the `Reporter` methods `launched`, `checkpointed` and `ended`. Idempotency comes
-from natural state checks on the locked row: a run is inserted once (duplicate `StartRun`),
+Handlers (`app.py`) call `start_batch` (a pull batch of StartRuns in one transaction), `stop`,
+`report_checkpoint` and `notice_seen`; backends call back through the `Reporter` methods
+`launched`, `checkpointed` and `ended`. Idempotency comes from natural state checks on the
+locked row: a run is inserted once (duplicate `StartRun`, in its batch or a redelivered one),
 ends once (`ended` on a run already over does nothing), and is stopped once.
 """
 
@@ -88,10 +89,6 @@ class Executor:
 
     # ------------------------------------------------------------------ handlers
 
-    async def start(self, raw: bytes, headers: Mapping[str, str] | None = None) -> None:
-        """One StartRun: see `start_batch`."""
-        await self.start_batch([(raw, headers)])
-
     async def start_batch(self, commands: list[tuple[bytes, Mapping[str, str] | None]]) -> None:
         """StartRun commands (message and headers) of a pull batch: each run recorded with its
         `RunStarted` (or `RunFailed` if it cannot run here) once, all in one transaction, and
@@ -107,8 +104,8 @@ class Executor:
             if start.run_id in wanted:
                 log.info("duplicate StartRun for run %s: it starts once", start.run_id)
                 continue
-            problem = placement_problem(list(start.placement), self._nodes_by_name) or backend.unsupported(
-                start.spec)
+            problem = (placement_problem(list(start.placement), self._nodes_by_name)
+                       or backend.unsupported(start.spec))
             wanted[start.run_id] = (start, problem, context_from_headers(headers))
         if not wanted:
             return
