@@ -16,8 +16,8 @@ from rota_executor.local import run_env
 from tests.unit.executor.runs import T0, record
 
 
-def nodes() -> list:  # type: ignore[type-arg]
-    return load_config(None).expanded_nodes()
+def nodes_by_name() -> dict:  # type: ignore[type-arg]
+    return {node.name: node for node in load_config(None).expanded_nodes()}
 
 
 def wp(node: str, *gpus: int, worker: int = 0) -> WorkerPlacement:
@@ -25,11 +25,11 @@ def wp(node: str, *gpus: int, worker: int = 0) -> WorkerPlacement:
 
 
 def test_placements_must_name_real_nodes_and_gpus() -> None:
-    assert placement_problem([wp("h100-0", 0, 1)], nodes()) is None
-    assert "no node" in (placement_problem([wp("h100-99", 0)], nodes()) or "")
-    assert "no GPU 8" in (placement_problem([wp("h100-0", 8)], nodes()) or "")
+    assert placement_problem([wp("h100-0", 0, 1)], nodes_by_name()) is None
+    assert "no node" in (placement_problem([wp("h100-99", 0)], nodes_by_name()) or "")
+    assert "no GPU 8" in (placement_problem([wp("h100-0", 8)], nodes_by_name()) or "")
     twice = [wp("h100-0", 1), wp("h100-0", 1, worker=1)]
-    assert "granted twice" in (placement_problem(twice, nodes()) or "")
+    assert "granted twice" in (placement_problem(twice, nodes_by_name()) or "")
 
 
 def test_lost_work_counts_from_the_last_checkpoint_or_from_the_start() -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+import pytest
 from rota.clock import FakeClock
 from rota_executor.backend import Checkpoint, Exit, RunRecord, WorkerProcess
 from rota_executor.sim import SimBackend
+from rota_executor.simulation import Action, SimPlan
 
 from tests.unit.executor.runs import T0, record
 
@@ -82,3 +85,35 @@ async def test_a_notice_that_arrives_while_a_checkpoint_is_being_reported_is_not
     clock.advance(0.5)  # the 30 s save is done (the periodic one at 120 s comes first)
     await backend.tick()
     assert [c.notice_id for c in reporter.checkpoints][-1] == notice
+
+
+async def test_a_tick_asks_only_the_runs_with_something_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, reporter = FakeClock(T0), Recorder()
+    backend = SimBackend(reporter, clock, speed=60, tick_s=0.1)
+    short, long = record(sim={"duration_s": 600}), record(sim={"duration_s": 60_000})
+    await backend.start(short)
+    await backend.start(long)
+    asked: list[str] = []
+    due = SimPlan.due
+
+    def counting(plan: SimPlan, now: datetime) -> list[Action]:
+        asked.append(plan.run.run_id)
+        return due(plan, now)
+
+    monkeypatch.setattr(SimPlan, "due", counting)
+    await backend.tick()  # new runs are asked once
+    assert sorted(asked) == sorted([short.run_id, long.run_id])
+    asked.clear()
+    for _ in range(5):
+        clock.advance(1)
+        await backend.tick()
+    assert asked == []  # 300 simulated seconds: nothing due for either
+    clock.advance(6)
+    await backend.tick()
+    assert asked == [short.run_id]
+    assert reporter.ends == [(short.run_id, Exit(0, "simulated run finished at 600 s"))]
+    backend.noticed(replace(long, notice_id="0190aaaa-0000-7000-8000-0000000000ff",
+                            notice_at=clock.now()))
+    asked.clear()
+    await backend.tick()  # a notice changes what is due: asked at once
+    assert asked == [long.run_id]

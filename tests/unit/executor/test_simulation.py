@@ -100,3 +100,28 @@ def test_non_resumable_runs_make_no_checkpoints() -> None:
                                                 (1_000_000, "1000000")])
 def test_sim_uris_are_fixed_point(progress: float, text: str) -> None:
     assert sim_uri("job", progress) == f"sim://job/{text}"
+
+
+@pytest.mark.parametrize("p", [
+    plan(speed=10),
+    plan(speed=10).after(Checkpointed(300, at(30))),
+    plan(speed=7, sim={"fail_after_s": 250}),
+    plan(speed=3, resume_from=sim_uri("job-r", 150), job_id="job-r"),
+    plan(speed=10, sim={"checkpoint_interval_s": None}, resumable=False),
+    plan(speed=10, notice_id="0190aaaa-0000-7000-8000-0000000000dd", notice_at=at(12)),
+], ids=["fresh", "after-a-checkpoint", "failing", "resumed", "no-checkpoints", "noticed"])
+def test_nothing_is_due_before_next_due_and_something_is_just_after(p: SimPlan) -> None:
+    next_due = p.next_due()
+    assert next_due is not None
+    t = T0
+    while t < next_due:
+        assert p.due(t) == [], t
+        t += timedelta(milliseconds=250)
+    assert p.due(next_due + timedelta(milliseconds=2)) != []
+
+
+def test_a_run_that_saved_for_its_notice_is_never_due_again() -> None:
+    p = plan(speed=10, notice_id="0190aaaa-0000-7000-8000-0000000000ee", notice_at=at(1))
+    [*_, ack] = p.due(at(20))
+    assert isinstance(ack, Acknowledged)
+    assert p.after(ack).next_due() is None

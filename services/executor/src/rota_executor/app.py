@@ -2,7 +2,8 @@
 
 Consumers, each handler thin (the work is in `runs.Executor`):
 
-- `executor-start`       `rota.cmd.run.start`          StartRun: a run starts once
+- `executor-start`       `rota.cmd.run.start`          StartRun: a run starts once; a pull
+                                                        batch per transaction
 - `executor-stop`        `rota.cmd.run.stop`           StopRun: idempotent
 - `executor-checkpoints` `rota.run.checkpoint.*`       a run's reports: core request/reply, on no
                                                         stream, since they carry its token
@@ -40,6 +41,8 @@ log = logging.getLogger("rota.executor")
 NAME = "executor"
 MIGRATIONS = Path(__file__).parent / "migrations"
 CONTROL_ALL = "rota.ctl.run.>"
+START_BATCH = 64
+"""StartRuns recorded per transaction: what a scheduling cycle sends at a time, about."""
 CONSUMERS = (
     (s.STREAM_CMD, "executor-start", s.RUN_START),
     (s.STREAM_CMD, "executor-stop", s.RUN_STOP),
@@ -80,11 +83,12 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     executor = Executor(service, config.expanded_nodes())
     background: list[asyncio.Task[None]] = []
 
-    @service.js_subscriber(s.RUN_START, stream=s.STREAM_CMD, durable="executor-start",
-                           partition_key=by_run)
-    async def start_run(msg: Msg) -> None:
-        """StartRun: record the run and `RunStarted`, then launch it."""
-        await executor.start(msg.data)
+    @service.js_batch_subscriber(s.RUN_START, stream=s.STREAM_CMD, durable="executor-start",
+                                 partition_key=by_run, batch_size=START_BATCH)
+    async def start_runs(batch: list[Msg]) -> None:
+        """StartRun: record a pull batch's runs and their `RunStarted` in one transaction,
+        then launch them."""
+        await executor.start_batch([(msg.data, msg.headers) for msg in batch])
 
     @service.js_subscriber(s.RUN_STOP, stream=s.STREAM_CMD, durable="executor-stop",
                            partition_key=by_run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,10 +28,11 @@ def mint_token() -> tuple[str, str]:
     return token, token_sha256(token)
 
 
-def placement_problem(placement: list[WorkerPlacement], nodes: list[Node]) -> str | None:
-    """Nodes are virtual in every backend, but a placement must still name real config nodes:
-    a grant for GPUs that do not exist means the scheduler and the executor disagree."""
-    by_name = {n.name: n for n in nodes}
+def placement_problem(placement: list[WorkerPlacement], by_name: Mapping[str, Node]
+                      ) -> str | None:
+    """Nodes are virtual in every backend, but a placement must still name real config nodes
+    (`by_name`: the config's, by name): a grant for GPUs that do not exist means the scheduler
+    and the executor disagree."""
     seen: set[tuple[str, int]] = set()
     for worker in placement:
         node = by_name.get(worker.node)

@@ -1,8 +1,9 @@
 """The executor's bookkeeping: every change to a run and the event reporting it, in one transaction.
 
-Handlers (`app.py`) call `start`, `stop`, `report_checkpoint` and `notice_seen`; backends call
-back through the `Reporter` methods `launched`, `checkpointed` and `ended`. Idempotency comes
-from natural state checks on the locked row: a run is inserted once (duplicate `StartRun`),
+Handlers (`app.py`) call `start_batch` (a pull batch of StartRuns in one transaction), `stop`,
+`report_checkpoint` and `notice_seen`; backends call back through the `Reporter` methods
+`launched`, `checkpointed` and `ended`. Idempotency comes from natural state checks on the
+locked row: a run is inserted once (duplicate `StartRun`, in its batch or a redelivered one),
 ends once (`ended` on a run already over does nothing), and is stopped once.
 """
 
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.context import Context
 from opentelemetry.util.types import AttributeValue
 from pydantic import BaseModel
 from rota.bus.query import answer_query, api_error
@@ -23,7 +26,7 @@ from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.faults import crash_point
 from rota.ids import derived_id
 from rota.service import RotaService
-from rota.tracing import job_span
+from rota.tracing import context_from_headers, job_span
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_executor import metrics, store
@@ -50,6 +53,7 @@ class Executor:
     def __init__(self, service: RotaService, nodes: list[Node]) -> None:
         self.service = service
         self.nodes = nodes
+        self._nodes_by_name = {node.name: node for node in nodes}
         self.backend: Backend | None = None
 
     @property
@@ -67,12 +71,17 @@ class Executor:
 
     async def _emit(self, conn: AsyncConnection, event: BaseModel, run: RunRecord | m.StartRun,
                     *, at: datetime, id: str | None = None) -> None:
+        await self.service.outbox.add_rows(conn, [self._event_row(event, run, at=at, id=id)])
+
+    def _event_row(self, event: BaseModel, run: RunRecord | m.StartRun, *, at: datetime,
+                   id: str | None = None, parent: Context | None = None) -> dict[str, Any]:
         env = envelope(event, source=SOURCE, job_id=run.job_id, run_id=run.run_id,
                        occurred_at=at, id=id)
         # Each run event is a span in the job's trace, also when a backend's timer (a
         # simulated checkpoint, a process exit) rather than a message caused it.
-        with job_span(f"rota.executor.{env.type}", run.job_id, _event_attrs(event, run)):
-            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        with job_span(f"rota.executor.{env.type}", run.job_id, _event_attrs(event, run),
+                      parent=parent):
+            return self.service.outbox.row(env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
 
     def _wake(self) -> None:
         if self.service.relay is not None:
@@ -80,50 +89,79 @@ class Executor:
 
     # ------------------------------------------------------------------ handlers
 
-    async def start(self, raw: bytes) -> None:
-        """StartRun: record the run and `RunStarted` (or `RunFailed` if it cannot run here)
-        once, then launch it. A duplicate finds the row and does nothing."""
-        env = self._parse(raw, m.StartRun)
-        if env is None:
-            return
-        start: m.StartRun = env.data
+    async def start_batch(self, commands: list[tuple[bytes, Mapping[str, str] | None]]) -> None:
+        """StartRun commands (message and headers) of a pull batch: each run recorded with its
+        `RunStarted` (or `RunFailed` if it cannot run here) once, all in one transaction, and
+        only then launched. A run recorded already (a redelivery, a copy earlier in the batch)
+        does nothing again; a malformed command is dropped with its reason."""
         backend, now = self._backend, self.service.clock.now()
-        problem = placement_problem(list(start.placement), self.nodes) or backend.unsupported(
-            start.spec)
-        # Minted here, kept only as its hash, and handed to the run alone: it is on no stream.
-        run_token, token_hash = mint_token()
-        async with self.service.engine.begin() as conn:
-            inserted = await store.insert_run(
-                conn, start, token_sha256=token_hash, backend=backend.name,
-                state="failed" if problem else "running", now=now, detail=problem,
-            )
-            if not inserted:
+        wanted: dict[str, tuple[m.StartRun, str | None, Context | None]] = {}
+        for raw, headers in commands:
+            env = self._parse(raw, m.StartRun)
+            if env is None:
+                continue
+            start: m.StartRun = env.data
+            if start.run_id in wanted:
                 log.info("duplicate StartRun for run %s: it starts once", start.run_id)
-                return
-            if problem:
-                await self._emit(conn, m.RunFailed(run_id=start.run_id, job_id=start.job_id,
-                                                   error=problem), start, at=now)
-            else:
-                await self._emit(conn, m.RunStarted(
-                    run_id=start.run_id, job_id=start.job_id, attempt=start.attempt,
-                    placement=start.placement, resumed_from=start.resume_from,
-                ), start, at=now)
-            run = await store.get(conn, start.run_id)
-        self._wake()
-        if problem:
-            metrics.could_not_start()
-        if problem or run is None:
-            log.warning("run %s of job %s cannot start: %s", start.run_id, start.job_id, problem)
+                continue
+            problem = (placement_problem(list(start.placement), self._nodes_by_name)
+                       or backend.unsupported(start.spec))
+            wanted[start.run_id] = (start, problem, context_from_headers(headers))
+        if not wanted:
             return
-        crash_point("after_commit:executor")
-        log.info("run %s of job %s (attempt %d) starting on %s%s", run.run_id, run.job_id,
-                 run.attempt, backend.name,
-                 f", resuming from {run.resume_from}" if run.resume_from else "")
-        try:
-            await backend.start(run, run_token)
-        except Exception as exc:  # a redelivery would find the row and never start it
-            log.exception("run %s: the %s backend could not start it", run.run_id, backend.name)
-            await self.ended(run.run_id, Exit(None, f"cannot start: {exc}"))
+        # Minted here, kept only as its hash, and handed to the run alone: it is on no stream.
+        tokens = {run_id: mint_token() for run_id in wanted}
+        async with self.service.engine.begin() as conn:
+            inserted = await store.insert_runs(conn, [store.run_row(
+                start, token_sha256=tokens[run_id][1], backend=backend.name,
+                state="failed" if problem else "running", now=now, detail=problem,
+            ) for run_id, (start, problem, _) in wanted.items()])
+            await self.service.outbox.add_rows(conn, [
+                self._event_row(self._start_event(start, problem), start, at=now, parent=parent)
+                for run_id, (start, problem, parent) in wanted.items() if run_id in inserted])
+        self._wake()
+        launches: list[tuple[RunRecord, str]] = []
+        for run_id, (start, problem, _) in wanted.items():
+            if run_id not in inserted:
+                log.info("duplicate StartRun for run %s: it starts once", run_id)
+            elif problem:
+                metrics.could_not_start()
+                log.warning("run %s of job %s cannot start: %s", run_id, start.job_id, problem)
+            else:
+                launches.append((store.new_record(start, backend=backend.name, now=now),
+                                 tokens[run_id][0]))
+        if launches:
+            crash_point("after_commit:executor")
+        await self._launch_all(launches)
+
+    @staticmethod
+    def _start_event(start: m.StartRun, problem: str | None) -> m.RunStarted | m.RunFailed:
+        if problem:
+            return m.RunFailed(run_id=start.run_id, job_id=start.job_id, error=problem)
+        return m.RunStarted(run_id=start.run_id, job_id=start.job_id, attempt=start.attempt,
+                            placement=start.placement, resumed_from=start.resume_from)
+
+    async def _launch_all(self, launches: list[tuple[RunRecord, str]]) -> None:
+        """Launch every recorded run, each even when one before it failed: a redelivery
+        would find them all recorded and launch none. A run the backend cannot start ends
+        failed; if even that cannot be recorded, the first such error is raised at the end."""
+        backend = self._backend
+        unrecorded: list[Exception] = []
+        for run, run_token in launches:
+            log.info("run %s of job %s (attempt %d) starting on %s%s", run.run_id, run.job_id,
+                     run.attempt, backend.name,
+                     f", resuming from {run.resume_from}" if run.resume_from else "")
+            try:
+                await backend.start(run, run_token)
+            except Exception as exc:
+                log.exception("run %s: the %s backend could not start it", run.run_id,
+                              backend.name)
+                try:
+                    await self.ended(run.run_id, Exit(None, f"cannot start: {exc}"))
+                except Exception as not_recorded:
+                    unrecorded.append(not_recorded)
+        if unrecorded:
+            raise unrecorded[0]
 
     async def stop(self, raw: bytes) -> None:
         """StopRun: record the stop once, then have the backend stop the run. Stopping an

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 
 from rota.clock import Clock
 from rota.contracts.job import JobSpec
@@ -32,6 +33,9 @@ class SimBackend:
         self.plans: dict[str, SimPlan] = {}
         self._notices: dict[str, RunRecord] = {}
         """Notice changes not yet folded into their plan (see `noticed`)."""
+        self._next_due: dict[str, datetime | None] = {}
+        """When each run has something to report next (`SimPlan.next_due`); a run not in it
+        (just started) is asked at the next tick."""
         self._lock = asyncio.Lock()
 
     def unsupported(self, spec: JobSpec) -> str | None:
@@ -39,6 +43,7 @@ class SimBackend:
 
     async def start(self, run: RunRecord, run_token: str = "") -> None:
         self.plans[run.run_id] = SimPlan.of(run, self.time_scale)
+        self._next_due.pop(run.run_id, None)
         log.info("sim run %s of job %s started at progress %.0f s", run.run_id, run.job_id,
                  self.plans[run.run_id].p0)
 
@@ -52,6 +57,7 @@ class SimBackend:
         async with self._lock:  # never in the middle of reporting this run's tick
             plan = self.plans.pop(run.run_id, None)
             self._notices.pop(run.run_id, None)
+            self._next_due.pop(run.run_id, None)
         progress = f" at progress {plan.progress(self.clock.now()):.0f} s" if plan else ""
         await self.reporter.ended(run.run_id, Exit(None, f"simulation stopped{progress}"))
 
@@ -71,6 +77,8 @@ class SimBackend:
                 noticed = self._notices.pop(run_id, None)
                 if noticed is not None:
                     plan = self.plans[run_id] = plan.with_notice(noticed)
+                elif run_id in self._next_due and not self._due(self._next_due[run_id], now):
+                    continue
                 try:
                     for action in plan.due(now):
                         await self._report(plan, action)
@@ -82,6 +90,14 @@ class SimBackend:
                             self.plans[run_id] = plan
                 except Exception:
                     log.exception("sim run %s: reporting failed; retrying", run_id)
+                if run_id in self.plans:
+                    self._next_due[run_id] = self.plans[run_id].next_due()
+                else:
+                    self._next_due.pop(run_id, None)
+
+    @staticmethod
+    def _due(next_due: datetime | None, now: datetime) -> bool:
+        return next_due is not None and next_due <= now
 
     async def _report(self, plan: SimPlan, action: Checkpointed | Acknowledged | Ended) -> None:
         run = plan.run
@@ -106,3 +122,4 @@ class SimBackend:
     async def close(self) -> None:
         self.plans.clear()
         self._notices.clear()
+        self._next_due.clear()

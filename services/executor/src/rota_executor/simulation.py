@@ -121,6 +121,24 @@ class SimPlan:
             actions.append(last_action)
         return actions
 
+    def next_due(self) -> datetime | None:
+        """The earliest instant at which `due` may have something to report, or None: a run
+        that saved for its notice waits only for its stop. Never later than `due` finds it
+        (a millisecond early, against rounding), so a tick can skip every run not due yet
+        instead of asking each: at thousands of live runs, asking cost a core's tenth."""
+        if self.acked_at is not None:
+            return None
+        end_s, _ = self.end()
+        candidates = [self.at_progress(end_s)]
+        if self.notice_id is not None and self.notice_at is not None:
+            candidates.append(
+                self.notice_at + timedelta(seconds=self.sim.checkpoint_save_s / self.speed))
+        if (every := self.interval) is not None:
+            done = 0 if self.last_checkpoint_s is None else math.floor(
+                (self.last_checkpoint_s - self.p0) / every + 1e-9)
+            candidates.append(self.at_progress(self.p0 + max(1, done + 1) * every))
+        return min(candidates) - timedelta(milliseconds=1)
+
     def _checkpoint_by(self, until: datetime, end_s: float) -> Checkpointed | None:
         every = self.interval
         if every is None:

@@ -66,29 +66,49 @@ def record(row: Any) -> RunRecord:
     )
 
 
-async def insert_run(
-    conn: AsyncConnection, start: m.StartRun, *, token_sha256: str, backend: str, state: str,
-    now: datetime, detail: str | None = None,
-) -> bool:
-    """Insert once per run_id: False when the run is known already (a duplicate StartRun).
+def run_row(
+    start: m.StartRun, *, token_sha256: str, backend: str, state: str, now: datetime,
+    detail: str | None = None,
+) -> dict[str, Any]:
+    """The row recording `start`, for `insert_runs`.
 
     A resumed run's checkpoint is its last acknowledged one until it makes its own, so that
     stopping it before its first checkpoint still hands the same checkpoint on.
     """
-    placement = [w.model_dump(mode="json") for w in start.placement]
-    result = await conn.execute(
-        insert(runs)
-        .values(
-            run_id=start.run_id, job_id=start.job_id, attempt=start.attempt, backend=backend,
-            spec=start.spec.model_dump(mode="json"), placement=placement,
-            gpus=sum(len(w.gpus) for w in start.placement), token_sha256=token_sha256,
-            resume_from=start.resume_from,
-            state=state, started_at=now, last_checkpoint_uri=start.resume_from,
-            ended_at=None if state in LIVE_STATES else now, detail=detail, updated_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=["run_id"])
+    return dict(
+        run_id=start.run_id, job_id=start.job_id, attempt=start.attempt, backend=backend,
+        spec=start.spec.model_dump(mode="json"),
+        placement=[w.model_dump(mode="json") for w in start.placement],
+        gpus=sum(len(w.gpus) for w in start.placement), token_sha256=token_sha256,
+        resume_from=start.resume_from,
+        state=state, started_at=now, last_checkpoint_uri=start.resume_from,
+        ended_at=None if state in LIVE_STATES else now, detail=detail, updated_at=now,
     )
-    return bool(result.rowcount)
+
+
+def new_record(start: m.StartRun, *, backend: str, now: datetime) -> RunRecord:
+    """What `record` reads back from a live run's `run_row`, without reading it back."""
+    return RunRecord(
+        run_id=start.run_id, job_id=start.job_id, attempt=start.attempt, backend=backend,
+        spec=start.spec, placement=list(start.placement), state="running", started_at=now,
+        resume_from=start.resume_from, last_checkpoint_uri=start.resume_from,
+    )
+
+
+async def insert_runs(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[str]:
+    """Insert each run once: the run_ids inserted now. A run known already (a duplicate
+    StartRun) is left as it is and not among them.
+
+    Executed as many rows with RETURNING, which SQLAlchemy sends as multi-row statements
+    ("insertmanyvalues"), in pages under the driver's bind limit, from one cached compilation:
+    compiling a multi-row `values()` afresh cost more CPU than the whole round trip."""
+    if not rows:
+        return set()
+    result = await conn.execute(
+        insert(runs).on_conflict_do_nothing(index_elements=["run_id"]).returning(runs.c.run_id),
+        rows,
+    )
+    return {str(row.run_id) for row in result}
 
 
 async def lock(conn: AsyncConnection, run_id: str) -> Any:

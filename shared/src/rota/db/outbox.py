@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota.bus.broker import publish_headers
 from rota.contracts import Envelope
-from rota.db.chunks import chunks, row_chunks
+from rota.db.chunks import chunks
 from rota.db.tables import outbox_table, processed_table
 from rota.faults import crash_point
 from rota.metrics import OUTBOX_LAG
@@ -56,11 +56,15 @@ class Outbox:
                 "headers": publish_headers(env, carrier, body=body)}
 
     async def add_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
-        """Queue many rows in the caller's transaction, in executemany form (`rota.db.chunks`):
-        a batch's events cost one compiled statement and a pipelined round trip, not one
-        each. `seq` follows the list's order."""
-        for chunk in row_chunks(self.table, rows):
-            await conn.execute(sa.insert(self.table), list(chunk))
+        """Queue many rows in the caller's transaction; a batch's events cost a round trip
+        per thousand instead of one each, and no statement binds more than the driver takes.
+        `seq` follows the list's order.
+
+        Executed as many rows with RETURNING, which SQLAlchemy sends as multi-row statements
+        in pages ("insertmanyvalues") from one cached compilation: a multi-row `values()` is
+        compiled afresh each time, about 50 us a row, more CPU than the round trip it saves."""
+        if rows:
+            await conn.execute(sa.insert(self.table).returning(self.table.c.seq), rows)
 
     async def first_time(self, conn: AsyncConnection, consumer: str, message_id: str) -> bool:
         """The idempotency guard: True once per (consumer, message), inside the caller's tx."""
