@@ -7,10 +7,11 @@ transaction rolls back, and the next cycle, as large, fails the same way. Every 
 write goes through `chunks` instead, in order, inside the caller's transaction: all of it
 commits or none.
 
-Each chunk is sent in executemany form (`conn.execute(insert(t), rows)`), not as
-`insert(t).values(rows)`: SQLAlchemy compiles the statement once and caches it, and packs
-the rows into pages of multi-row VALUES itself where a RETURNING needs them. Compiling a
-fresh multi-row statement for each batch cost about four times the Python CPU per row.
+Rows are sent in executemany form (`conn.execute(insert(t), rows)`), not as
+`insert(t).values(rows)`: SQLAlchemy compiles the statement once and caches it, and with a
+RETURNING packs the rows into pages of multi-row VALUES itself ("insertmanyvalues"), each
+page under the driver's limit (the outbox relies on that alone). Compiling a fresh multi-row
+statement for each batch cost about four times the Python CPU per row.
 """
 
 from __future__ import annotations
