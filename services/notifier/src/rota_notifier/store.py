@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from rota.db.chunks import chunks, row_chunks
+from rota.db.chunks import chunks
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -86,19 +86,22 @@ async def get_jobs(conn: AsyncConnection, job_ids: Iterable[str]) -> dict[str, J
     return found
 
 
+_UPSERT_JOB = insert(jobs).on_conflict_do_update(
+    index_elements=[jobs.c.job_id],
+    set_={c.name: insert(jobs).excluded[c.name] for c in jobs.columns if c.name != "job_id"},
+)
+
+
 async def put_jobs(conn: AsyncConnection, views: Iterable[JobView], now: datetime) -> None:
-    """Upsert the views, a statement per few thousand; a job at most once in `views`."""
+    """Upsert the views; a job at most once in `views`. An executemany: SQLAlchemy sends it as
+    multi-row statements (insertmanyvalues) compiled once, not once per batch's row count."""
     rows = [{
         "job_id": job.job_id, "name": job.name, "team": job.team, "user_name": job.user,
         "queue": job.queue, "submitted_at": job.submitted_at, "pending_since": job.pending_since,
         "episode": job.episode, "updated_at": now,
     } for job in views]
-    for chunk in row_chunks(jobs, rows):
-        statement = insert(jobs).values(list(chunk))
-        await conn.execute(statement.on_conflict_do_update(
-            index_elements=[jobs.c.job_id],
-            set_={name: statement.excluded[name] for name in rows[0] if name != "job_id"},
-        ))
+    if rows:
+        await conn.execute(_UPSERT_JOB, rows)
 
 
 # ---------------------------------------------------------------- notifications
@@ -109,17 +112,17 @@ async def insert_notification(conn: AsyncConnection, values: dict[str, Any]) -> 
     return await insert_notifications(conn, [values]) == 1
 
 
+_INSERT_NOTIFICATION = (insert(notifications)
+                        .on_conflict_do_nothing(constraint="notifications_once")
+                        .returning(notifications.c.id))
+
+
 async def insert_notifications(conn: AsyncConnection, rows: list[dict[str, Any]]) -> int:
     """Record notifications before anything is sent; returns how many were new. A row whose
     (dedup_key, recipient, channel) is recorded already, or earlier in `rows`, is skipped."""
-    recorded = 0
-    for chunk in row_chunks(notifications, rows):
-        result = await conn.execute(
-            insert(notifications).values(list(chunk))
-            .on_conflict_do_nothing(constraint="notifications_once")
-        )
-        recorded += int(result.rowcount)
-    return recorded
+    if not rows:
+        return 0
+    return len((await conn.execute(_INSERT_NOTIFICATION, rows)).all())
 
 
 async def claim_due(conn: AsyncConnection, now: datetime, limit: int) -> list[sa.Row[Any]]:
