@@ -45,7 +45,7 @@ async def test_an_old_durable_is_narrowed_to_its_filter_subjects_and_keeps_its_p
         seen.extend(m.data for m in msgs)
 
     consumer = batch_consumer(f"{root}.>", STREAM_EVT, durable, 4, handler,
-                              filter_subjects=(f"{root}.wanted", f"{root}.also"))
+                              filter_subjects=(f"{root}.wanted", f"{root}.also"), gather_s=0.05)
     task = asyncio.create_task(consumer.run(js, ack_wait_s=30, retry=Retry(0.1)))
     try:
         for _ in range(100):

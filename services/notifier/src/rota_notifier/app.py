@@ -42,6 +42,8 @@ log = logging.getLogger("rota.notifier")
 
 NAME = "notifier"
 MIGRATIONS = Path(__file__).parent / "migrations"
+GATHER_S = 0.2
+"""How long a trickle of events gathers into one batch (one transaction) before it is fetched."""
 
 
 @dataclass
@@ -98,8 +100,12 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
     # Replicas: a job's events go to one replica by the job's hash, in order; the rest (a
     # budget report, a completed plan) to replica 0. The dispatcher claims due rows with
     # SKIP LOCKED, so replicas share the sending.
+    # A transaction per batch, and no event here is urgent (the run got its preemption notice
+    # from the coordinator; the dispatcher sends what is recorded within its poll interval), so
+    # events may gather for a moment instead of costing a transaction each as they trickle in.
     @service.js_batch_subscriber("rota.evt.>", stream=STREAM_EVT, durable=CONSUMER,
-                                 batch_size=256, partition_key=by_job, filter_subjects=SUBJECTS)
+                                 batch_size=256, partition_key=by_job, filter_subjects=SUBJECTS,
+                                 gather_s=GATHER_S)
     async def notify(batch: list[Msg]) -> None:
         """Record the notifications a batch of events calls for; the dispatcher sends them."""
         await notifier.ingest.handle_batch([msg.data for msg in batch])

@@ -199,6 +199,10 @@ class PullConsumer:
     the others out of the durable (nats-server 2.10+, `filter_subjects`; an existing durable's
     filter is updated at start), and what arrives anyway (an older server, or messages of the
     old filter already pending) is acked unread, before its sender is checked."""
+    gather_s: float = 0.0
+    """After a batch that was not full, wait this long before the next fetch, so that a trickle
+    of messages is handled in batches rather than one by one: for a handler whose cost is per
+    batch (a transaction) and whose messages may wait that long. 0: fetch again at once."""
 
     async def run(self, js: JetStreamContext, *, ack_wait_s: float, retry: Retry,
                   senders: SenderCheck | None = None) -> None:
@@ -228,8 +232,11 @@ class PullConsumer:
                     batch = await believed(batch, senders, self.durable)
                 if self.keep is not None:
                     batch = await self._own(batch, self.keep)
+                fetched = len(batch)
                 if batch:
                     await self.handle(batch, retry)
+                if self.gather_s and fetched < self.batch_size:
+                    await asyncio.sleep(self.gather_s)  # a trickle: let a batch gather
         finally:
             # Messages fetched but never handled would make the connection's drain at shutdown
             # wait its whole timeout (30 s) for them; unacked, JetStream redelivers them anyway.
@@ -270,8 +277,8 @@ class PullConsumer:
 
 def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
                    handler: BatchHandler, *, keep: Callable[[Msg], bool] | None = None,
-                   family: str | None = None,
-                   filter_subjects: tuple[str, ...] = ()) -> PullConsumer:
+                   family: str | None = None, filter_subjects: tuple[str, ...] = (),
+                   gather_s: float = 0.0) -> PullConsumer:
     """The whole batch to `handler` (one transaction), acked together. When the batch fails,
     each message is tried again alone, so one message that cannot be handled is nacked for a
     retry on its own instead of holding every message fetched with it back forever. (Bad
@@ -302,7 +309,7 @@ def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
             await msg.ack()
 
     return PullConsumer(subject, stream, durable, batch_size, handle, keep=keep, family=family,
-                        filter_subjects=filter_subjects)
+                        filter_subjects=filter_subjects, gather_s=gather_s)
 
 
 def message_consumer(subject: str, stream: str, durable: str, batch_size: int,
