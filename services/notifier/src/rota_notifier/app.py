@@ -101,8 +101,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
     # budget report, a completed plan) to replica 0. The dispatcher claims due rows with
     # SKIP LOCKED, so replicas share the sending.
     # A transaction per batch, and no event here is urgent (the run got its preemption notice
-    # from the coordinator; the dispatcher sends what is recorded within its poll interval), so
-    # events may gather for a moment instead of costing a transaction each as they trickle in.
+    # from the coordinator; a person's is recorded, and sent, at most GATHER_S later), so events
+    # may gather for a moment instead of costing a transaction each as they trickle in.
     @service.js_batch_subscriber("rota.evt.>", stream=STREAM_EVT, durable=CONSUMER,
                                  batch_size=256, partition_key=by_job, filter_subjects=SUBJECTS,
                                  gather_s=GATHER_S)

@@ -226,13 +226,13 @@ class PullConsumer:
                     log.warning("%s: fetch failed (%s); retrying", self.durable, exc)
                     await asyncio.sleep(retry.delay_s)
                     continue
+                fetched = len(batch)
                 if self.filter_subjects:
                     batch = await self._own(batch, self._wanted)
                 if senders is not None:
                     batch = await believed(batch, senders, self.durable)
                 if self.keep is not None:
                     batch = await self._own(batch, self.keep)
-                fetched = len(batch)
                 if batch:
                     await self.handle(batch, retry)
                 if self.gather_s and fetched < self.batch_size:

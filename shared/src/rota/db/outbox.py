@@ -69,7 +69,7 @@ class Outbox:
     async def first_times(
         self, conn: AsyncConnection, consumer: str, message_ids: list[str]
     ) -> set[str]:
-        """The guard for a whole batch in a statement per chunk: the ids seen for the first time.
+        """The guard for a whole batch: the ids seen for the first time.
         An id twice in `message_ids` is returned once; the caller applies its first copy.
 
         An executemany, which SQLAlchemy sends as multi-row statements (insertmanyvalues) under
