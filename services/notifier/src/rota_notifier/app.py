@@ -108,7 +108,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
                                  gather_s=GATHER_S)
     async def notify(batch: list[Msg]) -> None:
         """Record the notifications a batch of events calls for; the dispatcher sends them."""
-        await notifier.ingest.handle_batch([msg.data for msg in batch])
+        await notifier.ingest.handle_batch([msg.data for msg in batch],
+                                           [msg.headers for msg in batch])
 
     @service.broker.subscriber(LIST_SUBJECT, queue="notifier-api")
     async def list_notifications(msg: NatsMessage) -> bytes:

@@ -10,10 +10,11 @@ same batch is skipped, and a crash before commit leaves nothing half-done to res
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.context import Context
 from pydantic import BaseModel
 from rota.clock import Clock
 from rota.config import RotaConfig
@@ -22,6 +23,7 @@ from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS
 from rota.db.outbox import Outbox
 from rota.ids import new_id
+from rota.tracing import context_from_headers, job_span
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_notifier import domain, store
@@ -37,6 +39,9 @@ RELEVANT: tuple[type[BaseModel], ...] = (
     m.JobSubmitted, m.JobPending, m.RunStarted, m.RunFailed, m.RunStopped,
     m.PreemptionNoticed, m.PreemptionCompleted, m.BudgetUsageRecorded,
 )
+
+Traced = tuple[Envelope[BaseModel], Context | None]
+"""An event and the trace context it was published in."""
 
 SUBJECTS: tuple[str, ...] = tuple(sorted(EVENT_SUBJECTS[kind.__name__] for kind in RELEVANT))
 """The subjects of the events above: the durable's filter, so the notifier never receives
@@ -94,29 +99,38 @@ class Ingest:
         """Apply one event; returns how many notifications it recorded."""
         return await self.handle_batch([raw])
 
-    async def handle_batch(self, raws: Sequence[bytes]) -> int:
+    async def handle_batch(
+        self, raws: Sequence[bytes], headers: Sequence[Mapping[str, Any] | None] = ()
+    ) -> int:
         """Apply a batch of events in one transaction, in their order; returns how many
-        notifications they recorded."""
-        events = [env for raw in raws if (env := self._relevant(raw)) is not None]
+        notifications they recorded. `headers`: each event's NATS headers, so that its span in
+        its job's trace nests under the span that published it."""
+        contexts = list(headers) or [None] * len(raws)
+        events = [(env, context_from_headers(carrier))
+                  for raw, carrier in zip(raws, contexts, strict=True)
+                  if (env := self._relevant(raw)) is not None]
         if not events:
             return 0
         now = self._clock.now()
         async with self._engine().begin() as conn:
-            fresh = await self._outbox.first_times(conn, CONSUMER, [env.id for env in events])
+            fresh = await self._outbox.first_times(conn, CONSUMER, [env.id for env, _ in events])
             events = list(_first_copies(events, fresh))
             if not events:
                 return 0
-            views = await store.get_jobs(conn, _jobs_touched(events))
+            views = await store.get_jobs(conn, _jobs_touched([env for env, _ in events]))
             changed: set[str] = set()
-            notices = [notice for env in events
-                       for notice in self._fold_and_decide(views, changed, env, now)]
+            notices: list[Notice] = []
+            for env, parent in events:
+                with job_span(f"rota.notifier.ingest {env.type}", _job_id(env),
+                              {"rota.event_id": env.id}, parent=parent):
+                    notices += self._fold_and_decide(views, changed, env, now)
             await store.put_jobs(conn, [views[job_id] for job_id in sorted(changed)], now)
             recorded = await store.insert_notifications(conn, [
                 notification_row(notice, delivery, now) for notice in notices
                 for delivery in route(notice, self._config, self._channels)])
         if recorded:
             log.info("%d event(s) from %s to %s: %d notification(s) recorded", len(events),
-                     events[0].id, events[-1].id, recorded)
+                     events[0][0].id, events[-1][0].id, recorded)
             if self._on_recorded is not None:
                 self._on_recorded()
         return recorded
@@ -169,10 +183,10 @@ def _jobs_touched(events: list[Envelope[BaseModel]]) -> set[str]:
     return touched
 
 
-def _first_copies(events: list[Envelope[BaseModel]], fresh: set[str]) -> Iterator[Envelope[BaseModel]]:
+def _first_copies(events: list[Traced], fresh: set[str]) -> Iterator[Traced]:
     """The events seen for the first time, each once (its first copy), in order."""
     applied: set[str] = set()
-    for env in events:
+    for env, parent in events:
         if env.id in fresh and env.id not in applied:
             applied.add(env.id)
-            yield env
+            yield env, parent
