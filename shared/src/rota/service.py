@@ -164,19 +164,24 @@ class RotaService:
     def js_batch_subscriber(
         self, subject: str, *, stream: str, durable: str, batch_size: int = 256,
         partition_key: PartitionKey | None = None, partitioned: bool = False,
+        filter_subjects: tuple[str, ...] = (), gather_s: float = 0.0,
     ) -> Callable[[BatchHandler], BatchHandler]:
         """Like `js_subscriber`, for handlers that fold a whole pull batch in one transaction.
 
         A batch is acked or retried as a whole, so such a handler must be idempotent per
         message (a retried batch replays messages it had already applied). `partitioned`
         (with no key): a durable per replica that gets every message, for a handler that
-        keeps only what `service.partition` owns itself.
+        keeps only what `service.partition` owns itself. `filter_subjects`: the only subjects
+        under `subject` the handler is given (`PullConsumer.filter_subjects`); `gather_s`: how
+        long a trickle of messages may gather into a batch (`PullConsumer.gather_s`).
         """
         name, keep, family = self._partitioned(durable, partition_key, partitioned)
 
         def register(handler: BatchHandler) -> BatchHandler:
             self._consumers.append(batch_consumer(subject, stream, name, batch_size, handler,
-                                                  keep=keep, family=family))
+                                                  keep=keep, family=family,
+                                                  filter_subjects=filter_subjects,
+                                                  gather_s=gather_s))
             return handler
 
         return register

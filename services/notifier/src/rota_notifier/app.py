@@ -1,6 +1,7 @@
 """The notifier service: events in, Slack and email out. Thin wiring; the rules live elsewhere.
 
-- `rota.evt.>` (durable `notifier-events`): `Ingest` records what each event calls for.
+- The events that may tell someone something (durable `notifier-events`, filtered to
+  `ingest.SUBJECTS`): `Ingest` records what they call for, a fetched batch per transaction.
 - A background `Dispatcher` sends due notifications, with retries, rate limits and digests.
 - `rota.sys.notifier.list`: the read API behind `rota notifications`.
 
@@ -31,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from rota_notifier.api import LIST_SUBJECT, answer
 from rota_notifier.channels import Sender, build_senders
 from rota_notifier.dispatch import Dispatcher
-from rota_notifier.ingest import CONSUMER, Ingest
+from rota_notifier.ingest import CONSUMER, SUBJECTS, Ingest
 from rota_notifier.policy import DeliveryPolicy
 from rota_notifier.redact import Redactor, install_log_filter
 from rota_notifier.render import Renderer
@@ -41,6 +42,8 @@ log = logging.getLogger("rota.notifier")
 
 NAME = "notifier"
 MIGRATIONS = Path(__file__).parent / "migrations"
+GATHER_S = 0.2
+"""How long a trickle of events gathers into one batch (one transaction) before it is fetched."""
 
 
 @dataclass
@@ -97,11 +100,16 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
     # Replicas: a job's events go to one replica by the job's hash, in order; the rest (a
     # budget report, a completed plan) to replica 0. The dispatcher claims due rows with
     # SKIP LOCKED, so replicas share the sending.
-    @service.js_subscriber("rota.evt.>", stream=STREAM_EVT, durable=CONSUMER, batch_size=128,
-                           partition_key=by_job)
-    async def notify(msg: Msg) -> None:
-        """Record the notifications an event calls for; the dispatcher sends them."""
-        await notifier.ingest.handle(msg.data)
+    # A transaction per batch, and no event here is urgent (the run got its preemption notice
+    # from the coordinator; a person's is recorded, and sent, at most GATHER_S later), so events
+    # may gather for a moment instead of costing a transaction each as they trickle in.
+    @service.js_batch_subscriber("rota.evt.>", stream=STREAM_EVT, durable=CONSUMER,
+                                 batch_size=256, partition_key=by_job, filter_subjects=SUBJECTS,
+                                 gather_s=GATHER_S)
+    async def notify(batch: list[Msg]) -> None:
+        """Record the notifications a batch of events calls for; the dispatcher sends them."""
+        await notifier.ingest.handle_batch([msg.data for msg in batch],
+                                           [msg.headers for msg in batch])
 
     @service.broker.subscriber(LIST_SUBJECT, queue="notifier-api")
     async def list_notifications(msg: NatsMessage) -> bytes:

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from rota.db.chunks import chunks
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -66,28 +67,41 @@ PUBLIC_COLUMNS = (
 # ---------------------------------------------------------------- jobs
 
 
-async def get_job(conn: AsyncConnection, job_id: str) -> JobView | None:
-    row = (
-        await conn.execute(sa.select(jobs).where(jobs.c.job_id == job_id).with_for_update())
-    ).first()
-    if row is None:
-        return None
+def _view(row: sa.Row[Any]) -> JobView:
     return JobView(
         job_id=row.job_id, name=row.name, team=row.team, user=row.user_name, queue=row.queue,
         submitted_at=row.submitted_at, pending_since=row.pending_since, episode=row.episode,
     )
 
 
-async def put_job(conn: AsyncConnection, job: JobView, now: datetime) -> None:
-    values = {
-        "name": job.name, "team": job.team, "user_name": job.user, "queue": job.queue,
-        "submitted_at": job.submitted_at, "pending_since": job.pending_since,
+async def get_jobs(conn: AsyncConnection, job_ids: Iterable[str]) -> dict[str, JobView]:
+    """The views of those of `job_ids` that exist, locked for the caller's transaction; in
+    the ids' order, so two transactions that lock some of the same jobs cannot deadlock."""
+    wanted = sorted(set(job_ids))
+    found: dict[str, JobView] = {}
+    for chunk in chunks(wanted, 1):
+        query = (sa.select(jobs).where(jobs.c.job_id.in_(list(chunk)))
+                 .order_by(jobs.c.job_id).with_for_update())
+        found.update((row.job_id, _view(row)) for row in await conn.execute(query))
+    return found
+
+
+_UPSERT_JOB = insert(jobs).on_conflict_do_update(
+    index_elements=[jobs.c.job_id],
+    set_={c.name: insert(jobs).excluded[c.name] for c in jobs.columns if c.name != "job_id"},
+)
+
+
+async def put_jobs(conn: AsyncConnection, views: Iterable[JobView], now: datetime) -> None:
+    """Upsert the views; a job at most once in `views`. An executemany: SQLAlchemy sends it as
+    multi-row statements (insertmanyvalues) compiled once, not once per batch's row count."""
+    rows = [{
+        "job_id": job.job_id, "name": job.name, "team": job.team, "user_name": job.user,
+        "queue": job.queue, "submitted_at": job.submitted_at, "pending_since": job.pending_since,
         "episode": job.episode, "updated_at": now,
-    }
-    await conn.execute(
-        insert(jobs).values(job_id=job.job_id, **values)
-        .on_conflict_do_update(index_elements=[jobs.c.job_id], set_=values)
-    )
+    } for job in views]
+    if rows:
+        await conn.execute(_UPSERT_JOB, rows)
 
 
 # ---------------------------------------------------------------- notifications
@@ -95,11 +109,20 @@ async def put_job(conn: AsyncConnection, job: JobView, now: datetime) -> None:
 
 async def insert_notification(conn: AsyncConnection, values: dict[str, Any]) -> bool:
     """Record one notification before anything is sent. False: already recorded (a redelivery)."""
-    result = await conn.execute(
-        insert(notifications).values(**values)
-        .on_conflict_do_nothing(constraint="notifications_once")
-    )
-    return bool(result.rowcount)
+    return await insert_notifications(conn, [values]) == 1
+
+
+_INSERT_NOTIFICATION = (insert(notifications)
+                        .on_conflict_do_nothing(constraint="notifications_once")
+                        .returning(notifications.c.id))
+
+
+async def insert_notifications(conn: AsyncConnection, rows: list[dict[str, Any]]) -> int:
+    """Record notifications before anything is sent; returns how many were new. A row whose
+    (dedup_key, recipient, channel) is recorded already, or earlier in `rows`, is skipped."""
+    if not rows:
+        return 0
+    return len((await conn.execute(_INSERT_NOTIFICATION, rows)).all())
 
 
 async def claim_due(conn: AsyncConnection, now: datetime, limit: int) -> list[sa.Row[Any]]:

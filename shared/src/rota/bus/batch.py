@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from asyncpg.exceptions import (
     AdminShutdownError,
@@ -156,6 +157,26 @@ async def believed(batch: list[Msg], senders: SenderCheck, durable: str) -> list
     return kept
 
 
+def server_filters_many(js: JetStreamContext) -> bool:
+    """Whether the server takes a consumer with several filter subjects (nats-server 2.10+)."""
+    try:
+        version = js._nc.connected_server_version
+        return (int(version.major), int(version.minor)) >= (2, 10)
+    except (AttributeError, TypeError, ValueError):  # no server info: filter in the client only
+        return False
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` is one token, a final `>` one or more."""
+    wanted, tokens = pattern.split("."), subject.split(".")
+    for i, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or token not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(wanted)
+
+
 Handle = Callable[[list[Msg], Retry], Awaitable[None]]
 """What a consumer does with a fetched batch, given the retry rules; acks included."""
 
@@ -173,11 +194,22 @@ class PullConsumer:
     acked unhandled."""
     family: str | None = None
     """A partitioned durable's family: when new, it starts at their lowest ack floor."""
+    filter_subjects: tuple[str, ...] = ()
+    """The subjects under `subject` the handler wants; empty: all of them. The server leaves
+    the others out of the durable (nats-server 2.10+, `filter_subjects`; an existing durable's
+    filter is updated at start), and what arrives anyway (an older server, or messages of the
+    old filter already pending) is acked unread, before its sender is checked."""
+    gather_s: float = 0.0
+    """After a batch that was not full, wait this long before the next fetch, so that a trickle
+    of messages is handled in batches rather than one by one: for a handler whose cost is per
+    batch (a transaction) and whose messages may wait that long. 0: fetch again at once."""
 
     async def run(self, js: JetStreamContext, *, ack_wait_s: float, retry: Retry,
                   senders: SenderCheck | None = None) -> None:
         config = ConsumerConfig(ack_wait=ack_wait_s, max_ack_pending=self.max_ack_pending,
                                 max_deliver=retry.max_deliver)
+        if self.filter_subjects and server_filters_many(js):
+            config.filter_subjects = list(self.filter_subjects)
         if self.family is not None:
             config = starting_at(config, await start_of_new_durable(
                 js, self.stream, self.family, self.durable))
@@ -194,12 +226,17 @@ class PullConsumer:
                     log.warning("%s: fetch failed (%s); retrying", self.durable, exc)
                     await asyncio.sleep(retry.delay_s)
                     continue
+                fetched = len(batch)
+                if self.filter_subjects:
+                    batch = await self._own(batch, self._wanted)
                 if senders is not None:
                     batch = await believed(batch, senders, self.durable)
                 if self.keep is not None:
                     batch = await self._own(batch, self.keep)
                 if batch:
                     await self.handle(batch, retry)
+                if self.gather_s and fetched < self.batch_size:
+                    await asyncio.sleep(self.gather_s)  # a trickle: let a batch gather
         finally:
             # Messages fetched but never handled would make the connection's drain at shutdown
             # wait its whole timeout (30 s) for them; unacked, JetStream redelivers them anyway.
@@ -208,7 +245,8 @@ class PullConsumer:
 
     @staticmethod
     async def _own(batch: list[Msg], keep: Callable[[Msg], bool]) -> list[Msg]:
-        """The messages of this replica's partition; the others are acked unread."""
+        """The messages `keep` keeps (this replica's partition, the subjects it wants); the
+        others are acked unread."""
         kept = []
         for msg in batch:
             if keep(msg):
@@ -217,12 +255,18 @@ class PullConsumer:
                 await msg.ack()
         return kept
 
+    def _wanted(self, msg: Msg) -> bool:
+        return any(subject_matches(pattern, msg.subject) for pattern in self.filter_subjects)
+
     async def _upgrade(self, js: JetStreamContext, config: ConsumerConfig) -> None:
         """`pull_subscribe` keeps an existing durable's config as it is; a durable made by an
-        older version (no delivery limit, another ack wait) is updated in place."""
+        older version (no delivery limit, another ack wait, another filter) is updated in
+        place. JetStream keeps its position: it only skips what the new filter leaves out."""
         current = (await js.consumer_info(self.stream, self.durable)).config
-        wanted = {"ack_wait": config.ack_wait, "max_deliver": config.max_deliver,
-                  "max_ack_pending": config.max_ack_pending}
+        wanted: dict[str, Any] = {"ack_wait": config.ack_wait, "max_deliver": config.max_deliver,
+                                  "max_ack_pending": config.max_ack_pending}
+        if config.filter_subjects:
+            wanted |= {"filter_subject": None, "filter_subjects": config.filter_subjects}
         if all(getattr(current, key) == value for key, value in wanted.items()):
             return
         for key, value in wanted.items():
@@ -233,7 +277,8 @@ class PullConsumer:
 
 def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
                    handler: BatchHandler, *, keep: Callable[[Msg], bool] | None = None,
-                   family: str | None = None) -> PullConsumer:
+                   family: str | None = None, filter_subjects: tuple[str, ...] = (),
+                   gather_s: float = 0.0) -> PullConsumer:
     """The whole batch to `handler` (one transaction), acked together. When the batch fails,
     each message is tried again alone, so one message that cannot be handled is nacked for a
     retry on its own instead of holding every message fetched with it back forever. (Bad
@@ -263,7 +308,8 @@ def batch_consumer(subject: str, stream: str, durable: str, batch_size: int,
         for msg in batch:
             await msg.ack()
 
-    return PullConsumer(subject, stream, durable, batch_size, handle, keep=keep, family=family)
+    return PullConsumer(subject, stream, durable, batch_size, handle, keep=keep, family=family,
+                        filter_subjects=filter_subjects, gather_s=gather_s)
 
 
 def message_consumer(subject: str, stream: str, durable: str, batch_size: int,

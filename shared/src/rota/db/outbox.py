@@ -21,7 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota.bus.broker import publish_headers
 from rota.contracts import Envelope
-from rota.db.chunks import chunks
 from rota.db.tables import outbox_table, processed_table
 from rota.faults import crash_point
 from rota.metrics import OUTBOX_LAG
@@ -73,19 +72,20 @@ class Outbox:
     async def first_times(
         self, conn: AsyncConnection, consumer: str, message_ids: list[str]
     ) -> set[str]:
-        """The guard for a whole batch in a statement per chunk: the ids seen for the first time.
-        An id twice in `message_ids` is returned once; the caller applies its first copy."""
+        """The guard for a whole batch: the ids seen for the first time.
+        An id twice in `message_ids` is returned once; the caller applies its first copy.
+
+        An executemany, which SQLAlchemy sends as multi-row statements (insertmanyvalues) under
+        the driver's limit of bind parameters, compiled once rather than once per batch size."""
         from sqlalchemy.dialects.postgresql import insert
 
-        fresh: set[str] = set()
-        for chunk in chunks(list(dict.fromkeys(message_ids)), 2):
-            result = await conn.execute(
-                insert(self.processed).on_conflict_do_nothing()
-                .returning(self.processed.c.message_id),
-                [{"consumer": consumer, "message_id": i} for i in chunk],
-            )
-            fresh.update(str(row.message_id) for row in result)
-        return fresh
+        rows = [{"consumer": consumer, "message_id": i} for i in dict.fromkeys(message_ids)]
+        if not rows:
+            return set()
+        result = await conn.execute(
+            insert(self.processed).on_conflict_do_nothing()
+            .returning(self.processed.c.message_id), rows)
+        return {str(row.message_id) for row in result}
 
 
 class OutboxRelay:
