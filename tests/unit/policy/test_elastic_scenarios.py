@@ -103,6 +103,14 @@ ROWS: list[Row] = [
         cluster(4, Run("cv", "training", node=[0, 1, 2, 3], elastic_min=2, run_id="el")),
         gpu_jobs("nlp", "production", gpus=8, workers=2, name="prod", submitted=0),
         team_config({"nlp": 0, "cv": 32}), admits=(), victims=()),
+    # Shrink first even over a lower-tier run (DECISIONS 73): taking the experiment run instead
+    # cut philly-hetero's elastic gain (elastic jobs' wait 8,770 s -> 23,511 s, utilization
+    # below rigid's; policy/RESULTS.md, "Every issue-16 feature at once").
+    Row("elastic victim versus a rigid preemptor: shrunk before a lower-tier run is stopped",
+        cluster(5, Run("nlp", "training", node=[0, 1, 2, 3], elastic_min=2, run_id="el"),
+            Run("nlp", "experiment", node=4, run_id="exp")),
+        gpu_jobs("nlp", "production", gpus=8, workers=1, name="prod", submitted=0),
+        team_config({"nlp": 40}), admits=(), victims=("el",), check=_shrunk("el", 3, ("n3",))),
     Row("elastic victim: a run that cannot checkpoint is stopped, not shrunk",
         cluster(4, Run("nlp", "training", node=[0, 1, 2, 3], elastic_min=2, run_id="el", resumable=False)),
         gpu_jobs("nlp", "production", gpus=8, workers=2, name="prod", submitted=0),
