@@ -24,6 +24,9 @@ async def test_an_old_durable_is_narrowed_to_its_filter_subjects_and_keeps_its_p
     if not server_filters:  # as on nats-server 2.9, which CI may run against
         monkeypatch.setattr(batch, "server_filters_many", lambda js: False)
     js = nc.jetstream()
+    if server_filters and not batch.server_filters_many(js):
+        pytest.skip("this nats-server (before 2.10) cannot filter a durable by several subjects;"
+                    " the client variant covers it, and the embedded server runs this one")
     tag = uuid.uuid4().hex[:8]
     root = f"rota.evt.test{tag}"
     durable = f"test-filter-{tag}"
