@@ -31,6 +31,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from rota.bus.flushed import flushed
 
 from tests.conformance.job_side import uuid7
 
@@ -137,7 +138,7 @@ class Team:
                                 inbox_prefix=f"_INBOX_team_{name}")
         team = cls(name, nc)
         await nc.subscribe(f"rota.feed.{name}.>", cb=team._on_feed)
-        await nc.flush()
+        await flushed(nc)
         return team
 
     async def _on_feed(self, msg: Msg) -> None:

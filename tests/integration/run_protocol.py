@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from rota.bus.flushed import flushed
 from rota.bus.query import api_error
 from rota.contracts import envelope, parse
 from rota.contracts import messages as m
@@ -36,7 +37,7 @@ async def executor_side(nc: Client, run_id: str, *, refuse: bool = False
                         ) -> AsyncIterator[ExecutorSide]:
     side = ExecutorSide(refuse=refuse)
     sub = await nc.subscribe(s.run_checkpoint(run_id), cb=side.answer)
-    await nc.flush()
+    await flushed(nc)
     try:
         yield side
     finally:

@@ -10,6 +10,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from rota.bus.flushed import flushed
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
@@ -35,7 +36,7 @@ class Feed:
             self.got.append((msg.subject, json.loads(msg.data)))
 
         self.sub = await nc.subscribe(s.team_feed(team), cb=record)
-        await nc.flush()
+        await flushed(nc)
         return self
 
     def of(self, job_id: str) -> list[tuple[str, str]]:

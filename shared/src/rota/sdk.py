@@ -43,6 +43,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import NotFoundError
 
 from rota.auth.permissions import run_inbox
+from rota.bus.flushed import flushed
 from rota.contracts import envelope, parse
 from rota.contracts import messages as m
 from rota.contracts.subjects import STREAM_CTL, run_checkpoint
@@ -265,7 +266,7 @@ class Run:
         # this process subscribed is still seen; the last is all that matters (a withdrawal
         # follows its notice on the same subject), and a notice seen twice counts once.
         await self._nc.subscribe(self.info.control_subject, cb=on_message)
-        await self._nc.flush()
+        await flushed(self._nc)
         try:
             last = await js.get_last_msg(STREAM_CTL, self.info.control_subject, direct=True)
         except NotFoundError:

@@ -20,6 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import SecretStr
 from rota.bus.broker import publish_headers
+from rota.bus.flushed import flushed
 from rota.clock import FakeClock
 from rota.contracts import Envelope
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
@@ -173,7 +174,7 @@ async def api_subject(
             await msg.respond(await answer(notifier_engine, msg.data, redactor))
 
         subs.append(await nc.subscribe(subject, cb=respond))
-        await nc.flush()
+        await flushed(nc)
         return subject
 
     yield serve

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from rota.auth.keys import ADMIN, AuthDir, run_creds
 from rota.auth.permissions import run_inbox, team_inbox
 from rota.bus.broker import ensure_streams
+from rota.bus.flushed import flushed
 from rota.contracts.subjects import (
     EVENT_SUBJECTS,
     RUN_PROTOCOL,
@@ -63,7 +64,7 @@ class Identity:
         """Whether the server answered a violation naming `subject` (asked after a round trip,
         so the error has arrived if there is one)."""
         assert self.nc is not None
-        await self.nc.flush()
+        await flushed(self.nc)
         for _ in range(20):
             if any(f"violation for {action} to \"{subject.lower()}\"" in e
                    or f"violation for {action} to {subject.lower()}" in e for e in self.errors):
@@ -176,7 +177,7 @@ async def test_a_team_may_submit_for_itself_and_ask_on_its_own_subjects(
         await msg.respond(json.dumps({"subject": msg.subject}).encode())
 
     await admin.subscribe("rota.api.jobs.list.nlp", cb=respond)
-    await admin.flush()
+    await flushed(admin)
     reply = await team.nc.request("rota.api.jobs.list.nlp", b"{}", timeout=5)
     assert json.loads(reply.data) == {"subject": "rota.api.jobs.list.nlp"}
     assert team.errors == []
@@ -196,7 +197,7 @@ async def test_a_run_reads_its_own_notices_and_reports_to_the_executor_and_nothi
         await msg.respond(b"recorded")
 
     await executor.nc.subscribe(run_checkpoint(RUN), cb=answer)
-    await executor.nc.flush()
+    await flushed(executor.nc)
     run = await _run(server, tmp_path, RUN)
     assert run.nc is not None
     js = run.nc.jetstream()
@@ -249,7 +250,7 @@ async def test_a_team_follows_its_own_feed_and_no_one_elses(
     team = await _team(server, tmp_path, "nlp")
     assert team.nc is not None
     own = await team.nc.subscribe(team_feed("nlp"))
-    await team.nc.flush()
+    await flushed(team.nc)
     await submission.nc.publish(feed("nlp", EVENT_SUBJECTS["RunStarted"]), b"started")
     assert (await own.next_msg(timeout=5)).data == b"started"
     for subject in (team_feed("vision"), "rota.feed.>", "rota.feed.*.run.started"):

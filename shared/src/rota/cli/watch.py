@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from nats.aio.msg import Msg
 
+from rota.bus.flushed import flushed
 from rota.cli.client import connected
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, err_console, handled
 from rota.contracts.subjects import FEED_PREFIX, team_feed
@@ -85,7 +86,7 @@ async def follow(settings: Settings, *, team: str | None, job: str | None, count
                 done.set()
 
         await conn.nc.subscribe(subject, cb=on_event)
-        await conn.nc.flush()
+        await flushed(conn.nc)
         await asyncio.sleep(0.1)  # a refused subscription is reported asynchronously
         if conn.refusals:
             raise CommandFailed(f"NATS refused {subject}: {conn.refusals[0]}")
