@@ -49,6 +49,7 @@ from rota_scheduler.actions import (
 )
 from rota_scheduler.budgets import BudgetReporter
 from rota_scheduler.lease import Lease
+from rota_scheduler.refresh import RefreshPass
 from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView, JobRecord
 
@@ -61,8 +62,8 @@ SLICE = 256
 and the server's pings never wait behind a long backlog."""
 
 EXPLAINED_PER_CYCLE = 2_000
-"""JobPending events one cycle publishes at most, and jobs it asks about between full explains:
-a cycle's transaction and its explaining stay small however many waits change at once."""
+"""JobPending events one cycle publishes at most, and jobs it asks about: a cycle's transaction
+and its explaining stay small however many waits change at once."""
 
 
 class Scheduler:
@@ -81,11 +82,8 @@ class Scheduler:
         self.tick_s = settings.scheduler_tick_s
         self.debounce_s = settings.scheduler_debounce_s
         self.lease_ttl_s = settings.scheduler_lease_ttl_s
-        self.explain_interval_s = settings.scheduler_explain_interval_s
-        self.explain_duty = settings.scheduler_explain_duty
-        self.last_full_explain = 0.0
-        self.full_explain_cpu_s = 0.0
-        """CPU the last cycle that explained every pending job took."""
+        self.refresh = RefreshPass(settings.scheduler_explain_interval_s,
+                                   settings.scheduler_explain_duty, EXPLAINED_PER_CYCLE)
         self.observed_changes = -1
         """The view's change count when the queue gauges were last computed."""
         self._held: list[Msg] | None = None
@@ -211,7 +209,7 @@ class Scheduler:
             self.view.restarts.pop(job_id, None)  # its GPUs went to another: it starts anywhere
         await self._fold_held()
         backlog = (self.held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
-        if backlog or (asked is not None and len(asked) >= EXPLAINED_PER_CYCLE):
+        if backlog or len(asked) >= EXPLAINED_PER_CYCLE:
             self.dirty.set()  # more to explain: the next cycle comes after the debounce
         if not actions.outgoing:
             self.held_back = backlog
@@ -247,15 +245,17 @@ class Scheduler:
                 await asyncio.sleep(0)
         self._held = None
 
-    def _decide(self, epoch: float) -> tuple[Decisions, Actions, frozenset[str] | None]:
+    def _decide(self, epoch: float) -> tuple[Decisions, Actions, frozenset[str]]:
         """Phases 2-3 and the plan of 4, in a worker thread: nothing else touches the view
         meanwhile (`on_event` holds events back), and the snapshot is a copy the policy owns.
-        Also returns the jobs asked about (None: all)."""
-        asked = self._to_explain(epoch)
+        Also returns the jobs asked about, other than those a refresh asked about again."""
+        asked = next_to_explain(self.view, self.held_back, EXPLAINED_PER_CYCLE)
+        again = self.refresh.take(epoch, self._pending_ids, self._still_pending,
+                                  EXPLAINED_PER_CYCLE - len(asked))
         cpu = time.thread_time()
-        decisions = schedule(self.view.snapshot(epoch, asked), epoch, self.policy)
-        if asked is None:
-            self.full_explain_cpu_s = time.thread_time() - cpu
+        decisions = schedule(self.view.snapshot(epoch, asked.union(again)), epoch, self.policy)
+        if again:
+            self.refresh.spent(epoch, time.thread_time() - cpu)
         # The queue gauges cost a pass over every job: only when something changed.
         queues = self.view.changes != self.observed_changes or bool(decisions.pending)
         self.observed_changes = self.view.changes
@@ -267,19 +267,12 @@ class Scheduler:
             actions.outgoing.append(Outgoing(report, EVENT_SUBJECTS["BudgetUsageRecorded"], STREAM_EVT))
         return decisions, actions, asked
 
-    def _to_explain(self, epoch: float) -> frozenset[str] | None:
-        """Every pending job now and then; in between only those never explained yet and
-        those whose changed explanation is still to publish, a bounded number per cycle.
+    def _pending_ids(self) -> list[str]:
+        return [job.job_id for job in self.view.pending_jobs()]
 
-        Explaining costs about a quarter of a millisecond per pending job, so a deep queue
-        explained every cycle would slow every admission behind it; and refreshing all of it
-        takes at most `explain_duty` of a core, so an idle deep queue costs little.
-        """
-        interval = max(self.explain_interval_s, self.full_explain_cpu_s / self.explain_duty)
-        if epoch - self.last_full_explain >= interval:
-            self.last_full_explain = epoch
-            return None
-        return next_to_explain(self.view, self.held_back, EXPLAINED_PER_CYCLE)
+    def _still_pending(self, job_id: str) -> bool:
+        job = self.view.jobs.get(job_id)
+        return job is not None and job.state == "pending" and not job.cancelled
 
     async def _start_granted(self, now: datetime) -> None:
         """Phase 1: StartRun once per granted run, all claimed in one transaction (a claim

@@ -1,0 +1,44 @@
+"""A deep queue is asked about again a slice per cycle: no cycle, not even the first after a
+restart, explains every pending job at once (a job that fits and arrives meanwhile would wait
+for seconds), and a pass still reaches every one of them."""
+
+from __future__ import annotations
+
+import pytest
+from nats.aio.client import Client
+from rota.config import load_config
+from rota.endpoints import Endpoints
+from rota.ids import new_id
+from rota.service import RotaService
+from rota.settings import Settings
+from rota_policy import Decisions, PolicyConfig, Snapshot, policy_config_from
+from rota_scheduler import app
+
+from tests.integration.scheduler.test_lease_during_cycle import _submitted
+
+
+async def test_a_deep_queue_is_refreshed_a_slice_per_cycle(
+    endpoints: Endpoints, nc: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[frozenset[str] | None] = []
+
+    def recording_schedule(snapshot: Snapshot, now: float, config: PolicyConfig) -> Decisions:
+        asked.append(snapshot.explain)
+        return Decisions()
+
+    monkeypatch.setattr(app, "schedule", recording_schedule)
+    config = load_config()
+    service = RotaService("scheduler", migrations=None, settings=Settings(),
+                          endpoints=endpoints)  # fmt: skip
+    scheduler = app.Scheduler(service, config, policy_config_from(config))
+    waiting = [new_id() for _ in range(2 * app.EXPLAINED_PER_CYCLE + 10)]
+    for job_id in waiting:
+        scheduler._take(_submitted(nc, job_id))
+        scheduler.view.jobs[job_id].pending_fingerprint = (("PRIORITY",), 0)  # explained before
+    epoch = 1_000_000.0
+    for cycle in range(3):
+        scheduler._decide(epoch + 3600.0 * cycle)  # an hour apart: every slice is due
+    assert all(a is not None and len(a) <= app.EXPLAINED_PER_CYCLE for a in asked), \
+        [None if a is None else len(a) for a in asked]
+    covered = set().union(*(a for a in asked if a is not None))
+    assert covered == set(waiting)
