@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from rota.bench.e2e import per_service
+from rota.bench.e2e import CONFIG, config_with_backlog_nodes, per_service
 from rota.bus.partition import Partition, by_job, by_run
 from rota.cli.stack import parse_replicas, replica_names
+from rota.config import load_config
 from rota.settings import Settings
 from rota_ledger.owners import (
     EVENTS,
@@ -152,3 +154,11 @@ def test_every_lease_is_some_replicas_first_choice(count: int) -> None:
     keys = [EVENTS, *(flavor_key(f) for f in ("a", "b", "c", "d"))]
     choices = [preferred(keys, i, count) for i in range(count)]
     assert sorted(k for c in choices for k in c) == sorted(keys)
+
+
+def test_the_bench_backlog_can_wait_on_a_large_cluster(tmp_path: Path) -> None:
+    assert config_with_backlog_nodes(16, tmp_path / "same.yaml") == CONFIG
+    large = load_config(config_with_backlog_nodes(1250, tmp_path / "large.yaml"))
+    assert large.capacity()["deep"] == 1250 * 8
+    assert large.teams["backlog"].quota["deep"] == 1250 * 8
+    assert large.capacity()["gpu"] == load_config(CONFIG).capacity()["gpu"]

@@ -22,16 +22,33 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import yaml
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from rota.bench.deep import DeepQueue, cpu_of, measure_backlog
+from rota.bench.deep import BACKLOG_FLAVOR, BACKLOG_TEAM, DeepQueue, cpu_of, measure_backlog
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts.subjects import STREAM_CMD, STREAM_EVT, submit
 
 CONFIG = Path(__file__).with_name("bench.rota.yaml")
 CEILING_STREAM = "ROTA_BENCH"
+BACKLOG_NODES = 16
+"""Nodes of the flavor the `--pending` backlog waits on, in the shipped bench config."""
+
+
+def config_with_backlog_nodes(nodes: int, out: Path) -> Path:
+    """The bench config with `nodes` 8-GPU nodes for the backlog (and the backlog team's
+    quota all of them), written to `out`; the shipped one when `nodes` is its own."""
+    if nodes == BACKLOG_NODES:
+        return CONFIG
+    doc = yaml.safe_load(CONFIG.read_text())
+    for pool in doc["cluster"]["node_pools"]:
+        if pool["flavor"] == BACKLOG_FLAVOR:
+            pool["count"], pool["racks"] = nodes, max(1, nodes // 8)
+    doc["teams"][BACKLOG_TEAM]["quota"][BACKLOG_FLAVOR] = 8 * nodes
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
 
 
 @dataclass(frozen=True)

@@ -31,20 +31,25 @@ def e2e(
     burst: Annotated[int | None, typer.Option(
         min=1, help="Publish this many jobs at once, as a sweep does (instead of --jobs and"
         " --rate), and report when the last was recorded and granted.")] = None,
+    backlog_nodes: Annotated[int, typer.Option(
+        min=1, help="8-GPU nodes of the flavor the --pending backlog waits on (16 as"
+        " shipped; 1250 for a large cluster that the backlog fills).")] = 16,
     replicas: ReplicasOpt = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
 ) -> None:
     """Submit -> AllocationGranted throughput and p50/p99 latency on the live stack (sim
     executor, embedded servers under ROTA_HOME/bench), against the JetStream ceiling, with
     each service's CPU seconds per job."""
-    from rota.bench.e2e import CONFIG, run
+    from rota.bench.e2e import config_with_backlog_nodes, run
 
     counts = replica_counts(replicas)
     base = get_settings()
     home = base.home / "bench"
     shutil.rmtree(home, ignore_errors=True)
     settings = base.model_copy(update={"home": home})
-    stack = Stack(settings, CONFIG, Executor.sim,
+    home.mkdir(parents=True)
+    config = config_with_backlog_nodes(backlog_nodes, home / "bench.rota.yaml")
+    stack = Stack(settings, config, Executor.sim,
                   extra_env={"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
                              "ROTA_SCHEDULER_DEBOUNCE_S": "0.02",
                              "ROTA_OUTBOX_POLL_INTERVAL_S": "0.1"},
@@ -64,7 +69,8 @@ def e2e(
             ignore_signals()
             stack.stop()
     figures = {"benchmark": "e2e", **result.as_json(),
-               "replicas": {name: counts.get(name, 1) for name in SERVICES}}
+               "replicas": {name: counts.get(name, 1) for name in SERVICES},
+               **({"backlog_nodes": backlog_nodes} if pending else {})}
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
     emit_json(figures)
