@@ -34,7 +34,7 @@ async def test_a_deep_queue_is_refreshed_a_slice_per_cycle(
     waiting = [new_id() for _ in range(2 * app.EXPLAINED_PER_CYCLE + 10)]
     for job_id in waiting:
         scheduler._take(_submitted(nc, job_id))
-        scheduler.view.jobs[job_id].pending_fingerprint = (("PRIORITY",), 0)  # explained before
+        scheduler.view.explained(scheduler.view.jobs[job_id], (("PRIORITY",), 0, False))
     epoch = 1_000_000.0
     for cycle in range(3):
         scheduler._decide(epoch + 3600.0 * cycle)  # an hour apart: every slice is due

@@ -278,3 +278,28 @@ def test_a_job_that_accepts_any_flavor_is_proposed_and_booked_on_the_one_it_fits
     runs = {r.job_id: r for r in story.view.snapshot(story.now).running}
     assert runs[fallback].flavor == "a100"
     assert runs[fallback].flavor != story.view.jobs[fallback].spec.flavor
+
+
+def test_the_unexplained_index_names_the_pending_jobs_a_scan_would() -> None:
+    # Some jobs admitted, some explained, one cancelled, some left for a later cycle: the
+    # index, in submission order, is what a pass over every job finds.
+    story = Story()
+    story.submit(workers=4, team="nlp", user="alice")  # fills the cluster
+    waiting = [story.submit(workers=4, team="nlp", user="alice") for _ in range(12)]
+    story.event("JobCancelled", job_id=waiting[3])
+
+    def scan() -> list[str]:
+        return [j.job_id for j in story.view.pending_jobs() if j.pending_fingerprint is None]
+
+    assert story.view.unexplained_jobs(100) == scan()
+    for asked_limit in (5, 100, 100, 100):
+        asked = next_to_explain(story.view, set(), asked_limit)
+        decisions = schedule(story.view.snapshot(story.now, asked), story.now, POLICY)
+        actions = plan_actions(story.view, decisions, now=story.now, new_uuid=story.uuid,
+                               pending_limit=3)
+        record_sent(story.view, actions, story.now)
+        for item in actions.outgoing:
+            story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+        assert story.view.unexplained_jobs(100) == scan()
+        assert story.view.unexplained_jobs(2) == scan()[:2]
+    assert scan() == []

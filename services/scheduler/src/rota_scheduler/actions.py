@@ -341,10 +341,10 @@ def start_run(job: JobRecord, run_id: str, view: ClusterView) -> Outgoing:
 
 
 def next_to_explain(view: ClusterView, held_back: set[str], limit: int) -> frozenset[str]:
-    """The jobs a cycle between full explains asks about, `limit` at most: those never
+    """The jobs a cycle asks about, besides a refresh slice, `limit` at most: those never
     explained first (nobody has seen why they wait), then those whose changed explanation an
     earlier cycle held back. Whatever is left over is asked about in the cycles after."""
-    fresh = (j.job_id for j in view.pending_jobs() if j.pending_fingerprint is None)
+    fresh = view.unexplained_jobs(limit)
     jobs = view.jobs
     waiting = (job_id for job_id in held_back
                if (job := jobs.get(job_id)) is not None and job.state == "pending"
@@ -359,6 +359,6 @@ def record_sent(view: ClusterView, actions: Actions, epoch: float) -> None:
         if name in ("AllocationProposed", "PreemptionRequested", "GrowRequested"):
             view.apply(name, item.message.model_dump(mode="json"), epoch)
     for job_id, print_ in actions.fingerprints.items():
-        view.jobs[job_id].pending_fingerprint = print_
+        view.explained(view.jobs[job_id], print_)
     for job_id in actions.stops:
         view.jobs[job_id].stop_requested = True
