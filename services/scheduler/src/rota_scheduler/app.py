@@ -66,7 +66,7 @@ EXPLAINED_PER_CYCLE = 2_000
 and its explaining stay small however many waits change at once."""
 
 
-GAUGE_DUTY = 0.05
+GAUGE_DUTY = 0.02
 """At most this share of a core goes to recomputing the per-job queue gauges."""
 
 
