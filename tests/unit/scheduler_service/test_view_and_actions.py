@@ -303,3 +303,16 @@ def test_the_unexplained_index_names_the_pending_jobs_a_scan_would() -> None:
         assert story.view.unexplained_jobs(100) == scan()
         assert story.view.unexplained_jobs(2) == scan()[:2]
     assert scan() == []
+
+
+def test_a_job_cancelled_while_proposed_is_stopped_once_granted_and_then_forgotten() -> None:
+    story = Story()
+    job = story.submit()
+    [proposal] = of(story.cycle(), m.AllocationProposed)
+    story.event("JobCancelled", job_id=job, team="nlp", reason="x", was_running=False)
+    assert of(story.cycle(), m.StopRun) == [] and of(story.cycle(), m.RunStopped) == []
+    story.grant_and_start(proposal)
+    [stop] = of(story.cycle(), m.StopRun)
+    assert stop.run_id == proposal.run_id
+    story.event("RunStopped", run_id=proposal.run_id, job_id=job, reason="cancelled")
+    assert story.view.stops_needed() == [] and job not in story.view.cancelled_live

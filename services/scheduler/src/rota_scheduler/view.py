@@ -118,6 +118,9 @@ class ClusterView:
     """GPU-seconds each budgeted (team, flavor) used this period, from run starts and ends."""
     running_memo: RunningMemo = field(default_factory=dict, repr=False)
     """The last snapshot's running runs, which the next reuses where nothing changed."""
+    cancelled_live: dict[str, None] = field(default_factory=dict, repr=False)
+    """Jobs cancelled and not yet done, in the order they were cancelled (`stops_needed`
+    looks only at these)."""
     unexplained: dict[str, None] = field(default_factory=dict, repr=False)
     """Jobs submitted and never explained, in submission order (a set that keeps its order);
     those that stopped waiting leave as `unexplained_jobs` passes them."""
@@ -160,6 +163,8 @@ class ClusterView:
         self.restarts.pop(job.job_id, None)
         if job.state == "pending":
             job.state = "done"
+        else:
+            self.cancelled_live[job.job_id] = None
 
     def _on_AllocationProposed(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)
@@ -385,11 +390,14 @@ class ClusterView:
 
     def stops_needed(self) -> list[JobRecord]:
         """Cancelled jobs whose run still holds GPUs and has not been told to stop."""
-        return [
-            j
-            for j in self.jobs.values()
-            if j.cancelled and j.run_id and j.state in ACTIVE_STATES and not j.stop_requested
-        ]
+        found: list[JobRecord] = []
+        for job_id in list(self.cancelled_live):
+            job = self.jobs.get(job_id)
+            if job is None or job.state == "done":
+                del self.cancelled_live[job_id]
+            elif job.run_id and job.state in ACTIVE_STATES and not job.stop_requested:
+                found.append(job)
+        return found
 
 
 def _slots(placement: list[dict[str, Any]]) -> tuple[Slot, ...]:
