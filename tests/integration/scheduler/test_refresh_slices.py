@@ -31,14 +31,14 @@ async def test_a_deep_queue_is_refreshed_a_slice_per_cycle(
     service = RotaService("scheduler", migrations=None, settings=Settings(),
                           endpoints=endpoints)  # fmt: skip
     scheduler = app.Scheduler(service, config, policy_config_from(config))
-    waiting = [new_id() for _ in range(2 * app.EXPLAINED_PER_CYCLE + 10)]
+    waiting = [new_id() for _ in range(2 * app.REFRESH_SLICE + 10)]
     for job_id in waiting:
         scheduler._take(_submitted(nc, job_id))
         scheduler.view.explained(scheduler.view.jobs[job_id], (("PRIORITY",), 0, False))
     epoch = 1_000_000.0
     for cycle in range(3):
         scheduler._decide(epoch + 3600.0 * cycle)  # an hour apart: every slice is due
-    assert all(a is not None and len(a) <= app.EXPLAINED_PER_CYCLE for a in asked), \
+    assert all(a is not None and len(a) <= app.REFRESH_SLICE for a in asked), \
         [None if a is None else len(a) for a in asked]
     covered = set().union(*(a for a in asked if a is not None))
     assert covered == set(waiting)

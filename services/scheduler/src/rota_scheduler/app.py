@@ -66,8 +66,14 @@ EXPLAINED_PER_CYCLE = 2_000
 and its explaining stay small however many waits change at once."""
 
 
-GAUGE_DUTY = 0.02
+GAUGE_DUTY = 0.01
 """At most this share of a core goes to recomputing the per-job queue gauges."""
+
+
+REFRESH_SLICE = 500
+"""Pending jobs a cycle asks about again at most. Each changed explanation is a JobPending
+that every reader of the stream, this scheduler too, takes in stream order: a slice of 2,000
+held a fitting job's JobSubmitted behind their echoes for up to a second at 100,000 pending."""
 
 
 class Scheduler:
@@ -87,7 +93,7 @@ class Scheduler:
         self.debounce_s = settings.scheduler_debounce_s
         self.lease_ttl_s = settings.scheduler_lease_ttl_s
         self.refresh = RefreshPass(settings.scheduler_explain_interval_s,
-                                   settings.scheduler_explain_duty, EXPLAINED_PER_CYCLE)
+                                   settings.scheduler_explain_duty, REFRESH_SLICE)
         self.observed_changes = -1
         """The view's change count when the queue gauges were last computed."""
         self.gauges_owed = True
