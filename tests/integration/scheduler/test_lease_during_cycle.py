@@ -43,6 +43,14 @@ def _submitted(nc: Client, job_id: str) -> Msg:
                data=env.to_bytes())  # fmt: skip
 
 
+def scheduler_on(endpoints: Endpoints) -> app.Scheduler:
+    """A scheduler that is not started: its cycle's parts are called directly."""
+    config = load_config()
+    service = RotaService("scheduler", migrations=None, settings=Settings(),
+                          endpoints=endpoints)  # fmt: skip
+    return app.Scheduler(service, config, policy_config_from(config))
+
+
 async def test_the_lease_is_renewed_while_a_long_cycle_decides(
     endpoints: Endpoints, nc: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -62,10 +70,7 @@ async def test_the_lease_is_renewed_while_a_long_cycle_decides(
         return Decisions()
 
     monkeypatch.setattr(app, "schedule", slow_schedule)
-    config = load_config()
-    service = RotaService("scheduler", migrations=None, settings=Settings(),
-                          endpoints=endpoints)  # fmt: skip
-    scheduler = app.Scheduler(service, config, policy_config_from(config))
+    scheduler = scheduler_on(endpoints)
     job_id = new_id()
 
     async def release_after_renewals() -> None:
@@ -100,10 +105,7 @@ async def test_the_lease_is_renewed_while_a_long_cycle_decides(
 async def test_a_long_backlog_of_held_events_is_folded_in_order_with_turns_for_the_loop(
     endpoints: Endpoints, nc: Client
 ) -> None:
-    config = load_config()
-    service = RotaService("scheduler", migrations=None, settings=Settings(),
-                          endpoints=endpoints)  # fmt: skip
-    scheduler = app.Scheduler(service, config, policy_config_from(config))
+    scheduler = scheduler_on(endpoints)
     backlog = [new_id() for _ in range(3 * app.SLICE)]
     scheduler._held = [_submitted(nc, job_id) for job_id in backlog]  # held while deciding
     turns = 0

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import pytest
 from nats.aio.client import Client
-from rota.config import load_config
 from rota.endpoints import Endpoints
 from rota.ids import new_id
-from rota.service import RotaService
-from rota.settings import Settings
-from rota_policy import Decisions, PolicyConfig, Snapshot, policy_config_from
+from rota_policy import Decisions, PolicyConfig, Snapshot
 from rota_scheduler import app
 
-from tests.integration.scheduler.test_lease_during_cycle import _submitted
+from tests.integration.scheduler.test_lease_during_cycle import _submitted, scheduler_on
 
 
 async def test_a_deep_queue_is_refreshed_a_slice_per_cycle(
@@ -27,10 +24,7 @@ async def test_a_deep_queue_is_refreshed_a_slice_per_cycle(
         return Decisions()
 
     monkeypatch.setattr(app, "schedule", recording_schedule)
-    config = load_config()
-    service = RotaService("scheduler", migrations=None, settings=Settings(),
-                          endpoints=endpoints)  # fmt: skip
-    scheduler = app.Scheduler(service, config, policy_config_from(config))
+    scheduler = scheduler_on(endpoints)
     waiting = [new_id() for _ in range(2 * app.REFRESH_SLICE + 10)]
     for job_id in waiting:
         scheduler._take(_submitted(nc, job_id))
