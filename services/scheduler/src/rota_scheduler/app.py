@@ -70,6 +70,11 @@ GAUGE_DUTY = 0.01
 """At most this share of a core goes to recomputing the per-job queue gauges."""
 
 
+OWN_ECHOES_KEPT = 50_000
+"""Own JobPending ids remembered at most (`Scheduler.own_pending`)."""
+
+JOB_PENDING = EVENT_SUBJECTS["JobPending"]
+
 REFRESH_SLICE = 500
 """Pending jobs a cycle asks about again at most. Each changed explanation is a JobPending
 that every reader of the stream, this scheduler too, takes in stream order: a slice of 2,000
@@ -102,6 +107,10 @@ class Scheduler:
         """Whether this cycle asks about a refresh slice (`RefreshPass.spent` is told its CPU)."""
         self._held: list[Msg] | None = None
         """Events that arrived while a worker thread decides from the view; None otherwise."""
+        self.own_pending: dict[str, None] = {}
+        """Message ids of the JobPending events this process committed and has not seen come
+        back. Their echoes are skipped unread: `record_sent` folded each into the view at its
+        commit, and with a deep queue they were most of what the scheduler read."""
         self.held_back: set[str] = set()
         """Jobs whose changed explanation is still to publish (`plan_actions`' `pending_limit`)."""
         self.budgets = BudgetReporter()
@@ -126,14 +135,33 @@ class Scheduler:
         self._take(msg)
 
     def _take(self, msg: Msg) -> None:
-        if (env := self._believed(msg)) is not None:
+        own_echo = self._own_pending_echo(msg)
+        if not own_echo and (env := self._believed(msg)) is not None:
             data = env.data.model_dump(mode="json")
             self.view.apply(env.type, data, env.occurred_at.timestamp())
             self.traces.observe(env.type, env.job_id, data, msg.headers)
         self.last_seq = msg.metadata.sequence.stream
         if self.last_seq >= self.replay_target:
             self.caught_up.set()
-        self.dirty.set()
+        if not own_echo:
+            self.dirty.set()
+
+    def _own_pending_echo(self, msg: Msg) -> bool:
+        """Whether `msg` is a JobPending this process committed (and forgets it if so)."""
+        if not self.own_pending or msg.subject != JOB_PENDING:
+            return False
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+        if msg_id not in self.own_pending:
+            return False
+        del self.own_pending[msg_id]
+        return True
+
+    def _sent_pending(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["subject"] == JOB_PENDING:
+                self.own_pending[row["id"]] = None
+        while len(self.own_pending) > OWN_ECHOES_KEPT:  # echoes lost, or never coming
+            del self.own_pending[next(iter(self.own_pending))]
 
     # ------------------------------------------------------------ leadership
 
@@ -249,6 +277,7 @@ class Scheduler:
                     await asyncio.sleep(0)
             await self.service.outbox.add_rows(conn, rows)
         record_sent(self.view, actions, epoch)
+        self._sent_pending(rows)
         self.held_back = backlog
         metrics.decided(actions.records)
         self.cycles += 1
