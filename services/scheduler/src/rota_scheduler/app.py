@@ -77,8 +77,8 @@ JOB_PENDING = EVENT_SUBJECTS["JobPending"]
 
 REFRESH_SLICE = 500
 """Pending jobs a cycle asks about again at most. Each changed explanation is a JobPending
-that every reader of the stream, this scheduler too, takes in stream order: a slice of 2,000
-held a fitting job's JobSubmitted behind their echoes for up to a second at 100,000 pending."""
+that every reader of the stream takes in stream order: a slice of 2,000 held a fitting job's
+JobSubmitted behind their echoes for up to a second at 100,000 pending."""
 
 
 class Scheduler:
