@@ -31,7 +31,6 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from rota.bus.flushed import flushed
 
 from tests.conformance.job_side import uuid7
 
@@ -138,7 +137,9 @@ class Team:
                                 inbox_prefix=f"_INBOX_team_{name}")
         team = cls(name, nc)
         await nc.subscribe(f"rota.feed.{name}.>", cb=team._on_feed)
-        await flushed(nc)
+        # Twice: nats-py's flush can put its PING on the wire before the SUB (DECISIONS 92).
+        await nc.flush()
+        await nc.flush()
         return team
 
     async def _on_feed(self, msg: Msg) -> None:
