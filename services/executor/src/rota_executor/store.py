@@ -97,11 +97,8 @@ def new_record(start: m.StartRun, *, backend: str, now: datetime) -> RunRecord:
 
 async def insert_runs(conn: AsyncConnection, rows: list[dict[str, Any]]) -> set[str]:
     """Insert each run once: the run_ids inserted now. A run known already (a duplicate
-    StartRun) is left as it is and not among them.
-
-    Executed as many rows with RETURNING, which SQLAlchemy sends as multi-row statements
-    ("insertmanyvalues"), in pages under the driver's bind limit, from one cached compilation:
-    compiling a multi-row `values()` afresh cost more CPU than the whole round trip."""
+    StartRun) is left as it is and not among them. An executemany with RETURNING
+    (`rota.db.chunks`)."""
     if not rows:
         return set()
     result = await conn.execute(

@@ -93,8 +93,7 @@ _UPSERT_JOB = insert(jobs).on_conflict_do_update(
 
 
 async def put_jobs(conn: AsyncConnection, views: Iterable[JobView], now: datetime) -> None:
-    """Upsert the views; a job at most once in `views`. An executemany: SQLAlchemy sends it as
-    multi-row statements (insertmanyvalues) compiled once, not once per batch's row count."""
+    """Upsert the views; a job at most once in `views`. An executemany (`rota.db.chunks`)."""
     rows = [{
         "job_id": job.job_id, "name": job.name, "team": job.team, "user_name": job.user,
         "queue": job.queue, "submitted_at": job.submitted_at, "pending_since": job.pending_since,

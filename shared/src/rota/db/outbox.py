@@ -57,11 +57,7 @@ class Outbox:
     async def add_rows(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
         """Queue many rows in the caller's transaction; a batch's events cost a round trip
         per thousand instead of one each, and no statement binds more than the driver takes.
-        `seq` follows the list's order.
-
-        Executed as many rows with RETURNING, which SQLAlchemy sends as multi-row statements
-        in pages ("insertmanyvalues") from one cached compilation: a multi-row `values()` is
-        compiled afresh each time, about 50 us a row, more CPU than the round trip it saves."""
+        `seq` follows the list's order. An executemany with RETURNING (`rota.db.chunks`)."""
         if rows:
             await conn.execute(sa.insert(self.table).returning(self.table.c.seq), rows)
 
@@ -74,9 +70,7 @@ class Outbox:
     ) -> set[str]:
         """The guard for a whole batch: the ids seen for the first time.
         An id twice in `message_ids` is returned once; the caller applies its first copy.
-
-        An executemany, which SQLAlchemy sends as multi-row statements (insertmanyvalues) under
-        the driver's limit of bind parameters, compiled once rather than once per batch size."""
+        An executemany with RETURNING (`rota.db.chunks`)."""
         from sqlalchemy.dialects.postgresql import insert
 
         rows = [{"consumer": consumer, "message_id": i} for i in dict.fromkeys(message_ids)]
