@@ -5,7 +5,9 @@ Jobs are submitted on `rota.cmd.submit.bench` (JetStream, the producers' path) a
 rate; the clock for each job runs from its publish to the `AllocationGranted` that names it.
 With `pending`, a deep queue is submitted and measured first (`rota.bench.deep`). With `burst`,
 all jobs are published at once, as a sweep is, and the figures are when the last one was
-recorded (its `JobSubmitted`) and granted.
+recorded (its `JobSubmitted`) and granted. Beside submit -> granted, each job's submit ->
+recorded and submit -> started (its first `RunStarted`) say which side of the scheduler a slow
+job waited on.
 """
 
 from __future__ import annotations
@@ -52,6 +54,27 @@ def config_with_backlog_nodes(nodes: int, out: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class Latency:
+    """Milliseconds from each job's publish to one of its events, over the jobs that got it."""
+
+    count: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, sent: Mapping[str, float], reached: Mapping[str, float]) -> Latency:
+        values = [(reached[sid] - t) * 1000 for sid, t in sent.items() if sid in reached]
+        return cls(count=len(values),
+                   p50_ms=statistics.median(values) if values else float("nan"),
+                   p99_ms=percentile(values, 0.99), max_ms=max(values, default=float("nan")))
+
+    def as_json(self, prefix: str) -> dict[str, float]:
+        return {f"{prefix}_p50_ms": round(self.p50_ms, 1), f"{prefix}_p99_ms": round(self.p99_ms, 1),
+                f"{prefix}_max_ms": round(self.max_ms, 1)}
+
+
+@dataclass(frozen=True)
 class Result:
     jobs: int
     granted: int
@@ -70,6 +93,8 @@ class Result:
     burst: bool = False
     all_recorded_s: float | None = None
     all_granted_s: float | None = None
+    recorded: Latency | None = None
+    started: Latency | None = None
 
     def as_json(self) -> dict[str, Any]:
         deep = self.deep.as_json() if self.deep is not None else {"pending": 0}
@@ -77,6 +102,9 @@ class Result:
             "jobs": self.jobs, "granted": self.granted, "offered_per_s": self.offered_per_s,
             "jobs_per_s": round(self.jobs_per_s, 1), "p50_ms": round(self.p50_ms, 1),
             "p99_ms": round(self.p99_ms, 1), "max_ms": round(self.max_ms, 1),
+            **(self.recorded.as_json("recorded") if self.recorded else {}),
+            **({"started": self.started.count, **self.started.as_json("started")}
+               if self.started else {}),
             "jetstream_ceiling_msgs_per_s": round(self.jetstream_ceiling_msgs_per_s, 1),
             "ratio_to_ceiling": round(self.jobs_per_s * self.messages_per_job
                                       / self.jetstream_ceiling_msgs_per_s, 3),
@@ -164,16 +192,19 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     js = nc.jetstream()
     sent: dict[str, float] = {}
     granted: dict[str, float] = {}
+    started: dict[str, float] = {}
     job_of_submission: dict[str, str] = {}
-    recorded: list[float] = []
-    done = asyncio.Event()
+    recorded: dict[str, float] = {}
+    measured: set[str] = set()
+    done, all_started = asyncio.Event(), asyncio.Event()
 
     async def on_submitted(msg: Msg) -> None:
         doc = json.loads(msg.data)
         sid = doc["data"]["spec"]["submission_id"]
         if sid in sent:
             job_of_submission[sid] = doc["job_id"]
-            recorded.append(time.perf_counter())
+            measured.add(doc["job_id"])
+            recorded.setdefault(sid, time.perf_counter())
 
     async def on_granted(msg: Msg) -> None:
         doc = json.loads(msg.data)
@@ -183,8 +214,16 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         if len(granted) >= jobs:
             done.set()
 
+    async def on_started(msg: Msg) -> None:
+        job = json.loads(msg.data)["job_id"]
+        if job in measured:  # not the backlog's
+            started.setdefault(job, time.perf_counter())
+            if len(started) >= jobs:
+                all_started.set()
+
     await nc.subscribe("rota.evt.job.submitted", cb=on_submitted)
     await nc.subscribe("rota.evt.allocation.granted", cb=on_granted)
+    await nc.subscribe("rota.evt.run.started", cb=on_started)
     before = await _stream_messages(nc)
     cpu_before = cpu_of(pids, server_pids)
     run_id = uuid.uuid4().hex[:8]
@@ -215,10 +254,13 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     await asyncio.gather(*in_flight)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), timeout=max(60.0, jobs / 20))
+    with contextlib.suppress(TimeoutError):  # a run starts soon after its grant
+        await asyncio.wait_for(all_started.wait(), timeout=10.0)
     await asyncio.sleep(1.0)  # let the last events land before counting messages
     cpu_after = cpu_of(pids, server_pids)
-    latencies = [(granted[job_of_submission[sid]] - t) * 1000 for sid, t in sent.items()
-                 if sid in job_of_submission and job_of_submission[sid] in granted]
+    granted_at = {sid: granted[job] for sid, job in job_of_submission.items() if job in granted}
+    started_at = {sid: started[job] for sid, job in job_of_submission.items() if job in started}
+    to_grant = Latency.of(sent, granted_at)
     last = max(granted.values(), default=start)
     messages = await _stream_messages(nc) - before
     if progress:
@@ -226,10 +268,9 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     ceiling = await jetstream_ceiling(nc)
     await nc.close()
     return Result(
-        jobs=jobs, granted=len(latencies), offered_per_s=rate,
-        jobs_per_s=len(latencies) / max(1e-9, last - start),
-        p50_ms=statistics.median(latencies) if latencies else float("nan"),
-        p99_ms=percentile(latencies, 0.99), max_ms=max(latencies, default=float("nan")),
+        jobs=jobs, granted=to_grant.count, offered_per_s=rate,
+        jobs_per_s=to_grant.count / max(1e-9, last - start),
+        p50_ms=to_grant.p50_ms, p99_ms=to_grant.p99_ms, max_ms=to_grant.max_ms,
         jetstream_ceiling_msgs_per_s=ceiling, messages_per_job=messages / max(1, jobs),
         wall_s=time.perf_counter() - start,
         cpu_s_per_job={name: (cpu_after[name] - cpu_before[name]) / max(1, jobs)
@@ -238,6 +279,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
                               for name in server_pids},
         deep=deep,
         burst=burst,
-        all_recorded_s=max(recorded) - start if len(recorded) >= jobs else None,
-        all_granted_s=last - start if len(latencies) >= jobs else None,
+        all_recorded_s=max(recorded.values()) - start if len(recorded) >= jobs else None,
+        all_granted_s=last - start if to_grant.count >= jobs else None,
+        recorded=Latency.of(sent, recorded), started=Latency.of(sent, started_at),
     )
