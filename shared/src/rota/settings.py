@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     scheduler_explain_duty: float = Field(
         0.02, gt=0, le=1, description="At most this share of a core goes to refreshing every "
         "pending job: a deep queue is refreshed less often than the interval.")
+    scheduler_gc_sweep_s: float = Field(
+        3600.0, gt=0, description="The scheduler keeps its view frozen out of the garbage "
+        "collector's full passes, and collects it whole this often (rota_scheduler.heap).")
 
     # The notifier's channels (issue 5). Secrets are SecretStr: they never print or log.
     slack_webhook_url: SecretStr | None = Field(None, description="A Slack incoming webhook.")

@@ -48,6 +48,7 @@ from rota_scheduler.actions import (
     start_run,
 )
 from rota_scheduler.budgets import BudgetReporter
+from rota_scheduler.heap import FrozenHeap
 from rota_scheduler.lease import Lease
 from rota_scheduler.refresh import RefreshPass
 from rota_scheduler.tracing import JobTraces, decision_span, paired
@@ -114,6 +115,7 @@ class Scheduler:
         self.held_back: set[str] = set()
         """Jobs whose changed explanation is still to publish (`plan_actions`' `pending_limit`)."""
         self.budgets = BudgetReporter()
+        self.heap = FrozenHeap(settings.scheduler_gc_sweep_s)
 
     # ------------------------------------------------------------ events
 
@@ -172,10 +174,12 @@ class Scheduler:
         await lease.acquire()
         lost = asyncio.Event()
         keeper = asyncio.create_task(lease.keep(lost), name="scheduler-lease")
+        self.heap.start()
         try:
             await self._rebuild()
             await self._loop(lost)
         finally:
+            self.heap.stop()
             keeper.cancel()
             await lease.release()
 
@@ -228,6 +232,7 @@ class Scheduler:
                 raise
             except Exception:
                 log.exception("scheduling cycle failed; retrying at the next tick")
+            self.heap.settle(self.service.clock.now().timestamp())
         log.error("lease lost: stopping so a standby can lead")
         self.service.app.exit()
 
