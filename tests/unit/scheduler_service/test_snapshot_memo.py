@@ -65,3 +65,22 @@ def test_the_reused_running_runs_equal_fresh_ones_through_a_preemption_story() -
     assert preemptor in {r.job_id for r in story.view.snapshot(story.now).running}
     assert set(victims) & {r.job_id for r in story.view.snapshot(story.now).running}
     assert story.checks >= 12
+
+
+def test_the_nodes_are_built_again_only_when_the_gpus_held_or_withdrawn_change() -> None:
+    story = CheckedStory()
+    first = story.view.snapshot(story.now).nodes
+    story.now += 60
+    assert story.view.snapshot(story.now).nodes is first  # nothing held or withdrawn changed
+    story.submit(workers=1, gpus_per_worker=2, team="research", user="dave", queue="experiment")
+    [proposal] = of(story.cycle(), m.AllocationProposed)
+    held = story.view.snapshot(story.now).nodes
+    assert held is not first and held != first
+    story.grant_and_start(proposal)
+    story.check()
+    node = proposal.placement[0].node
+    story.event("NodeWithdrawn", node=node, reason="drained")
+    withdrawn = story.view.snapshot(story.now).nodes
+    assert withdrawn != held
+    assert next(n for n in withdrawn if n.name == node).free == ()
+    story.check()

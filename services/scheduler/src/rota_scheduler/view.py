@@ -24,7 +24,7 @@ from rota_policy.model import QUARTERS
 from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
-from rota_scheduler.snapshot import RunningMemo, snapshot_of
+from rota_scheduler.snapshot import SnapshotMemo, snapshot_of
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
 ETA_BUCKET_S = 60.0
@@ -116,7 +116,7 @@ class ClusterView:
     """What finished jobs ran against what they declared, which the ETAs scale by."""
     budget_meter: BudgetMeter = field(init=False)
     """GPU-seconds each budgeted (team, flavor) used this period, from run starts and ends."""
-    running_memo: RunningMemo = field(default_factory=dict, repr=False)
+    snapshot_memo: SnapshotMemo = field(default_factory=SnapshotMemo, repr=False)
     """The last snapshot's running runs, which the next reuses where nothing changed."""
     cancelled_live: dict[str, None] = field(default_factory=dict, repr=False)
     """Jobs cancelled and not yet done, in the order they were cancelled (`stops_needed`
@@ -386,7 +386,7 @@ class ClusterView:
 
     def snapshot(self, now: float, explain: frozenset[str] | None = None) -> Snapshot:
         """The policy's input at `now`; `explain`: the pending jobs to explain (None: all)."""
-        return snapshot_of(self, now, explain, self.running_memo)
+        return snapshot_of(self, now, explain, self.snapshot_memo)
 
     def stops_needed(self) -> list[JobRecord]:
         """Cancelled jobs whose run still holds GPUs and has not been told to stop."""
