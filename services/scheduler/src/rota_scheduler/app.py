@@ -67,8 +67,9 @@ EXPLAINED_PER_CYCLE = 2_000
 and its explaining stay small however many waits change at once."""
 
 
-GAUGE_DUTY = 0.01
-"""At most this share of a core goes to recomputing the per-job queue gauges."""
+GAUGE_DUTY = 0.005
+"""At most this share of a core goes to recomputing the per-job queue gauges: at 100,000
+pending (0.13 s a pass), about every 26 s, within a 30 s scrape interval."""
 
 
 OWN_ECHOES_KEPT = 50_000
