@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rota.contracts import Tier
 from rota_policy import NodeState, PlanInFlight, Restart, RunningRun, Snapshot
+from rota_policy.layout import Layout, layout_of
 
 if TYPE_CHECKING:
     from rota_scheduler.view import Allocation, ClusterView, JobRecord
@@ -24,6 +25,9 @@ class SnapshotMemo:
     running: RunningMemo = field(default_factory=dict)
     nodes_from: tuple[Any, ...] | None = None
     nodes: tuple[NodeState, ...] = ()
+    layout: Layout | None = None
+    """The nodes' layout, which the policy uses only if it matches them (compared in full):
+    building it again each cycle cost a third of an idle cycle on 2,500 nodes."""
 
 
 def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None,
@@ -34,8 +38,11 @@ def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None,
     `memo`: parts of the last snapshot, reused where nothing they are built from changed, and
     replaced by this snapshot's. Building every running run again each cycle cost about two
     thirds of the snapshot with thousands running, and every node's state most of an idle
-    cycle on 2,500 nodes; the result is the same
+    cycle on 2,500 nodes; the result is the same, but for the kept layout
     (`tests/unit/scheduler_service/test_snapshot_memo.py`)."""
+    nodes = _nodes(view, memo)
+    if memo is not None:
+        memo.layout = layout_of(nodes, memo.layout)
     running = (tuple(_running(view, a, now) for a in view.allocations.values() if a.job_id in view.jobs)
                if memo is None else _running_reused(view, now, memo.running))
     pending = view.pending_index.queues()
@@ -49,7 +56,7 @@ def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None,
         and view.jobs[p.preemptor_job_id].state == "pending"
     )
     return Snapshot(
-        nodes=_nodes(view, memo),
+        nodes=nodes,
         running=running,
         pending=pending,
         usage={t: v * decay for t, v in view.usage.items()},
@@ -61,6 +68,7 @@ def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None,
             Restart(job_id, r.run_id, r.target, r.requested_at, r.grow)
             for job_id, r in view.restarts.items() if job_id in view.jobs
         ),
+        layout=memo.layout if memo is not None else None,
     )
 
 
