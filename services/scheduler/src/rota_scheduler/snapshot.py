@@ -41,8 +41,8 @@ def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None,
     cycle on 2,500 nodes; the result is the same, but for the kept layout
     (`tests/unit/scheduler_service/test_snapshot_memo.py`)."""
     nodes = _nodes(view, memo)
-    if memo is not None:
-        memo.layout = layout_of(nodes, memo.layout)
+    if memo is not None and memo.layout is None:
+        memo.layout = layout_of(nodes)  # the configured nodes' shapes: fixed for the process
     running = (tuple(_running(view, a, now) for a in view.allocations.values() if a.job_id in view.jobs)
                if memo is None else _running_reused(view, now, memo.running))
     pending = view.pending_index.queues()

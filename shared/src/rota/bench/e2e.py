@@ -193,17 +193,15 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
     sent: dict[str, float] = {}
     granted: dict[str, float] = {}
     started: dict[str, float] = {}
-    job_of_submission: dict[str, str] = {}
+    submission_of_job: dict[str, str] = {}
     recorded: dict[str, float] = {}
-    measured: set[str] = set()
     done, all_started = asyncio.Event(), asyncio.Event()
 
     async def on_submitted(msg: Msg) -> None:
         doc = json.loads(msg.data)
         sid = doc["data"]["spec"]["submission_id"]
         if sid in sent:
-            job_of_submission[sid] = doc["job_id"]
-            measured.add(doc["job_id"])
+            submission_of_job[doc["job_id"]] = sid
             recorded.setdefault(sid, time.perf_counter())
 
     async def on_granted(msg: Msg) -> None:
@@ -216,7 +214,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
 
     async def on_started(msg: Msg) -> None:
         job = json.loads(msg.data)["job_id"]
-        if job in measured:  # not the backlog's
+        if job in submission_of_job:  # not the backlog's
             started.setdefault(job, time.perf_counter())
             if len(started) >= jobs:
                 all_started.set()
@@ -258,9 +256,10 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         await asyncio.wait_for(all_started.wait(), timeout=10.0)
     await asyncio.sleep(1.0)  # let the last events land before counting messages
     cpu_after = cpu_of(pids, server_pids)
-    granted_at = {sid: granted[job] for sid, job in job_of_submission.items() if job in granted}
-    started_at = {sid: started[job] for sid, job in job_of_submission.items() if job in started}
-    to_grant = Latency.of(sent, granted_at)
+    def by_submission(at: dict[str, float]) -> dict[str, float]:
+        return {submission_of_job[job]: t for job, t in at.items() if job in submission_of_job}
+
+    to_grant = Latency.of(sent, by_submission(granted))
     last = max(granted.values(), default=start)
     messages = await _stream_messages(nc) - before
     if progress:
@@ -281,5 +280,5 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         burst=burst,
         all_recorded_s=max(recorded.values()) - start if len(recorded) >= jobs else None,
         all_granted_s=last - start if to_grant.count >= jobs else None,
-        recorded=Latency.of(sent, recorded), started=Latency.of(sent, started_at),
+        recorded=Latency.of(sent, recorded), started=Latency.of(sent, by_submission(started)),
     )
