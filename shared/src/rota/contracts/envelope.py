@@ -113,7 +113,7 @@ def envelope(
     id: str | None = None,
     occurred_at: datetime | None = None,
 ) -> Envelope[Any]:
-    return Envelope[Any](
+    return envelope_class(Any)(
         id=id or new_id(),
         type=TYPE_NAMES[type(data)],
         occurred_at=occurred_at or datetime.now(UTC),
@@ -183,7 +183,20 @@ def _document(raw: bytes, max_bytes: int) -> dict[str, Any]:
     return doc
 
 
-_ENVELOPES: dict[type[BaseModel], type[Envelope[Any]]] = {}
+_ENVELOPES: dict[Any, type[Envelope[Any]]] = {}
+
+
+def envelope_class(model: Any) -> type[Envelope[Any]]:
+    """`Envelope[model]`, built once for the life of the process.
+
+    Pydantic caches its parametrized classes only weakly, and a class lives in reference
+    cycles: once no envelope of it is alive, the next garbage collection frees it, and the next
+    `Envelope[model]` builds the class again, about 0.7 ms against 11 µs for a whole envelope,
+    paid whenever a collection came between two of a process's messages."""
+    envelope_type = _ENVELOPES.get(model)
+    if envelope_type is None:
+        envelope_type = _ENVELOPES[model] = Envelope[model]
+    return envelope_type
 
 
 def _whole(doc: dict[str, Any], model: type[D]) -> Envelope[D] | None:
@@ -191,11 +204,8 @@ def _whole(doc: dict[str, Any], model: type[D]) -> Envelope[D] | None:
     is wrong, so that the checked path names the first problem exactly as it always has.
     One pass instead of the header, a dump of it, and the envelope again: about 40% less
     CPU per message, and every consumer reads every event."""
-    envelope_type = _ENVELOPES.get(model)
-    if envelope_type is None:
-        envelope_type = _ENVELOPES[model] = Envelope[model]  # type: ignore[valid-type]
     try:
-        return envelope_type.model_validate(doc)
+        return envelope_class(model).model_validate(doc)
     except ValidationError:
         return None
 
@@ -231,9 +241,7 @@ def _with_data(header: _Header, expected: type[D]) -> Envelope[D]:
         data = expected.model_validate(header.data)
     except ValidationError as exc:
         raise first_error(exc, prefix="data") from None
-    return Envelope[expected](  # type: ignore[valid-type]
-        **header.model_dump(exclude={"data"}), data=data
-    )
+    return envelope_class(expected)(**header.model_dump(exclude={"data"}), data=data)
 
 
 _UUID = TypeAdapter(Uuid)
