@@ -83,6 +83,10 @@ def test_the_nodes_are_built_again_only_when_the_gpus_held_or_withdrawn_change()
     [proposal] = of(story.cycle(), m.AllocationProposed)
     held = story.view.snapshot(story.now).nodes
     assert held is not first and held != first
+    taken = {slot.node for slot in proposal.placement}
+    # Only the node the job went to is built again; every other node's state is the same one.
+    assert [a.name for a in held] == [b.name for b in first]
+    assert {a.name for a, b in zip(held, first, strict=True) if a is not b} == taken
     story.grant_and_start(proposal)
     story.check()
     node = proposal.placement[0].node

@@ -360,6 +360,8 @@ class Scheduler:
                               parent=self.traces.run_start(job.job_id, run_id)):
                     rows.append(self._outbox_row(start_run(job, run_id, self.view), now))
             await self.service.outbox.add_rows(conn, rows)
+        if rows and self.service.relay is not None:
+            self.service.relay.wake()  # now, not once the cycle has decided and acted too
         for run_id, job in todo:
             self.start_sent.add(run_id)
             if run_id in claimed:
