@@ -24,7 +24,8 @@ def test_a_small_bench_run_reports_every_stage_of_every_job(
     figures = json.loads(out.read_text())
     assert json.loads(done.stdout) == figures
     assert (figures["jobs"], figures["granted"], figures["started"]) == (30, 30, 30)
-    # Each job is recorded, then granted, then started: so are the medians.
-    assert 0 < figures["recorded_p50_ms"] <= figures["p50_ms"] <= figures["started_p50_ms"]
+    # Each job is recorded, then proposed, then granted, then started: so are the medians.
+    assert 0 < figures["recorded_p50_ms"] <= figures["proposed_p50_ms"] <= figures["p50_ms"]
+    assert figures["p50_ms"] <= figures["started_p50_ms"]
     assert figures["started_p99_ms"] <= figures["started_max_ms"]
     assert set(figures["cpu_s_per_job"]) >= {"submission", "scheduler", "ledger", "executor"}

@@ -6,8 +6,9 @@ rate; the clock for each job runs from its publish to the `AllocationGranted` th
 With `pending`, a deep queue is submitted and measured first (`rota.bench.deep`). With `burst`,
 all jobs are published at once, as a sweep is, and the figures are when the last one was
 recorded (its `JobSubmitted`) and granted. Beside submit -> granted, each job's submit ->
-recorded and submit -> started (its first `RunStarted`) say which side of the scheduler a slow
-job waited on.
+recorded, submit -> proposed (the scheduler's first `AllocationProposed` for it) and submit ->
+started (its first `RunStarted`) say at which stage a slow job waited: the submission service,
+the scheduler, the ledger or the executor.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from nats.aio.msg import Msg
 from rota.bench.deep import BACKLOG_FLAVOR, BACKLOG_TEAM, DeepQueue, cpu_of, measure_backlog
 from rota.contracts import envelope
 from rota.contracts import messages as m
-from rota.contracts.subjects import STREAM_CMD, STREAM_EVT, submit
+from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_CMD, STREAM_EVT, submit
 
 CONFIG = Path(__file__).with_name("bench.rota.yaml")
 CEILING_STREAM = "ROTA_BENCH"
@@ -94,6 +95,7 @@ class Result:
     all_recorded_s: float | None = None
     all_granted_s: float | None = None
     recorded: Latency | None = None
+    proposed: Latency | None = None
     started: Latency | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -103,6 +105,7 @@ class Result:
             "jobs_per_s": round(self.jobs_per_s, 1), "p50_ms": round(self.p50_ms, 1),
             "p99_ms": round(self.p99_ms, 1), "max_ms": round(self.max_ms, 1),
             **(self.recorded.as_json("recorded") if self.recorded else {}),
+            **(self.proposed.as_json("proposed") if self.proposed else {}),
             **({"started": self.started.count, **self.started.as_json("started")}
                if self.started else {}),
             "jetstream_ceiling_msgs_per_s": round(self.jetstream_ceiling_msgs_per_s, 1),
@@ -191,6 +194,7 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         deep = await measure_backlog(nc, pending, pids.get("scheduler"), progress=progress)
     js = nc.jetstream()
     sent: dict[str, float] = {}
+    proposed: dict[str, float] = {}
     granted: dict[str, float] = {}
     started: dict[str, float] = {}
     submission_of_job: dict[str, str] = {}
@@ -203,6 +207,11 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         if sid in sent:
             submission_of_job[doc["job_id"]] = sid
             recorded.setdefault(sid, time.perf_counter())
+
+    async def on_proposed(msg: Msg) -> None:
+        job = json.loads(msg.data)["job_id"]
+        if job in submission_of_job:  # not the backlog's
+            proposed.setdefault(job, time.perf_counter())
 
     async def on_granted(msg: Msg) -> None:
         doc = json.loads(msg.data)
@@ -219,9 +228,10 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
             if len(started) >= jobs:
                 all_started.set()
 
-    await nc.subscribe("rota.evt.job.submitted", cb=on_submitted)
-    await nc.subscribe("rota.evt.allocation.granted", cb=on_granted)
-    await nc.subscribe("rota.evt.run.started", cb=on_started)
+    await nc.subscribe(EVENT_SUBJECTS["JobSubmitted"], cb=on_submitted)
+    await nc.subscribe(EVENT_SUBJECTS["AllocationProposed"], cb=on_proposed)
+    await nc.subscribe(EVENT_SUBJECTS["AllocationGranted"], cb=on_granted)
+    await nc.subscribe(EVENT_SUBJECTS["RunStarted"], cb=on_started)
     before = await _stream_messages(nc)
     cpu_before = cpu_of(pids, server_pids)
     run_id = uuid.uuid4().hex[:8]
@@ -280,5 +290,6 @@ async def run(nats_url: str, jobs: int, rate: float | None, progress: Any = None
         burst=burst,
         all_recorded_s=max(recorded.values()) - start if len(recorded) >= jobs else None,
         all_granted_s=last - start if to_grant.count >= jobs else None,
-        recorded=Latency.of(sent, recorded), started=Latency.of(sent, by_submission(started)),
+        recorded=Latency.of(sent, recorded), proposed=Latency.of(sent, by_submission(proposed)),
+        started=Latency.of(sent, by_submission(started)),
     )
