@@ -31,6 +31,13 @@ log = logging.getLogger("rota.submission")
 Query = Callable[[bytes, str | None], Awaitable[m.ApiReply]]
 
 
+PROJECTION_GATHER_S = 0.2
+"""How long a trickle of events gathers into one batch (one transaction) for the read model.
+Nothing waits on the projection to decide (a submission's reply comes from its command), and a
+job listed 0.2 s late is not missed; at 100 jobs/s a transaction per event or two made the
+service's CPU per job 5.8 ms instead of 4.7 (DECISIONS 96)."""
+
+
 def build(service: RotaService | None = None, config: RotaConfig | None = None) -> RotaService:
     service = service or RotaService("submission", migrations=Path(__file__).parent / "migrations")
     config = config or load_config(service.settings.config)
@@ -59,7 +66,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         await commands.cancel(msg.data, raw_origin(msg))
 
     @service.js_batch_subscriber("rota.evt.>", stream=s.STREAM_EVT,
-                                 durable="submission-projection", partitioned=True)
+                                 durable="submission-projection", partitioned=True,
+                                 gather_s=PROJECTION_GATHER_S)
     async def project_events(batch: list[Msg]) -> None:
         """Fold every job event into the read model, a pull batch per transaction; then the
         new ones go on their teams' feeds."""
