@@ -127,9 +127,18 @@ def test_a_victims_job_page_shows_notice_then_ack_then_resume(
     vision = viewers["vision"]
     job_id = eventually(lambda: demo.story.jobs["vision-train-c"].job_id or None, "the victim's id")
     eventually(lambda: demo.story.jobs["vision-train-c"].resumed_from, "the victim resumed", 150)
-    vision.goto(f"/jobs/{job_id}")
-    entries = vision.page.eval_on_selector_all(
-        "[data-testid=timeline] li", "els => els.map(e => [e.dataset.type, e.innerText])")
+
+    def timeline_with_the_resume() -> list[list[str]] | None:
+        # The page reads the read model, which may fold the resume a moment after the story
+        # saw it on the stream (it gathers events for up to 0.2 s; DECISIONS 96).
+        vision.goto(f"/jobs/{job_id}")
+        shown: list[list[str]] = vision.page.eval_on_selector_all(
+            "[data-testid=timeline] li", "els => els.map(e => [e.dataset.type, e.innerText])")
+        kinds = [kind for kind, _ in shown]
+        stops = [i for i, kind in enumerate(kinds) if kind == "RunStopped"]
+        return shown if stops and "RunStarted" in kinds[stops[0]:] else None
+
+    entries = eventually(timeline_with_the_resume, "the resume on the victim's page", 30)
     kinds = [kind for kind, _ in entries]
     noticed = kinds.index("PreemptionNoticed")
     acked = next(i for i, (kind, text) in enumerate(entries)
@@ -173,6 +182,8 @@ def test_a_team_cannot_see_or_cancel_another_teams_job_and_can_cancel_its_own(
         demo: Demo, viewers: dict[str, Viewer]) -> None:
     nlp, vision = viewers["nlp"], viewers["vision"]
     job_id = _submit(demo, "--gpus", "8")
+    # The page reads the read model, which may record the job a moment after its reply.
+    eventually(lambda: nlp.json(f"/jobs/{job_id}")[0] == 200 or None, "the job is listed", 30)
     nlp.goto(f"/jobs/{job_id}")
     assert nlp.page.locator("[data-testid=cancel]").count() == 1
     answer = vision.goto(f"/jobs/{job_id}")

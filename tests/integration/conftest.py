@@ -27,7 +27,5 @@ async def submission(
 ) -> AsyncIterator[ServiceProcess]:
     """One submission service per module; crash tests start their own, so it must not linger."""
     service = ServiceProcess("submission", endpoints, Path(tmp_path_factory.mktemp("logs")))
-    service.start()
-    await service.wait_ready(nc)
-    yield service
-    service.stop()
+    async with service.serving(nc):
+        yield service

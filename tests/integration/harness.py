@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,17 @@ class ServiceProcess:
                 return
             await asyncio.sleep(0.2)
         raise AssertionError(f"{self.name} not ready in {timeout} s:\n{self.log()[-3000:]}")
+
+    @contextlib.asynccontextmanager
+    async def serving(self, nc: Client) -> AsyncIterator[ServiceProcess]:
+        """Started and ready inside the block, and stopped after it, even when it never
+        became ready: a process left behind would go on taking a later test's messages."""
+        self.start()
+        try:
+            await self.wait_ready(nc)
+            yield self
+        finally:
+            self.stop()
 
     async def wait_exit(self, timeout: float = 30.0) -> int:
         assert self.process is not None

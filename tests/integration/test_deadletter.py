@@ -32,10 +32,8 @@ async def failing_submission(endpoints: Endpoints, nc: Client,
         "ROTA_FAULTS": "fail:handler:submission-cancel",
         "ROTA_MAX_DELIVER": str(MAX_DELIVER), "ROTA_RETRY_DELAY_S": "0.1",
     })
-    service.start()
-    await service.wait_ready(nc)
-    yield service
-    service.stop()
+    async with service.serving(nc):
+        yield service
 
 
 def rota_deadletter(endpoints: Endpoints) -> list[dict[str, Any]]:

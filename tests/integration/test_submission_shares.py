@@ -32,10 +32,8 @@ async def shares_submission(
     (home / "rota.yaml").write_text(yaml.safe_dump(doc))
     service = ServiceProcess("submission", endpoints, home / "logs",
                              {"ROTA_CONFIG": str(home / "rota.yaml")})
-    service.start()
-    await service.wait_ready(nc)
-    yield service
-    service.stop()
+    async with service.serving(nc):
+        yield service
 
 
 async def test_a_share_is_accepted_where_allowed_and_read_as_a_fraction(

@@ -31,8 +31,5 @@ def executor_process(endpoints: Endpoints, home: Path, **env: str) -> ServicePro
 async def started(endpoints: Endpoints, nc: Client, home: Path, **env: str
                   ) -> AsyncIterator[ServiceProcess]:
     await fresh_consumers(nc, CONSUMERS)
-    service = executor_process(endpoints, home, **env)
-    service.start()
-    await service.wait_ready(nc)
-    yield service
-    service.stop()
+    async with executor_process(endpoints, home, **env).serving(nc) as service:
+        yield service

@@ -51,7 +51,5 @@ async def coordinator(
     service = ServiceProcess("preemption", endpoints, home, {
         "ROTA_CONFIG": str(config), "ROTA_PREEMPTION_TIMER_INTERVAL_S": "0.2",
     })
-    service.start()
-    await service.wait_ready(nc)
-    yield service
-    service.stop()
+    async with service.serving(nc):
+        yield service
