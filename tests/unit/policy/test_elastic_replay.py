@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rota.contracts.common import Tier
 from rota_policy.model import NodeState
-from rota_policy.sim.hetero import hetero_jobs
+from rota_policy.sim.hetero import ELASTIC_DRAWS, hetero_jobs
 from rota_policy.sim.metrics import metrics
 from rota_policy.sim.rotacsv import HEADER, TraceFormatError, load_rota_csv, write_rota_csv
 from rota_policy.sim.simulator import Simulator
@@ -120,3 +120,17 @@ def test_the_hetero_rule_makes_30_percent_of_training_gangs_elastic_and_can_be_t
     assert not any(j.elastic for j in rigid)
     assert [(j.job_id, j.workers, j.flavors, j.duration) for j in rigid] == [
         (j.job_id, j.workers, j.flavors, j.duration) for j in jobs]
+
+
+def test_each_elastic_draw_picks_another_30_percent_of_the_gangs() -> None:
+    philly = load_philly(HEAD)
+    picked = [{j.job_id for j in hetero_jobs(philly, elastic=True, elastic_draw=d) if j.elastic}
+              for d in range(ELASTIC_DRAWS)]
+    assert picked[0] == {j.job_id for j in hetero_jobs(philly, elastic=True) if j.elastic}
+    gangs = [j.job_id for j in philly if j.tier is Tier.training and j.workers >= 2]
+    for draw, elastic in enumerate(picked):
+        assert elastic == {job for i, job in enumerate(gangs) if (i - draw) % 10 in (2, 5, 8)}
+    # Over the 10 draws every gang is elastic in exactly 3.
+    assert all(sum(job in p for p in picked) == 3 for job in gangs)
+    with pytest.raises(ValueError, match="elastic_draw: 10"):
+        hetero_jobs(philly, elastic=True, elastic_draw=10)

@@ -13,7 +13,10 @@ derived trace is the same on every run:
   elastic gang      the i-th training job of 2 workers or more (i = 0, 1, ... in trace order)
                     when i % 10 in (2, 5, 8), 30% of them: min = workers // 2, max = workers,
                     its trace size (DECISIONS 72); on with `elastic=True` (`rota
-                    convert-trace --hetero --elastic`); off, the same jobs rigid
+                    convert-trace --hetero --elastic`); off, the same jobs rigid.
+                    `elastic_draw` d in 0-9 takes i % 10 in (2+d, 5+d, 8+d) mod 10 instead:
+                    another 30% of them, to see how much a result owes to which few jobs
+                    the rule picked (the slice has only 55 such gangs)
 
 With `--shares` (`hetero_shares`), 20% of the 1-GPU experiment jobs ask for half a GPU
 instead (DECISIONS 69), by a second fixed rule on k, so the same jobs are chosen on every run:
@@ -38,7 +41,10 @@ from rota.contracts.common import Tier
 
 from rota_policy.sim.workload import GPUS_PER_NODE, MIN_JOBS_FOR_QUOTA, TraceJob
 
-__all__ = ["HETERO_CAPACITY", "SHARE_FRACTION", "hetero_jobs", "hetero_quotas", "hetero_shares", "whole_gpus"]
+__all__ = [
+    "ELASTIC_DRAWS", "HETERO_CAPACITY", "SHARE_FRACTION",
+    "hetero_jobs", "hetero_quotas", "hetero_shares", "whole_gpus",
+]
 
 HETERO_CAPACITY: Mapping[str, int] = MappingProxyType({"a100": 320, "v100": 320, "t4": 128})
 T4_NODE = 4
@@ -67,8 +73,15 @@ def _preferred(job: TraceJob) -> str:
     return "a100" if u < 0.90 else "v100"
 
 
-def hetero_jobs(jobs: list[TraceJob], *, elastic: bool = False) -> list[TraceJob]:
-    """The jobs with the rule's flavors, and (`elastic`) its elastic gangs."""
+ELASTIC_DRAWS = 10
+
+
+def hetero_jobs(jobs: list[TraceJob], *, elastic: bool = False, elastic_draw: int = 0) -> list[TraceJob]:
+    """The jobs with the rule's flavors, and (`elastic`) its elastic gangs, the rule's own
+    (draw 0) or another 30% of the training gangs (draws 1-9)."""
+    if not 0 <= elastic_draw < ELASTIC_DRAWS:
+        raise ValueError(f"elastic_draw: {elastic_draw} is not in 0-{ELASTIC_DRAWS - 1}")
+    chosen = {(i + elastic_draw) % 10 for i in _ELASTIC}
     out = []
     gangs = 0
     for job in jobs:
@@ -76,7 +89,7 @@ def hetero_jobs(jobs: list[TraceJob], *, elastic: bool = False) -> list[TraceJob
         flavors = (first, _SECOND[first]) if job.k % 10 in _TWO_FLAVORS else (first,)
         least = 0
         if _gang_of_training(job):
-            least = job.workers // 2 if elastic and gangs % 10 in _ELASTIC else 0
+            least = job.workers // 2 if elastic and gangs % 10 in chosen else 0
             gangs += 1
         out.append(replace(job, flavors=flavors, workers_min=least))
     return out

@@ -179,6 +179,17 @@ def convert_trace_command(
             " `rota replay --rigid` runs them rigid, for a comparison).",
         ),
     ] = False,
+    elastic_draw: Annotated[
+        int,
+        typer.Option(
+            "--elastic-draw",
+            min=0,
+            max=9,
+            help="With --elastic: which 30% of the training gangs become elastic. 0 is the"
+            " rule's own (every 10 gangs in trace order, the 3rd, 6th and 9th); d takes those"
+            " d places later, to see how much a result owes to the few jobs picked.",
+        ),
+    ] = 0,
 ) -> None:
     """Write a Philly trace in the rota-csv format (`rota replay --format rota-csv`)."""
     from rota_policy.sim.hetero import hetero_jobs, hetero_quotas, hetero_shares
@@ -190,7 +201,7 @@ def convert_trace_command(
         _err.print("[red]--shares needs --hetero (the flavors that allow shares)[/red]")
         raise typer.Exit(2)
     if hetero:
-        jobs = hetero_jobs(jobs, elastic=elastic)
+        jobs = hetero_jobs(jobs, elastic=elastic, elastic_draw=elastic_draw)
     if shares:
         jobs = hetero_shares(jobs)
     count = write_rota_csv(jobs, out)
