@@ -91,3 +91,21 @@ def test_a_share_reads_as_a_fraction_of_one_gpu() -> None:
     spec = build_spec({"name": "n", "team": "nlp", "user": "alice", "queue": "training",
                        "flavor": "h100", "gpu_share": 0.25, "submission_id": "s-1"})
     assert (spec.workers, spec.gpus_per_worker, spec.share) == (1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--shares"], "--shares needs --hetero"),
+        (["--hetero", "--elastic-draw", "3"], "--elastic-draw needs --elastic"),
+    ],
+)
+def test_convert_trace_refuses_a_switch_without_the_one_it_needs(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    trace = Path(__file__).parents[1] / "data" / "philly-head-800.csv"
+    out = tmp_path / "t.csv"
+    result = runner.invoke(app, ["convert-trace", "--trace", str(trace), "--out", str(out), *args])
+    assert result.exit_code == 2
+    assert words in result.output
+    assert not out.exists()

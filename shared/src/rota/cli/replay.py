@@ -200,6 +200,9 @@ def convert_trace_command(
     if shares and not hetero:
         _err.print("[red]--shares needs --hetero (the flavors that allow shares)[/red]")
         raise typer.Exit(2)
+    if elastic_draw and not elastic:
+        _err.print("[red]--elastic-draw needs --elastic (it picks which gangs are elastic)[/red]")
+        raise typer.Exit(2)
     if hetero:
         jobs = hetero_jobs(jobs, elastic=elastic, elastic_draw=elastic_draw)
     if shares:
