@@ -21,6 +21,7 @@ def _nowhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     get_settings.cache_clear()
 
 
+PHILLY_HEAD = Path(__file__).parents[1] / "data" / "philly-head-800.csv"
 BASE = ["submit", "--team", "nlp", "--user", "alice", "--queue", "training", "--flavor", "h100",
         "--name", "x"]
 
@@ -94,18 +95,36 @@ def test_a_share_reads_as_a_fraction_of_one_gpu() -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "words"),
+    ("args", "words", "field"),
     [
-        (["--shares"], "--shares needs --hetero"),
-        (["--hetero", "--elastic-draw", "3"], "--elastic-draw needs --elastic"),
+        (["--shares"], "--shares needs --hetero", "shares"),
+        (["--hetero", "--elastic-draw", "3"], "--elastic-draw needs --elastic", "elastic_draw"),
     ],
 )
 def test_convert_trace_refuses_a_switch_without_the_one_it_needs(
-    tmp_path: Path, args: list[str], words: str
+    tmp_path: Path, args: list[str], words: str, field: str
 ) -> None:
-    trace = Path(__file__).parents[1] / "data" / "philly-head-800.csv"
     out = tmp_path / "t.csv"
-    result = runner.invoke(app, ["convert-trace", "--trace", str(trace), "--out", str(out), *args])
+    command = ["convert-trace", "--trace", str(PHILLY_HEAD), "--out", str(out), *args]
+    result = runner.invoke(app, command)
     assert result.exit_code == 2
     assert words in result.output
+    as_json = runner.invoke(app, [*command, "--json"])
+    assert as_json.exit_code == 2
+    error = json.loads(as_json.stdout)["error"]
+    assert words in error["message"] and error["field"] == field
     assert not out.exists()
+
+
+def test_convert_trace_json_counts_what_the_rules_made(tmp_path: Path) -> None:
+    out = tmp_path / "t.csv"
+    result = runner.invoke(app, ["convert-trace", "--trace", str(PHILLY_HEAD), "--out", str(out),
+                                 "--hetero", "--shares", "--elastic", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = out.read_text().splitlines()[1:]
+    assert doc["ok"] and doc["out"] == str(out) and doc["jobs"] == len(rows) == 800
+    assert doc["accepting_several_flavors"] == sum(1 for r in rows if "|" in r.split(",")[5])
+    assert doc["shares"] == sum(1 for r in rows if r.split(",")[4] == "0.5") > 0
+    assert doc["elastic"] == sum(1 for r in rows if "-" in r.split(",")[3])
+    assert set(doc["quotas"]) and all(set(q) <= {"a100", "v100", "t4"} for q in doc["quotas"].values())

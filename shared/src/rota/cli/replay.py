@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rota.cli.output import emit_json, fail
+
 __all__ = ["convert_trace_command", "replay_command"]
 
 _err = Console(stderr=True)
@@ -190,26 +192,38 @@ def convert_trace_command(
             " d places later, to see how much a result owes to the few jobs picked.",
         ),
     ] = 0,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print what was written as JSON: the file, the job counts"
+                     " and, with --hetero, the quotas."),
+    ] = False,
 ) -> None:
     """Write a Philly trace in the rota-csv format (`rota replay --format rota-csv`)."""
     from rota_policy.sim.hetero import hetero_jobs, hetero_quotas, hetero_shares
     from rota_policy.sim.rotacsv import write_rota_csv
     from rota_policy.sim.workload import load_philly
 
-    jobs = load_philly(trace)
     if shares and not hetero:
-        _err.print("[red]--shares needs --hetero (the flavors that allow shares)[/red]")
-        raise typer.Exit(2)
+        fail("--shares needs --hetero (the flavors that allow shares)", code=2, json_out=json_out,
+             field="shares")
     if elastic_draw and not elastic:
-        _err.print("[red]--elastic-draw needs --elastic (it picks which gangs are elastic)[/red]")
-        raise typer.Exit(2)
+        fail("--elastic-draw needs --elastic (it picks which gangs are elastic)", code=2,
+             json_out=json_out, field="elastic_draw")
+    jobs = load_philly(trace)
     if hetero:
         jobs = hetero_jobs(jobs, elastic=elastic, elastic_draw=elastic_draw)
     if shares:
         jobs = hetero_shares(jobs)
     count = write_rota_csv(jobs, out)
     _err.print(f"wrote {count:,} jobs to {out}")
-    if hetero:
+    if json_out:
+        emit_json({
+            "ok": True, "out": str(out), "jobs": count,
+            "accepting_several_flavors": sum(1 for j in jobs if len(j.flavors) > 1),
+            "shares": sum(1 for j in jobs if j.share), "elastic": sum(1 for j in jobs if j.elastic),
+            "quotas": hetero_quotas(jobs) if hetero else None,
+        })
+    elif hetero:
         _out.print("teams:")
         for team, quotas in hetero_quotas(jobs).items():
             inner = ", ".join(f"{flavor}: {gpus}" for flavor, gpus in quotas.items())
