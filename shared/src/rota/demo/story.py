@@ -88,6 +88,9 @@ class Story:
     completed: list[dict[str, Any]] = field(default_factory=list)
     borrowing_seen: bool = False
     run_started_at: dict[str, float] = field(default_factory=dict)
+    early: dict[str, list[tuple[float, str, dict[str, Any]]]] = field(default_factory=dict)
+    """Events of jobs whose submit reply has not arrived yet. The reply and the job's events
+    come on different subscriptions, so a fast grant can overtake the reply."""
 
     def __post_init__(self) -> None:
         for item in SCRIPT:
@@ -97,6 +100,8 @@ class Story:
         self.jobs[name].job_id = job_id
         self.jobs[name].state = "pending"
         self.names[job_id] = name
+        for t, type_, data in self.early.pop(job_id, []):
+            self.event(t, type_, data, job_id)
 
     def ready(self, condition: str) -> bool:
         if condition == "borrowers_settled":
@@ -106,6 +111,9 @@ class Story:
         return True
 
     def event(self, t: float, type_: str, data: dict[str, Any], job_id: str | None) -> None:
+        if job_id and job_id not in self.names:
+            self.early.setdefault(job_id, []).append((t, type_, data))
+            return
         name = self.names.get(job_id or "")
         job = self.jobs.get(name or "")
         line = _LINES.get(type_)
