@@ -62,6 +62,11 @@ def nodes_from(config: RotaConfig) -> tuple[NodeState, ...]:
     )
 
 
+def team_quotas(config: RotaConfig) -> dict[str, int]:
+    """Each team's quota over all flavors: the simulator's fair-share accounts weigh by it."""
+    return {name: sum(team.quota.values()) for name, team in config.teams.items()}
+
+
 @dataclass
 class ReplayRun:
     """One replay's metrics plus the series the plot needs."""
@@ -92,7 +97,7 @@ def replay_run(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
     pcfg = policy_config or policy_config_from(config)
-    quotas = {name: sum(team.quota.values()) for name, team in config.teams.items()}
+    quotas = team_quotas(config)
 
     def simulate(label: str, etas: EtaLog) -> Simulator:
         cb = (lambda frac: progress(label, frac)) if progress is not None else None

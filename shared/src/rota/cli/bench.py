@@ -104,3 +104,27 @@ def core(
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
     emit_json(figures)
+
+
+@bench_app.command("replay-speed")
+@handled
+def replay_speed(
+    trace: Annotated[Path, typer.Option(
+        "--trace", help="The Philly trace CSV (../shared/data/philly/philly-2017-09-10.csv).",
+        exists=True, dir_okay=False)],
+    jobs: Annotated[int | None, typer.Option(
+        min=1, help="Only the first N jobs of the trace (a smoke test); all unless given.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """Replay speed with every scheduling feature against the single-flavor replay (issue 16's
+    1.3x target): CPU per job of three Rota replays of the Philly jobs (every feature on
+    philly-hetero-blocks; the same jobs there with every feature off; philly-768), their
+    ratios, and each replay's policy CPU per cycle by queue depth. About 3 minutes."""
+    from rota_policy.sim.speed import replay_speed as measure
+    from rota_policy.sim.workload import load_philly
+
+    philly = load_philly(trace)
+    figures = measure(philly[:jobs] if jobs is not None else philly, log=lambda line: err_console.print(line))
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+    emit_json(figures)

@@ -1,0 +1,177 @@
+"""How fast a replay decides: CPU per job, and per cycle at each queue depth.
+
+Issue 16 asks that the replay with every scheduling feature stay within 1.3x of the
+single-flavor replay, per job. Two replays answer to that name, and both are measured:
+- the same jobs on the same cluster, each job on its first flavor, its shares whole and its
+  elastic gangs rigid (every feature off: what the features cost);
+- philly-768, the Philly slice on one flavor of the same 768 GPUs (what the scenario costs too).
+
+A cycle's cost grows with the jobs waiting in it, and a heterogeneous cluster of the same size
+keeps more jobs waiting (a job pinned to one flavor waits for that flavor). The cost per cycle
+at each queue depth tells the two apart: equal costs at equal depths mean the replay is no
+slower per unit of work, only given more of it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+from rota.config import load_config
+from rota.config.model import RotaConfig
+
+from rota_policy.config import PolicyConfig, policy_config_from
+from rota_policy.decisions import Decisions
+from rota_policy.model import Snapshot
+from rota_policy.sim.hetero import hetero_jobs, hetero_shares, whole_gpus
+from rota_policy.sim.replay import find_scenario, nodes_from, team_quotas
+from rota_policy.sim.rotacsv import load_rota_csv, write_rota_csv
+from rota_policy.sim.simulator import Simulator
+from rota_policy.sim.workload import TraceJob
+
+__all__ = ["DEPTHS", "TARGET", "ReplaySpeed", "measure_replay", "replay_speed"]
+
+TARGET = 1.3
+"""The replay with every feature, per job, against the single-flavor replay (issue 16)."""
+FEATURES_SCENARIO = "philly-hetero-blocks"
+SINGLE_SCENARIO = "philly-768"
+
+DEPTHS = (10, 100, 1000)
+"""Upper bounds (exclusive) of the queue-depth buckets: pending jobs in a cycle's snapshot."""
+
+
+def _bucket(depth: int) -> str:
+    low = 0
+    for high in DEPTHS:
+        if depth < high:
+            return f"{low}-{high - 1}"
+        low = high
+    return f"{low}+"
+
+
+@dataclass
+class ReplaySpeed:
+    """One replay's CPU, in all and per cycle by queue depth."""
+
+    jobs: int
+    cycles: int = 0
+    cpu_s: float = 0.0
+    policy_cpu_s: float = 0.0
+    by_depth: dict[str, list[float]] = field(default_factory=dict)
+    """Per depth bucket: [cycles, policy CPU seconds]."""
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "cycles": self.cycles,
+            "cpu_s": round(self.cpu_s, 2),
+            "cpu_ms_per_job": round(1e3 * self.cpu_s / self.jobs, 4),
+            "policy_cpu_s": round(self.policy_cpu_s, 2),
+            "cycle_ms_by_depth": {
+                bucket: {"cycles": int(n), "mean_ms": round(1e3 * spent / n, 4)}
+                for bucket, (n, spent) in sorted(self.by_depth.items(), key=lambda kv: _order(kv[0]))
+            },
+        }
+
+
+def _order(bucket: str) -> int:
+    return int(bucket.split("-")[0].rstrip("+"))
+
+
+def measure_replay(
+    trace: list[TraceJob],
+    config: RotaConfig,
+    policy_config: PolicyConfig,
+    *,
+    first_flavor: bool = False,
+    rigid: bool = False,
+    progress: Callable[[float], None] | None = None,
+) -> ReplaySpeed:
+    """Replay `trace` with Rota's policy and time it: the whole replay's CPU, and each cycle's
+    policy CPU by the number of jobs pending in its snapshot."""
+    speed = ReplaySpeed(jobs=len(trace))
+    sim = Simulator(trace, nodes_from(config), policy_config, "rota", quotas=team_quotas(config),
+                    progress=progress, first_flavor=first_flavor, rigid=rigid)
+    decide = sim.policy
+    by_depth = speed.by_depth
+
+    def timed(snapshot: Snapshot, now: float, cfg: PolicyConfig) -> Decisions:
+        started = time.process_time()
+        decisions = decide(snapshot, now, cfg)
+        spent = time.process_time() - started
+        entry = by_depth.setdefault(_bucket(sum(len(q.jobs) for q in snapshot.pending)), [0.0, 0.0])
+        entry[0] += 1
+        entry[1] += spent
+        return decisions
+
+    sim.policy = timed
+    started = time.process_time()
+    sim.run()
+    speed.cpu_s = time.process_time() - started
+    speed.cycles = sim.cycles
+    speed.policy_cpu_s = sum(spent for _, spent in by_depth.values())
+    return speed
+
+
+def replay_speed(philly: list[TraceJob], *, log: Callable[[str], None]) -> dict[str, Any]:
+    """The three replays of the Philly jobs and their ratios (see the module's docstring)."""
+    featured = hetero_shares(hetero_jobs(philly, elastic=True))
+    with TemporaryDirectory() as tmp:  # as `rota replay --format rota-csv` reads them
+        path = Path(tmp) / "hetero-all.csv"
+        write_rota_csv(featured, path)
+        featured = load_rota_csv(path)
+    hetero = load_config(find_scenario(FEATURES_SCENARIO))
+    single = load_config(find_scenario(SINGLE_SCENARIO))
+    replays: list[tuple[str, list[TraceJob], RotaConfig, bool]] = [
+        ("all_features", featured, hetero, False),
+        ("same_jobs_one_flavor", whole_gpus(featured), hetero, True),
+        ("philly_768", philly, single, False),
+    ]
+    out: dict[str, Any] = {}
+    for name, jobs, config, features_off in replays:
+        log(f"{name}: replaying {len(jobs):,} jobs")
+        # As `rota replay` does: the collector would scan every object alive before the replay
+        # again and again (the modules, the traces), about 5% of its time.
+        gc.collect()
+        gc.freeze()
+        try:
+            speed = measure_replay(jobs, config, policy_config_from(config), first_flavor=features_off,
+                                   rigid=features_off, progress=_tenths(name, log))
+        finally:
+            gc.unfreeze()
+        out[name] = speed.figures()
+        log(f"{name}: {speed.cpu_s:.1f} s of CPU, {out[name]['cpu_ms_per_job']:.3f} ms per job")
+    return {**out, **_ratios(out)}
+
+
+def _ratios(out: dict[str, Any]) -> dict[str, Any]:
+    per_job = {name: figures["cpu_ms_per_job"] for name, figures in out.items()}
+    featured, single = out["all_features"]["cycle_ms_by_depth"], out["philly_768"]["cycle_ms_by_depth"]
+    mine = per_job["all_features"]
+    return {
+        "target": TARGET,
+        "all_features_vs_same_jobs_one_flavor": round(mine / per_job["same_jobs_one_flavor"], 3),
+        "all_features_vs_philly_768": round(mine / per_job["philly_768"], 3),
+        "cycle_cost_vs_philly_768_by_depth": {
+            bucket: round(featured[bucket]["mean_ms"] / single[bucket]["mean_ms"], 3)
+            for bucket in featured if bucket in single
+        },
+    }
+
+
+def _tenths(name: str, log: Callable[[str], None]) -> Callable[[float], None]:
+    """Progress every tenth of the jobs submitted."""
+    said = [0]
+
+    def progress(fraction: float) -> None:
+        tenth = int(fraction * 10)
+        if tenth > said[0]:
+            said[0] = tenth
+            log(f"{name}: {10 * tenth}% of jobs submitted")
+
+    return progress
