@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 from rota.cli.main import app
-from rota_policy.sim.speed import _bucket, replay_speed
-from rota_policy.sim.workload import load_philly
+from rota_policy.sim.speed import PAIRS, _bucket, replay_speed
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -21,24 +20,28 @@ def test_a_cycle_counts_in_the_bucket_of_its_queue_depth(depth: int, bucket: str
     assert _bucket(depth) == bucket
 
 
-def test_the_three_replays_time_every_cycle_and_the_ratios_are_of_their_figures() -> None:
-    philly = load_philly(HEAD)
+def test_each_pair_times_every_cycle_and_the_ratios_are_of_their_figures() -> None:
     lines: list[str] = []
-    figures = replay_speed(philly, log=lines.append)
-    replays = ("all_features", "same_jobs_one_flavor", "philly_768")
-    for name in replays:
-        replay = figures[name]
-        assert replay["jobs"] == len(philly) == 800
-        assert replay["cycles"] > 0
-        assert sum(b["cycles"] for b in replay["cycle_ms_by_depth"].values()) == replay["cycles"]
-        assert 0 < replay["policy_cpu_s"] <= replay["cpu_s"] + 0.01
-        assert f"{name}: 100% of jobs submitted" in lines
-    per_job = {name: figures[name]["cpu_ms_per_job"] for name in replays}
-    assert figures["all_features_vs_same_jobs_one_flavor"] == round(
-        per_job["all_features"] / per_job["same_jobs_one_flavor"], 3)
-    assert figures["all_features_vs_philly_768"] == round(per_job["all_features"] / per_job["philly_768"], 3)
-    assert set(figures["cycle_cost_vs_philly_768_by_depth"]) == (
-        set(figures["all_features"]["cycle_ms_by_depth"]) & set(figures["philly_768"]["cycle_ms_by_depth"]))
+    figures = replay_speed(HEAD, log=lines.append)
+    assert len(figures["pairs"]) == 2
+    for pair, (mine, other) in zip(figures["pairs"], PAIRS, strict=True):
+        for name in (mine, other):
+            replay = pair[name]
+            assert replay["jobs"] == 800
+            assert replay["cycles"] > 0
+            assert sum(b["cycles"] for b in replay["cycle_ms_by_depth"].values()) == replay["cycles"]
+            assert 0 < replay["policy_cpu_s"] <= replay["cpu_s"] + 0.01
+            assert any(line.startswith(f"{name}: ") and "ms per job" in line for line in lines)
+        assert pair["per_job"] == round(pair[mine]["cpu_ms_per_job"] / pair[other]["cpu_ms_per_job"], 3)
+        assert set(pair["cycle_cost_by_depth"]) == (
+            set(pair[mine]["cycle_ms_by_depth"]) & set(pair[other]["cycle_ms_by_depth"]))
+    features_off, single = figures["pairs"]
+    # The all-features replay decides the same in both pairs: its cycles and depths are equal.
+    assert {b: c["cycles"] for b, c in features_off["all_features"]["cycle_ms_by_depth"].items()} == {
+        b: c["cycles"] for b, c in single["all_features"]["cycle_ms_by_depth"].items()}
+    assert figures["all_features_vs_same_jobs_one_flavor"] == features_off["per_job"]
+    assert figures["all_features_vs_philly_768"] == single["per_job"]
+    assert figures["cycle_cost_vs_philly_768_by_depth"] == single["cycle_cost_by_depth"]
     assert figures["target"] == 1.3
 
 
@@ -49,4 +52,4 @@ def test_the_command_prints_the_figures_and_writes_them(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     assert printed == json.loads(out.read_text())
-    assert printed["philly_768"]["jobs"] == 200
+    assert [pair["philly_768"]["jobs"] for pair in printed["pairs"][1:]] == [200]

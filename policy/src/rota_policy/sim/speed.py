@@ -6,6 +6,9 @@ single-flavor replay, per job. Two replays answer to that name, and both are mea
   elastic gangs rigid (every feature off: what the features cost);
 - philly-768, the Philly slice on one flavor of the same 768 GPUs (what the scenario costs too).
 
+Each comparison runs its two replays side by side, one process each, so that both see the
+machine as it is in the same minutes.
+
 A cycle's cost grows with the jobs waiting in it, and a heterogeneous cluster of the same size
 keeps more jobs waiting (a job pinned to one flavor waits for that flavor). The cost per cycle
 at each queue depth tells the two apart: equal costs at equal depths mean the replay is no
@@ -15,9 +18,12 @@ slower per unit of work, only given more of it.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -32,7 +38,7 @@ from rota_policy.sim.hetero import hetero_jobs, hetero_shares, whole_gpus
 from rota_policy.sim.replay import find_scenario, nodes_from, team_quotas
 from rota_policy.sim.rotacsv import load_rota_csv, write_rota_csv
 from rota_policy.sim.simulator import Simulator
-from rota_policy.sim.workload import TraceJob
+from rota_policy.sim.workload import TraceJob, load_philly
 
 __all__ = ["DEPTHS", "TARGET", "ReplaySpeed", "measure_replay", "replay_speed"]
 
@@ -118,48 +124,69 @@ def measure_replay(
     return speed
 
 
-def replay_speed(philly: list[TraceJob], *, log: Callable[[str], None]) -> dict[str, Any]:
-    """The three replays of the Philly jobs and their ratios (see the module's docstring)."""
-    featured = hetero_shares(hetero_jobs(philly, elastic=True))
-    with TemporaryDirectory() as tmp:  # as `rota replay --format rota-csv` reads them
-        path = Path(tmp) / "hetero-all.csv"
-        write_rota_csv(featured, path)
-        featured = load_rota_csv(path)
-    hetero = load_config(find_scenario(FEATURES_SCENARIO))
-    single = load_config(find_scenario(SINGLE_SCENARIO))
-    replays: list[tuple[str, list[TraceJob], RotaConfig, bool]] = [
-        ("all_features", featured, hetero, False),
-        ("same_jobs_one_flavor", whole_gpus(featured), hetero, True),
-        ("philly_768", philly, single, False),
-    ]
-    out: dict[str, Any] = {}
-    for name, jobs, config, features_off in replays:
-        log(f"{name}: replaying {len(jobs):,} jobs")
-        # As `rota replay` does: the collector would scan every object alive before the replay
-        # again and again (the modules, the traces), about 5% of its time.
-        gc.collect()
-        gc.freeze()
-        try:
-            speed = measure_replay(jobs, config, policy_config_from(config), first_flavor=features_off,
-                                   rigid=features_off, progress=_tenths(name, log))
-        finally:
-            gc.unfreeze()
-        out[name] = speed.figures()
-        log(f"{name}: {speed.cpu_s:.1f} s of CPU, {out[name]['cpu_ms_per_job']:.3f} ms per job")
-    return {**out, **_ratios(out)}
+PAIRS = (("all_features", "same_jobs_one_flavor"), ("all_features", "philly_768"))
+"""Each comparison runs as two processes side by side: this machine's speed drifts from minute
+to minute, and replays run one after another gave ratios from 1.22 to 1.48 for the same code."""
 
 
-def _ratios(out: dict[str, Any]) -> dict[str, Any]:
-    per_job = {name: figures["cpu_ms_per_job"] for name, figures in out.items()}
-    featured, single = out["all_features"]["cycle_ms_by_depth"], out["philly_768"]["cycle_ms_by_depth"]
-    mine = per_job["all_features"]
+def replay_speed(trace: Path, *, jobs: int | None = None, log: Callable[[str], None]) -> dict[str, Any]:
+    """The replays of the Philly jobs in `trace` (its first `jobs`, if given), pair by pair, and
+    their ratios (see the module's docstring)."""
+    pairs = []
+    context = get_context("spawn")  # a fresh interpreter each: no state shared with this one
+    for pair in PAIRS:
+        log(f"replaying {' and '.join(pair)} side by side")
+        with ProcessPoolExecutor(max_workers=len(pair), mp_context=context) as pool:
+            futures = [pool.submit(_timed_replay, name, trace, jobs) for name in pair]
+            figures = dict(zip(pair, (f.result() for f in futures), strict=True))
+        for name, replay in figures.items():
+            log(f"{name}: {replay['cpu_s']:.1f} s of CPU, {replay['cpu_ms_per_job']:.3f} ms per job")
+        pairs.append({**figures, **_ratios(figures, *pair)})
+    features_off, single = pairs
     return {
         "target": TARGET,
-        "all_features_vs_same_jobs_one_flavor": round(mine / per_job["same_jobs_one_flavor"], 3),
-        "all_features_vs_philly_768": round(mine / per_job["philly_768"], 3),
-        "cycle_cost_vs_philly_768_by_depth": {
-            bucket: round(featured[bucket]["mean_ms"] / single[bucket]["mean_ms"], 3)
-            for bucket in featured if bucket in single
+        "all_features_vs_same_jobs_one_flavor": features_off["per_job"],
+        "all_features_vs_philly_768": single["per_job"],
+        "cycle_cost_vs_philly_768_by_depth": single["cycle_cost_by_depth"],
+        "pairs": pairs,
+    }
+
+
+def _timed_replay(name: str, trace: Path, limit: int | None) -> dict[str, Any]:
+    """One replay of the three, in a process of its own (`replay_speed`)."""
+    philly = load_philly(trace)[:limit]
+    if name == "philly_768":
+        jobs, config, features_off = philly, load_config(find_scenario(SINGLE_SCENARIO)), False
+    else:
+        featured = hetero_shares(hetero_jobs(philly, elastic=True))
+        with TemporaryDirectory() as tmp:  # as `rota replay --format rota-csv` reads them
+            path = Path(tmp) / "hetero-all.csv"
+            write_rota_csv(featured, path)
+            featured = load_rota_csv(path)
+        features_off = name == "same_jobs_one_flavor"
+        jobs = whole_gpus(featured) if features_off else featured
+        config = load_config(find_scenario(FEATURES_SCENARIO))
+    # As `rota replay` does: the collector would scan every object alive before the replay
+    # again and again (the modules, the trace), about 5% of its time.
+    gc.collect()
+    gc.freeze()
+    speed = measure_replay(jobs, config, policy_config_from(config), first_flavor=features_off,
+                           rigid=features_off, progress=_tenths(name, _to_stderr))
+    return speed.figures()
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _ratios(figures: dict[str, Any], mine: str, other: str) -> dict[str, Any]:
+    """`mine` against `other`: CPU per job, and policy CPU per cycle at each queue depth."""
+    ours, theirs = figures[mine]["cycle_ms_by_depth"], figures[other]["cycle_ms_by_depth"]
+    return {
+        "per_job": round(figures[mine]["cpu_ms_per_job"] / figures[other]["cpu_ms_per_job"], 3),
+        "cycle_cost_by_depth": {
+            bucket: round(ours[bucket]["mean_ms"] / theirs[bucket]["mean_ms"], 3)
+            for bucket in ours if bucket in theirs
         },
     }
 

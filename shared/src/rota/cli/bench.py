@@ -117,14 +117,13 @@ def replay_speed(
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
 ) -> None:
     """Replay speed with every scheduling feature against the single-flavor replay (issue 16's
-    1.3x target): CPU per job of three Rota replays of the Philly jobs (every feature on
-    philly-hetero-blocks; the same jobs there with every feature off; philly-768), their
-    ratios, and each replay's policy CPU per cycle by queue depth. About 3 minutes."""
+    1.3x target): CPU per job of Rota replays of the Philly jobs with every feature on
+    philly-hetero-blocks, side by side first with the same jobs there with every feature off,
+    then with philly-768; their ratios, and each replay's policy CPU per cycle by queue depth.
+    Two processes at a time; about 3 minutes on 2 cores."""
     from rota_policy.sim.speed import replay_speed as measure
-    from rota_policy.sim.workload import load_philly
 
-    philly = load_philly(trace)
-    figures = measure(philly[:jobs] if jobs is not None else philly, log=lambda line: err_console.print(line))
+    figures = measure(trace, jobs=jobs, log=lambda line: err_console.print(line))
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
     emit_json(figures)
