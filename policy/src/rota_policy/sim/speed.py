@@ -17,9 +17,9 @@ slower per unit of work, only given more of it.
 
 from __future__ import annotations
 
-import gc
 import sys
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -35,7 +35,7 @@ from rota_policy.config import PolicyConfig, policy_config_from
 from rota_policy.decisions import Decisions
 from rota_policy.model import Snapshot
 from rota_policy.sim.hetero import hetero_jobs, hetero_shares, whole_gpus
-from rota_policy.sim.replay import find_scenario, nodes_from, team_quotas
+from rota_policy.sim.replay import find_scenario, freeze_heap, nodes_from, team_quotas
 from rota_policy.sim.rotacsv import load_rota_csv, write_rota_csv
 from rota_policy.sim.simulator import Simulator
 from rota_policy.sim.workload import TraceJob, load_philly
@@ -51,13 +51,12 @@ DEPTHS = (10, 100, 1000)
 """Upper bounds (exclusive) of the queue-depth buckets: pending jobs in a cycle's snapshot."""
 
 
+BUCKETS = ("0-9", "10-99", "100-999", "1000+")
+"""The buckets' names, shallowest first: one per bound of `DEPTHS`, and one past the last."""
+
+
 def _bucket(depth: int) -> str:
-    low = 0
-    for high in DEPTHS:
-        if depth < high:
-            return f"{low}-{high - 1}"
-        low = high
-    return f"{low}+"
+    return BUCKETS[bisect_right(DEPTHS, depth)]
 
 
 @dataclass
@@ -72,21 +71,19 @@ class ReplaySpeed:
     """Per depth bucket: [cycles, policy CPU seconds]."""
 
     def figures(self) -> dict[str, Any]:
+        by_depth = {}
+        for bucket in BUCKETS:
+            if bucket in self.by_depth:
+                n, spent = self.by_depth[bucket]
+                by_depth[bucket] = {"cycles": int(n), "mean_ms": round(1e3 * spent / n, 4)}
         return {
             "jobs": self.jobs,
             "cycles": self.cycles,
             "cpu_s": round(self.cpu_s, 2),
             "cpu_ms_per_job": round(1e3 * self.cpu_s / self.jobs, 4),
             "policy_cpu_s": round(self.policy_cpu_s, 2),
-            "cycle_ms_by_depth": {
-                bucket: {"cycles": int(n), "mean_ms": round(1e3 * spent / n, 4)}
-                for bucket, (n, spent) in sorted(self.by_depth.items(), key=lambda kv: _order(kv[0]))
-            },
+            "cycle_ms_by_depth": by_depth,
         }
-
-
-def _order(bucket: str) -> int:
-    return int(bucket.split("-")[0].rstrip("+"))
 
 
 def measure_replay(
@@ -166,10 +163,7 @@ def _timed_replay(name: str, trace: Path, limit: int | None) -> dict[str, Any]:
         features_off = name == "same_jobs_one_flavor"
         jobs = whole_gpus(featured) if features_off else featured
         config = load_config(find_scenario(FEATURES_SCENARIO))
-    # As `rota replay` does: the collector would scan every object alive before the replay
-    # again and again (the modules, the trace), about 5% of its time.
-    gc.collect()
-    gc.freeze()
+    freeze_heap()  # as `rota replay` does
     speed = measure_replay(jobs, config, policy_config_from(config), first_flavor=features_off,
                            rigid=features_off, progress=_tenths(name, _to_stderr))
     return speed.figures()

@@ -5,7 +5,6 @@ Progress goes to stderr (rich); results go to stdout, and to --json / --plot fil
 
 from __future__ import annotations
 
-import gc
 import json
 from enum import StrEnum
 from pathlib import Path
@@ -104,7 +103,7 @@ def replay_command(
     ] = False,
 ) -> None:
     """Replay a GPU-cluster trace through Rota's policy (or a baseline) on a virtual clock."""
-    from rota_policy.sim.replay import POLICY_NAMES, PROBE_LABEL, load, replay_run
+    from rota_policy.sim.replay import POLICY_NAMES, PROBE_LABEL, freeze_heap, load, replay_run
     from rota_policy.sim.rotacsv import TraceFormatError
 
     policies = POLICY_NAMES if compare else (policy.value,)
@@ -118,10 +117,7 @@ def replay_command(
         from rota_policy.sim.hetero import whole_gpus as without_shares
 
         jobs = without_shares(jobs)
-    # The collector would scan, again and again, every object alive before the replay starts
-    # (the modules the `rota` command imports, the trace): about 5% of the replay's time.
-    gc.collect()
-    gc.freeze()
+    freeze_heap()
     runs = []
     with Progress(
         TextColumn("[bold]{task.description}"),
