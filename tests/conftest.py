@@ -66,3 +66,33 @@ def endpoints(server_endpoints: Endpoints) -> Iterator[Endpoints]:
         yield Endpoints(server_endpoints.nats_url, url.render_as_string(hide_password=False))
     finally:
         asyncio.run(_admin(server_endpoints.database_url, f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+# ---------------------------------------------------------------- the real_kube tier
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `real_kube` tier needs the binaries of `deploy/kube-dev/build.sh`. Without them its
+    tests are deselected, and the run says so in one line (see `pytest_terminal_summary`);
+    asked for by name (`-m real_kube`), the run fails instead."""
+    from tests.real_kube.cluster import missing_binaries, not_run_line
+
+    if not missing_binaries():
+        return
+    tier = [item for item in items if item.get_closest_marker("real_kube")]
+    if not tier:
+        return
+    if "real_kube" in (config.getoption("markexpr") or "") and \
+            "not real_kube" not in config.getoption("markexpr"):
+        raise pytest.UsageError(not_run_line())
+    config.hook.pytest_deselected(items=tier)
+    items[:] = [item for item in items if not item.get_closest_marker("real_kube")]
+    config.stash[REAL_KUBE_NOT_RUN] = f"{not_run_line()} ({len(tier)} tests)"
+
+
+REAL_KUBE_NOT_RUN = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    line = config.stash.get(REAL_KUBE_NOT_RUN, None)
+    if line is not None:
+        terminalreporter.write_line(line, yellow=True, bold=True)
