@@ -15,7 +15,9 @@ A small control loop plays the other parts of the cluster: the Job controller (o
 completion index, labelled and owned like the real one), the scheduler (gated pods wait;
 a pod is bound only to a Ready, schedulable node that matches its required node affinity
 and has the GPUs), the kubelet (Pending, Running, exit codes, termination within the grace
-period) and the garbage collector (foreground and background propagation). What it does NOT
+period) and the garbage collector (foreground and background propagation; it deletes a
+Job's pods with no grace period of its own, so each gets its `terminationGracePeriodSeconds`,
+30 s when unset, whatever grace the Job's DELETE carried). What it does NOT
 model: admission webhooks, RBAC, quotas, real containers, events, eviction timing.
 """
 
@@ -370,9 +372,13 @@ class FakeKubeApiServer:
                 self._put(plural, copy.deepcopy(obj), "DELETED")
             return
         if plural == "pods":
+            # A DELETE without a grace period (the garbage collector's, for a Job's pods) gives
+            # the pod its own terminationGracePeriodSeconds, 30 s when the spec has none.
+            if grace is None:
+                grace = float(obj["spec"].get("terminationGracePeriodSeconds", 30))
             obj = copy.deepcopy(obj)
             obj["metadata"]["deletionTimestamp"] = _now()
-            obj["metadata"]["deletionGracePeriodSeconds"] = int(30 if grace is None else grace)
+            obj["metadata"]["deletionGracePeriodSeconds"] = int(grace)
             self._term_at[obj["metadata"]["name"]] = time.monotonic()
             if obj["status"].get("phase") != "Running" or grace == 0:
                 self._put(plural, obj, "DELETED")
@@ -388,8 +394,10 @@ class FakeKubeApiServer:
         else:
             self._put(plural, copy.deepcopy(obj), "DELETED")
         if policy != "Orphan":
+            # The garbage collector deletes dependents with no grace period of its own: the
+            # grace given with the owner's DELETE applies to the owner alone.
             for dep_plural, dep in dependents:
-                self._delete(dep_plural, dep, "Background", grace)
+                self._delete(dep_plural, dep, "Background", None)
 
     def _dependents(self, owner: Obj) -> list[tuple[str, Obj]]:
         uid = owner["metadata"]["uid"]

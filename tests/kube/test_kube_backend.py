@@ -77,12 +77,13 @@ async def backends(fake: FakeKubeApiServer, tmp_path: Path) -> AsyncIterator[lis
 
 
 async def make_backend(fake: FakeKubeApiServer, tmp_path: Path, made: list[Any],
-                       start_timeout_s: float = 60.0) -> tuple[KubeBackend, RecordingReporter, FakeClock]:
+                       start_timeout_s: float = 60.0,
+                       grace_s: float = 5) -> tuple[KubeBackend, RecordingReporter, FakeClock]:
     kubeconfig = fake.kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
     api = await new_client_from_config(config_file=str(kubeconfig))
     reporter, clock = RecordingReporter(fake=fake), FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
     backend = KubeBackend(reporter, clock, api, namespace=NS, nats_url="nats://nats:4222",
-                          start_timeout_s=start_timeout_s, grace_s=5, poll_s=0.02)
+                          start_timeout_s=start_timeout_s, grace_s=grace_s, poll_s=0.02)
     task = asyncio.create_task(backend.run())
     made.append((backend, reporter, clock, task))
     await asyncio.wait_for(backend.synced.wait(), 5)
@@ -201,10 +202,28 @@ async def test_stop_deletes_foreground_and_ends_only_after_the_last_pod_is_gone(
         '{"notice_id": "n-1"') for p in fake.pods_of(k.object_name(run.run_id))))
     await backend.stop(run)
     (delete,) = [b for verb, plural, b in fake.received if verb == "delete" and plural == "jobs"]
-    assert (delete["propagationPolicy"], delete["gracePeriodSeconds"]) == ("Foreground", 5)
+    assert delete["propagationPolicy"] == "Foreground"
     await asyncio.sleep(0.5)  # terminating pods still hold their GPUs
-    assert len(fake.pods_of(k.object_name(run.run_id))) == 2
+    terminating = fake.pods_of(k.object_name(run.run_id))
+    assert len(terminating) == 2
+    # The garbage collector gives each pod its own grace period: the executor's, from the template.
+    assert [p["metadata"]["deletionGracePeriodSeconds"] for p in terminating] == [5, 5]
     assert run.run_id not in reporter.ended_runs
+    await until(lambda: run.run_id in reporter.ended_runs)
+    assert reporter.pods_left_at_end[run.run_id] == 0
+
+
+async def test_the_kill_grace_reaches_each_pod_so_a_pod_deaf_to_sigterm_is_killed_after_it(
+        fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any]) -> None:
+    backend, reporter, _ = await make_backend(fake, tmp_path, backends, grace_s=1)
+    run = record(workers=2)
+    fake.plans[k.object_name(run.run_id)] = PodPlan(stops_on_term_after_s=3600)  # ignores SIGTERM
+    await backend.start(run, "tok")
+    await until(lambda: phases(fake, run) == ["Running"] * 2)
+    assert all(p["spec"]["terminationGracePeriodSeconds"] == 1
+               for p in fake.pods_of(k.object_name(run.run_id)))
+    await backend.stop(run)
+    # Killed after the executor's grace, not the 30 s a pod gets when its spec says nothing.
     await until(lambda: run.run_id in reporter.ended_runs)
     assert reporter.pods_left_at_end[run.run_id] == 0
 

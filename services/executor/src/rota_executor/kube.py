@@ -7,9 +7,10 @@
 - watch: pods are listed once, then watched from that resourceVersion; a 410 Gone re-lists.
   A pass over the runs every `poll_s` lifts gates, sees a gang start, fail or finish, and
   gives up on a gang that has not started within `start_timeout_s`.
-- stop and every other end: the Job deleted with foreground propagation and the grace
-  period; the end is reported only once no pod of the run is left, so the ledger never frees
-  GPUs that a terminating pod still holds.
+- stop and every other end: the Job deleted with foreground propagation. The garbage
+  collector deletes the pods with no grace period of its own, so the executor's grace is each
+  pod's `terminationGracePeriodSeconds`, set in the template. The end is reported only once no
+  pod of the run is left, so the ledger never frees GPUs that a terminating pod still holds.
 - restart: runs are adopted by their `rota.dev/run-id` label; a recorded run whose Job was
   never created is created now.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,7 +111,8 @@ class KubeBackend:
             run_id=run.run_id, job_id=run.job_id, attempt=run.attempt, spec=run.spec,
             placement=run.placement, namespace=self.namespace, nats_url=self.nats_url,
             resume_from=run.resume_from, checkpoint_dir=self.checkpoint_dir,
-            gpu_resource=self.gpu_resource, run_token=run_token, nats_creds=creds)
+            gpu_resource=self.gpu_resource, run_token=run_token, nats_creds=creds,
+            termination_grace_s=math.ceil(self.grace_s))
         try:
             job = await self._create_job(objects.job)
             name, uid = job["metadata"]["name"], job["metadata"]["uid"]
@@ -208,16 +211,17 @@ class KubeBackend:
         tracked.deleting = True
         name = k.object_name(tracked.run.run_id)
         try:
+            # No grace period here: the garbage collector would not pass it on to the pods,
+            # which have the executor's grace as their own terminationGracePeriodSeconds.
             await read_json(await self.batch.delete_namespaced_job(
-                name, self.namespace, body=client.V1DeleteOptions(
-                    propagation_policy="Foreground", grace_period_seconds=int(self.grace_s)),
+                name, self.namespace, body=client.V1DeleteOptions(propagation_policy="Foreground"),
                 _preload_content=False))
         except ApiException as exc:
             if exc.status != 404:
                 tracked.deleting = False  # tried again on the next pass
                 raise
-        log.info("kubernetes run %s: Job %s deleted (foreground, grace %.0f s)",
-                 tracked.run.run_id, name, self.grace_s)
+        log.info("kubernetes run %s: Job %s deleted (foreground; each pod's grace %.0f s)",
+                 tracked.run.run_id, name, math.ceil(self.grace_s))
 
     # ------------------------------------------------------------------ the loop
 

@@ -104,6 +104,7 @@ def pod_template(
     *, run_id: str, job_id: str, attempt: int, spec: JobSpec, template: KubernetesRun,
     placement: list[WorkerPlacement], nats_url: str, resume_from: str | None,
     checkpoint_dir: str, gpu_resource: str, with_creds: bool = False,
+    termination_grace_s: int = 30,
 ) -> dict[str, Any]:
     name = object_name(run_id)
     labels = run_labels(run_id, job_id, spec.team, attempt)
@@ -153,6 +154,9 @@ def pod_template(
     nodes = sorted({w.node for w in placement})
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # A stop deletes the Job; the garbage collector then deletes its pods with no grace
+        # period of its own, so this is the only place the executor's grace can reach them.
+        "terminationGracePeriodSeconds": termination_grace_s,
         "subdomain": name,
         "containers": [container],
         "schedulingGates": [{"name": PLACEMENT_GATE}],
@@ -193,7 +197,7 @@ def run_objects(
     *, run_id: str, job_id: str, attempt: int, spec: JobSpec, placement: list[WorkerPlacement],
     namespace: str, nats_url: str, resume_from: str | None = None,
     checkpoint_dir: str = "/checkpoints", gpu_resource: str = "nvidia.com/gpu",
-    run_token: str = "", nats_creds: str | None = None,
+    run_token: str = "", nats_creds: str | None = None, termination_grace_s: int = 30,
 ) -> RunObjects:
     """The three objects of one run. The Service and Secret get their owner reference (the
     Job's uid) when they are created, after the Job: see `owned_by`."""
@@ -215,7 +219,8 @@ def run_objects(
                 run_id=run_id, job_id=job_id, attempt=attempt, spec=spec,
                 template=spec.kubernetes, placement=placement, nats_url=nats_url,
                 resume_from=resume_from, checkpoint_dir=checkpoint_dir,
-                gpu_resource=gpu_resource, with_creds=nats_creds is not None),
+                gpu_resource=gpu_resource, with_creds=nats_creds is not None,
+                termination_grace_s=termination_grace_s),
         },
     }
     service = {
