@@ -16,6 +16,7 @@ from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
+from rota.contracts.common import TEAM_NAME_RULE, is_team_name
 from rota.contracts.envelope import first_error
 from rota.ids import new_id
 from rota.service import RotaService
@@ -29,6 +30,15 @@ from rota_submission.projection import project_batch
 log = logging.getLogger("rota.submission")
 
 Query = Callable[[bytes, str | None], Awaitable[m.ApiReply]]
+Scoped = Callable[[bytes, Origin, str | None], Awaitable[m.ApiReply]]
+"""An API subject's handler: the body, where it came from, and the team the subject names."""
+
+
+def _ignoring_origin(query: Query) -> Scoped:
+    async def handle(raw: bytes, origin: Origin, team: str | None) -> m.ApiReply:
+        return await query(raw, team)
+
+    return handle
 
 
 PROJECTION_GATHER_S = 0.2
@@ -88,6 +98,12 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
 
         return handle
 
+    async def submit(raw: bytes, origin: Origin, team: str | None) -> m.ApiReply:
+        return await commands.submit(raw, origin)
+
+    async def cancel(raw: bytes, origin: Origin, team: str | None) -> m.ApiReply:
+        return await commands.cancel(raw, origin)
+
     routes: dict[str, Query] = {
         s.API_JOB_GET: query(m.GetJob, queries.get_job),
         s.API_JOB_WHY: query(m.GetJob, queries.why_job),
@@ -96,22 +112,26 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, functools.partial(
             queries.summarize_queues, config=config)),
     }
+    scoped: list[tuple[str, Scoped]] = [(s.API_SUBMIT, submit), (s.API_CANCEL, cancel)]
+    scoped.extend((prefix, _ignoring_origin(route)) for prefix, route in routes.items())
 
     async def dispatch(subject: str, raw: bytes, headers: dict[str, str]) -> m.ApiReply:
         origin = Origin(subject, new_id(), service.clock.now(), headers)
-        if subject == s.API_SUBMIT or subject.startswith(s.API_SUBMIT + "."):
-            return await commands.submit(raw, origin)
-        if subject.startswith(s.API_CANCEL + "."):
-            return await commands.cancel(raw, origin)
         # `rota.api.job.get.<team>`: the team's own view, scoped by the subject, which NATS
-        # lets only that team (and trusted identities) publish on.
-        route, team = routes.get(subject), None
-        if route is None:
-            head, _, team = subject.rpartition(".")
-            route = routes.get(head)
-        if route is None:
-            return api_error("UNKNOWN_SUBJECT", f"no API at {subject!r}", "subject")
-        return await route(raw, team)
+        # lets only that team (and trusted identities) publish on. The team is everything
+        # after the API's own tokens and must be one token: read as the last token alone,
+        # `rota.api.cancel.ml.nlp` would have let team `ml.nlp` act as `nlp`.
+        for prefix, handle in scoped:
+            team = s.subject_team(subject, prefix)
+            if team == "":
+                continue
+            if team is None and prefix == s.API_CANCEL:
+                break  # a cancel always names its team
+            if team is not None and not is_team_name(team):
+                return api_error("UNKNOWN_SUBJECT", f"{subject!r}: the team after {prefix!r}"
+                                 f" is {team!r}; {TEAM_NAME_RULE}", "subject")
+            return await handle(raw, origin, team)
+        return api_error("UNKNOWN_SUBJECT", f"no API at {subject!r}", "subject")
 
     # One subscription for all of `rota.api.>`: NATS hands a message to every matching
     # subscription, so separate ones would race to answer with "unknown subject".

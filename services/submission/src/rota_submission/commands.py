@@ -18,7 +18,7 @@ from rota.config import RotaConfig
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
 from rota.contracts.job import TERMINAL_STATES
-from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
+from rota.contracts.subjects import API_SUBMIT, EVENT_SUBJECTS, STREAM_EVT
 from rota.faults import crash_point
 from rota.ids import derived_id, new_id
 from rota.service import RotaService
@@ -48,9 +48,14 @@ class Origin:
 
     @property
     def team(self) -> str | None:
-        """The team named by the subject's last token, or None for `rota.api.submit`."""
-        head, _, last = self.subject.rpartition(".")
-        return None if head in ("rota.api", "") else last
+        """The team the subject is scoped to (`rota.cmd.submit.<team>`, `rota.api.cancel.<team>`
+        ...), None for the unscoped `rota.api.submit`. All that follows the command's three
+        tokens counts, never just the last token: `rota.api.cancel.ml.nlp` speaks for the
+        no-team `ml.nlp`, so it may act for no team, `nlp` included."""
+        if self.subject == API_SUBMIT:
+            return None
+        parts = self.subject.split(".", 3)
+        return parts[3] if len(parts) == 4 else ""
 
 
 @dataclass(frozen=True)

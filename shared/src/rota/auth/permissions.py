@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rota.contracts.common import TEAM_NAME_RULE, is_team_name
 from rota.contracts.subjects import (
     API_CANCEL,
     EVENT_SUBJECTS,
@@ -19,8 +20,13 @@ from rota.contracts.subjects import (
     RUN_STOP,
     STREAM_CTL,
     TEAM_QUERIES,
+    api_cancel,
+    api_submit,
+    cancel,
     run_checkpoint,
+    submit,
     team_feed,
+    team_query,
 )
 
 SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
@@ -109,14 +115,28 @@ def team_inbox(team: str) -> str:
     return f"_INBOX_team_{team}"
 
 
+def team_subjects(team: str) -> tuple[str, ...]:
+    """Every subject a team may publish on, each named in full: no wildcard, so the team's
+    token is always the subject's last and no team's subjects match another's or an unscoped
+    one (with `rota.api.*.{team}`, a team named `list` could ask `rota.api.jobs.list`, the
+    platform's view of every team)."""
+    return (submit(team), cancel(team), api_submit(team), api_cancel(team),
+            *(team_query(query, team) for query in sorted(TEAM_QUERIES)))
+
+
 def team_permissions(team: str) -> Permissions:
     """Its own commands and requests, its own replies, its own jobs' live events, and nothing
     else: no `$JS.API`, so no stream of anyone's is readable. The services take the team from
-    the subject."""
+    the subject, which these permissions bind to the credentials."""
+    if not is_team_name(team):
+        raise ValueError(f"team {team!r}: {TEAM_NAME_RULE}")
+    return _team_permissions(team)
+
+
+def _team_permissions(team: str) -> Permissions:
     inbox = team_inbox(team)
     return Permissions(
-        publish=(f"rota.cmd.submit.{team}", f"rota.cmd.cancel.{team}",
-                 f"rota.api.*.{team}", f"rota.api.*.*.{team}"),
+        publish=team_subjects(team),
         subscribe=(f"{inbox}.>", team_feed(team)),
         inbox_prefix=inbox,
         tags=(f"team:{team}",),
@@ -177,7 +197,7 @@ def shipped_table() -> dict[str, object]:
         "command_owners": {s: sorted(owners) for s, owners in COMMAND_OWNERS.items()},
         "services": {name: rendered(service_permissions(name)) for name in SERVICES},
         "console": rendered(console_permissions()),
-        "team": rendered(team_permissions("<team>")),
+        "team": rendered(_team_permissions("<team>")),
         "run": rendered(run_template()),
         "admin": "everything",
     }

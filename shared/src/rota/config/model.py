@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.budget import Exhaustion, Period
-from rota.contracts.common import Name, Tier
+from rota.contracts.common import Name, TeamName, Tier
 
 NonNegGpus = Annotated[int, Field(ge=0, le=1_000_000)]
 
@@ -195,7 +195,7 @@ class Preemption(_Strict):
 class RotaConfig(_Strict):
     cluster: Cluster
     queues: dict[Tier, Queue] = Field(default_factory=lambda: {t: Queue() for t in Tier})
-    teams: dict[Name, Team]
+    teams: dict[TeamName, Team]
     policy: Policy = Policy()
     preemption: Preemption = Preemption()
 

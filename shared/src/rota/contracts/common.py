@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -50,6 +51,28 @@ Name = Annotated[
     StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$"),
 ]
 """A DNS-label-like name: teams, users, flavors, jobs, nodes."""
+
+TEAM_NAME_PATTERN = r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$"
+"""A team's name is one NATS subject token (no `.`, `*`, `>` or whitespace): the services
+read the team from the subject a team's credentials let it publish on, `rota.cmd.submit.nlp`,
+so a name with a dot (`ml.nlp`) would end in another team's token."""
+TEAM_NAME_RULE = ("a team's name is one subject token: 1-63 lowercase letters, digits, '-' and"
+                  " '_', starting and ending with a letter or digit (no '.')")
+_TEAM_NAME = re.compile(TEAM_NAME_PATTERN)
+
+
+def is_team_name(text: str) -> bool:
+    return len(text) <= 63 and _TEAM_NAME.match(text) is not None
+
+
+def _team_name(value: str) -> str:
+    if not is_team_name(value):
+        raise ValueError(f"{value!r}: {TEAM_NAME_RULE}")
+    return value
+
+
+TeamName = Annotated[str, AfterValidator(_team_name)]
+"""A team's name where one is declared (`rota.yaml`'s `teams`)."""
 
 JobName = Annotated[
     str,

@@ -6,16 +6,19 @@ STREAM_CMD = "ROTA_CMD"
 STREAM_EVT = "ROTA_EVT"
 STREAM_CTL = "ROTA_CTL"
 
-STREAM_SUBJECTS: dict[str, list[str]] = {
-    STREAM_CMD: ["rota.cmd.>"],
-    STREAM_EVT: ["rota.evt.>"],
-    STREAM_CTL: ["rota.ctl.>"],
-}
-
 SUBMIT_ALL = "rota.cmd.submit.*"
 CANCEL_ALL = "rota.cmd.cancel.*"
 RUN_START = "rota.cmd.run.start"
 RUN_STOP = "rota.cmd.run.stop"
+
+STREAM_SUBJECTS: dict[str, list[str]] = {
+    # Exactly what the durable consumers read: a command on any other subject (a team token
+    # with a dot in it, `rota.cmd.submit.ml.nlp`) is refused by JetStream at publish ("no
+    # stream") instead of being acknowledged and then never read.
+    STREAM_CMD: [SUBMIT_ALL, CANCEL_ALL, RUN_START, RUN_STOP],
+    STREAM_EVT: ["rota.evt.>"],
+    STREAM_CTL: ["rota.ctl.>"],
+}
 
 API_PREFIX = "rota.api"
 API_ALL = "rota.api.>"
@@ -57,6 +60,15 @@ def api_cancel(team: str) -> str:
 
 def team_query(subject: str, team: str) -> str:
     return f"{subject}.{team}"
+
+
+def subject_team(subject: str, prefix: str) -> str | None:
+    """The team `<prefix>.<team>` is scoped to, None for `prefix` itself (unscoped), and ""
+    for a subject not under `prefix`. Everything after the prefix counts: on
+    `rota.api.cancel.ml.nlp` the team is `ml.nlp`, which is no team's name, never `nlp`."""
+    if subject == prefix:
+        return None
+    return subject.removeprefix(f"{prefix}.") if subject.startswith(f"{prefix}.") else ""
 
 
 def control(run_id: str) -> str:
