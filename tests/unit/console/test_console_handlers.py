@@ -10,7 +10,8 @@ import pytest
 from pydantic import BaseModel
 from rota.auth.keys import ADMIN, AuthDir
 from rota.contracts import messages as m
-from rota_console.access import LoginRefused, identity_of
+from rota.settings import Settings
+from rota_console.access import LoginRefused, Trust, identity_of
 from rota_console.app import build
 from rota_console.pages import PAGE_MODELS
 from rota_console.reader import PLATFORM, ApiFailure, Reader
@@ -81,11 +82,10 @@ def client(api: FakeApi, tmp_path: Path) -> TestClient:
     import yaml
 
     config.write_text(yaml.safe_dump(CONFIG.model_dump(mode="json")))
-    from rota.settings import Settings
-
     app = build(ConsoleSettings(trusted_header=HEADER), Settings(config=config))
     app.state.console.reader = api  # no lifespan: the fake stands in for NATS
-    return TestClient(app, follow_redirects=False)
+    # The proxy beside the console: the header is believed only from a trusted peer.
+    return TestClient(app, follow_redirects=False, client=("127.0.0.1", 50000))
 
 
 def test_a_team_viewer_asks_only_its_own_teams_subjects(client: TestClient, api: FakeApi) -> None:
@@ -176,19 +176,20 @@ def auth(tmp_path_factory: pytest.TempPathFactory) -> AuthDir:
 def test_login_reads_the_team_from_team_credentials_and_the_platform_from_the_admins(
         auth: AuthDir, tmp_path: Path) -> None:
     team = auth.issue_team("nlp", "alice", tmp_path / "nlp.creds")
-    assert identity_of(team.read_text()).team == "nlp"
-    assert identity_of(auth.creds_path(ADMIN).read_text()).team == PLATFORM
+    trust = Trust.of(Settings(nats_roster=auth.roster))
+    assert identity_of(team.read_text(), trust).viewer.team == "nlp"
+    assert identity_of(auth.creds_path(ADMIN).read_text(), trust).viewer.team == PLATFORM
 
 
 @pytest.mark.parametrize("text", ["", "not a creds file", "x" * 20_000])
 def test_login_refuses_what_is_not_credentials_naming_the_field(text: str) -> None:
     with pytest.raises(LoginRefused, match=r"^creds: "):
-        identity_of(text)
+        identity_of(text, Trust())
 
 
 def test_login_refuses_a_services_credentials(auth: AuthDir) -> None:
     with pytest.raises(LoginRefused, match="service"):
-        identity_of(auth.creds_path("scheduler").read_text())
+        identity_of(auth.creds_path("scheduler").read_text(), Trust())
 
 
 def test_a_team_sees_the_preemptions_its_jobs_took_part_in_without_others_names(

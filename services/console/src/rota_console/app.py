@@ -14,6 +14,7 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client
 from rota.bus.options import connect_options
+from rota.clock import Clock, SystemClock
 from rota.config import RotaConfig, load_config
 from rota.endpoints import resolve
 from rota.settings import Settings
@@ -23,9 +24,12 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from rota_console.access import Trust
 from rota_console.fairshare import UsageHistory, usage_by_team
 from rota_console.feed import Relay
+from rota_console.guard import Hardening
 from rota_console.reader import PLATFORM, ApiFailure, Reader, Viewer
+from rota_console.sessions import LoginLimiter, SessionBook
 from rota_console.settings import ConsoleSettings
 
 log = logging.getLogger("rota.console")
@@ -41,11 +45,19 @@ class Console:
     rota: Settings
     config: RotaConfig
     history: UsageHistory
+    clock: Clock = field(default_factory=SystemClock)
+    trust: Trust = field(default_factory=Trust)
     relay: Relay = field(default_factory=Relay)
+    sessions: SessionBook = field(init=False)
+    logins: LoginLimiter = field(init=False)
     nc: Client | None = None
     reader: Reader | None = None
     nats_url: str = ""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.sessions = SessionBook(self.clock)
+        self.logins = LoginLimiter(self.clock, attempts=self.settings.login_attempts_per_minute)
 
     def api(self) -> Reader:
         if self.reader is None:
@@ -83,14 +95,16 @@ class Console:
             await asyncio.sleep(self.settings.sample_interval_s)
 
 
-def build(settings: ConsoleSettings | None = None, rota: Settings | None = None) -> Starlette:
+def build(settings: ConsoleSettings | None = None, rota: Settings | None = None,
+          clock: Clock | None = None) -> Starlette:
     from rota_console import routes
 
     settings = settings or ConsoleSettings()
     rota = rota or Settings()
     config = load_config(rota.config)
     console = Console(settings, rota, config, UsageHistory(
-        half_life_s=config.policy.fairshare_half_life_s, points=settings.history_points))
+        half_life_s=config.policy.fairshare_half_life_s, points=settings.history_points),
+        clock=clock or SystemClock(), trust=Trust.of(rota))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -105,8 +119,10 @@ def build(settings: ConsoleSettings | None = None, rota: Settings | None = None)
     app = Starlette(
         routes=[*routes.ROUTES,
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
-        middleware=[Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
-                               same_site="strict", https_only=settings.secure_cookies)],
+        middleware=[Middleware(Hardening, allowed_origins=settings.allowed_origins),
+                    Middleware(SessionMiddleware, secret_key=secret, session_cookie=SESSION_COOKIE,
+                               max_age=int(settings.session_max_age_s), same_site="strict",
+                               https_only=settings.secure_cookies)],
         lifespan=lifespan,
     )
     app.state.console = console

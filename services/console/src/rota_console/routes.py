@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from pydantic import ValidationError
+from rota.contracts.envelope import first_error
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -16,10 +18,11 @@ from starlette.templating import Jinja2Templates
 
 from rota_console import views
 from rota_console.access import (
-    SESSION_CSRF,
     LoginRefused,
+    check_form_token,
     csrf_token,
     log_in,
+    log_out,
     verify,
     viewer_of,
 )
@@ -32,7 +35,8 @@ templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.globals["polyline"] = polyline
 
 STATUS = {"NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "AMBIGUOUS_ID": 400, "UNAUTHORISED": 403,
-          "UNAVAILABLE": 503, "INTERNAL": 502}
+          "UNTRUSTED_PEER": 403, "UNAVAILABLE": 503, "INTERNAL": 502}
+"""HTTP status per API error code; any other code is the request's fault (400)."""
 
 
 def _console(request: Request) -> Console:
@@ -54,7 +58,7 @@ class NotLoggedIn(Exception):
 
 def _viewer(request: Request) -> Viewer:
     console = _console(request)
-    viewer = viewer_of(request, console.settings)
+    viewer = viewer_of(request, console.settings, console.sessions)
     if viewer is None:
         raise NotLoggedIn()
     if not viewer.is_platform and viewer.team not in console.config.teams:
@@ -99,6 +103,9 @@ def guarded(handler: Any) -> Any:
             return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
         except ApiFailure as exc:
             return failure(request, exc)
+        except ValidationError as exc:  # a malformed id in the URL: the request's fault
+            err = first_error(exc)
+            return failure(request, ApiFailure(err.code, err.message, err.field))
     return endpoint
 
 
@@ -154,9 +161,7 @@ async def preemptions(request: Request, viewer: Viewer) -> Response:
 
 async def cancel(request: Request, viewer: Viewer) -> Response:
     form = await request.form()
-    if form.get("csrf") != request.session.get(SESSION_CSRF):
-        raise ApiFailure("UNAUTHORISED", "the form is stale or from another site; reload the "
-                         "page and try again", "csrf")
+    check_form_token(request, form)
     if form.get("confirm") != "yes":
         raise ApiFailure("CONFIRMATION_REQUIRED", "confirm the cancellation", "confirm")
     api = _console(request).api()
@@ -184,6 +189,14 @@ async def login_form(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     console = _console(request)
+    if console.settings.trusted_header:
+        return RedirectResponse("/queues", status_code=303)
+    address = request.client.host if request.client else "unknown"
+    if (wait_s := console.logins.retry_after_s(address)) is not None:
+        return JSONResponse({"error": {"code": "RATE_LIMITED", "field": None, "message":
+                                       f"too many logins from {address}; try again in "
+                                       f"{wait_s:.0f} s"}},
+                            status_code=429, headers={"Retry-After": str(int(wait_s))})
     form = await request.form()
     creds = form.get("creds")
     text = creds if isinstance(creds, str) else ""
@@ -194,21 +207,22 @@ async def login(request: Request) -> Response:
     try:
         if not text.strip():
             raise LoginRefused("creds: paste your team's .creds file, or choose it")
-        viewer = await verify(text, console.nats_url)
+        signed_in = await verify(text, console.nats_url, console.trust)
     except LoginRefused as exc:
         if wants_json(request):
             return JSONResponse({"error": {"code": "LOGIN_REFUSED", "field": "creds",
                                            "message": str(exc)}}, status_code=401)
         return templates.TemplateResponse(request, "login.html",
                                           {"error": str(exc), "next": next_url}, status_code=401)
-    log_in(request, viewer)
+    log_in(request, signed_in, console.sessions, console.clock.now(),
+           console.settings.session_max_age_s)
     if wants_json(request):
-        return JSONResponse({"ok": True, "viewer": viewer.team})
+        return JSONResponse({"ok": True, "viewer": signed_in.viewer.team})
     return RedirectResponse(next_url, status_code=303)
 
 
 async def logout(request: Request) -> Response:
-    request.session.clear()
+    log_out(request, _console(request).sessions)
     return RedirectResponse("/login", status_code=303)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rota.auth.jwt import ACCOUNT, OPERATOR, USER, KeyPair, creds, encode, read_creds
+from rota.auth.jwt import ACCOUNT, OPERATOR, USER, KeyPair, claims_of, creds, encode, read_creds
 from rota.auth.permissions import (
     CONSOLE,
     SERVICES,
@@ -130,12 +130,17 @@ class AuthDir:
 
     def _write_roster(self) -> None:
         """Every service key ever issued here stays in the roster (events it signed are
-        still replayed); `rota auth init --rotate` adds the new ones beside them."""
+        still replayed); `rota auth init --rotate` adds the new ones beside them. The
+        account's and the admin's public keys are there too: the console believes a login
+        is the admin's by its key, never by the name a JWT gives itself."""
         roster: dict[str, Any] = (json.loads(self.roster.read_text()) if self.roster.exists()
                                   else {"signed_since": time.time(), "keys": {}})
         for service in SERVICES:
             _, seed = read_creds(self.creds_path(service).read_text())
             roster["keys"][KeyPair.from_seed(seed).public] = service
+        roster["account"] = self.account.public
+        admin_jwt, _ = read_creds(self.creds_path(ADMIN).read_text())
+        roster["admins"] = sorted({*roster.get("admins", ()), claims_of(admin_jwt)["sub"]})
         self.roster.write_text(json.dumps(roster, indent=2, sort_keys=True) + "\n")
 
     def rotate_services(self) -> None:

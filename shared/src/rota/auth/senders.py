@@ -99,11 +99,16 @@ class Roster:
 
     services: Mapping[str, str]
     signed_since: float = 0.0
+    account: str | None = None
+    """The public key of Rota's account, which issues every team's and the admin's JWT."""
+    admins: frozenset[str] = frozenset()
+    """The admin identities' public keys (user nkeys)."""
 
     @classmethod
     def load(cls, path: Path) -> Roster:
         doc = json.loads(path.read_text())
-        return cls(doc["keys"], float(doc.get("signed_since", 0.0)))
+        return cls(doc["keys"], float(doc.get("signed_since", 0.0)), doc.get("account"),
+                   frozenset(doc.get("admins", ())))
 
 
 @dataclass(frozen=True)
