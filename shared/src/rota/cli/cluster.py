@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from rota.cli.output import console, emit_json, handled
+from rota.cli.untrusted import untrusted
 from rota.config.loader import parse_config
 from rota.k8s.inventory import (
     DEFAULT_FLAVOR_LABEL,
@@ -87,10 +88,11 @@ def cluster_import(
                    "changes": changes})
         return
     if dry_run:
-        console.print(yaml.safe_dump({"cluster": section}, sort_keys=False), highlight=False)
+        console.print(untrusted(yaml.safe_dump({"cluster": section}, sort_keys=False),
+                                multiline=True), highlight=False)
     gpus = sum(n.gpus for n in live)
-    console.print(f"{len(live)} GPU nodes, {gpus} GPUs, flavors "
-                  f"{', '.join(f['name'] for f in section['flavors'])}"
-                  f"{'' if dry_run else f'; written to {config}'}", highlight=False)
+    console.print(untrusted(f"{len(live)} GPU nodes, {gpus} GPUs, flavors "
+                            f"{', '.join(f['name'] for f in section['flavors'])}"
+                            f"{'' if dry_run else f'; written to {config}'}"), highlight=False)
     for change in changes:
-        console.print(f"  changed: {change}", highlight=False)
+        console.print(f"  changed: {untrusted(change)}", highlight=False)

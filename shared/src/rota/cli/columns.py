@@ -20,6 +20,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from rota.cli.untrusted import plain
+
 GAP = "  "
 ELLIPSIS = "…"
 MIN_CUT_WIDTH = 3  # a column cut narrower than this says nothing
@@ -82,7 +84,7 @@ def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bo
     """The header and one line per row. Without `wide`, the lines fit in `width` unless its
     whole columns alone do not."""
     shown = [i for i, c in enumerate(columns) if wide or not c.wide]
-    cells = [[columns[i].header for i in shown]] + [[row[i] for i in shown] for row in rows]
+    cells = [[columns[i].header for i in shown]] + [[plain(row[i]) for i in shown] for row in rows]
     natural = [max(len(line[k]) for line in cells) for k in range(len(shown))]
     widths = natural if wide else _fit(natural, [columns[i].whole for i in shown],
                                        width - len(GAP) * (len(shown) - 1))

@@ -11,6 +11,7 @@ import typer
 
 from rota.auth.keys import AuthDir
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, handled
+from rota.cli.untrusted import untrusted
 from rota.config import load_config
 from rota.settings import get_settings
 
@@ -87,5 +88,5 @@ def creds_issue(
     if json_out:
         emit_json({"ok": True, "team": team, "user": user, "creds": str(path)})
     else:
-        console.print(f"wrote {path} for team {team}" + (f", user {user}" if user else "")
-                      + "; use it with ROTA_NATS_CREDS", highlight=False)
+        console.print(untrusted(f"wrote {path} for team {team}" + (f", user {user}" if user else "")
+                                + "; use it with ROTA_NATS_CREDS"), highlight=False)

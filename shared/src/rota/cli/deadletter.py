@@ -12,6 +12,7 @@ from rich.table import Table
 from rota.cli.client import request
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, handled
 from rota.cli.stack import SERVICES
+from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import deadletter as deadletter_subject
 from rota.settings import Settings, get_settings
@@ -26,9 +27,9 @@ def table(rows: list[dict[str, Any]]) -> Table:
     for column in ("WHEN", "SERVICE", "CONSUMER", "SUBJECT", "SEQ", "TRIES", "ERROR"):
         out.add_column(column, overflow="fold")
     for row in rows:
-        out.add_row(_short_time(row["created_at"]), row["service"], row["consumer"],
-                    row["subject"], str(row["stream_seq"]), str(row["deliveries"]),
-                    f"{row['error_type']}: {row['error']}")
+        out.add_row(*map(untrusted, (
+            _short_time(row["created_at"]), row["service"], row["consumer"], row["subject"],
+            str(row["stream_seq"]), str(row["deliveries"]), f"{row['error_type']}: {row['error']}")))
     return out
 
 

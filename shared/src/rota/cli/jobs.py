@@ -16,6 +16,7 @@ from rota.cli import record
 from rota.cli.client import call
 from rota.cli.columns import Column, Output, OutputOpt, age, print_table
 from rota.cli.output import InvalidInput, console, emit_json, handled
+from rota.cli.untrusted import untrusted
 from rota.config import ConfigError, load_config
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
@@ -143,7 +144,7 @@ def submit(
         emit_json(result)
     else:
         note = " (already submitted)" if result["duplicate"] else ""
-        console.print(f"{result['job_id']}{note}", highlight=False)
+        console.print(untrusted(f"{result['job_id']}{note}"), highlight=False)
 
 
 JOB_COLUMNS = (
@@ -218,12 +219,13 @@ def job(
                 "gpus_per_worker", "gpus", "gpu_share", "state", "submission_id", "submitted_at",
                 "started_at", "ended_at", "attempts", "run_id", "resume_from", "detail"):
         if row.get(key) is not None:
-            console.print(f"[bold]{key:>16}[/bold]  {row[key]}", highlight=False)
+            console.print(f"[bold]{key:>16}[/bold]  {untrusted(row[key])}", highlight=False)
     wait = row.get("wait") or {}
     for reason in wait.get("reasons") or []:
-        console.print(f"[bold]{'waiting':>16}[/bold]  {reason['code']}: {reason['message']}")
+        console.print(f"[bold]{'waiting':>16}[/bold]  {untrusted(reason['code'])}:"
+                      f" {untrusted(reason['message'])}")
     if wait.get("eta"):
-        console.print(f"[bold]{'eta':>16}[/bold]  {wait['eta']}")
+        console.print(f"[bold]{'eta':>16}[/bold]  {untrusted(wait['eta'])}")
 
 
 @handled
@@ -239,7 +241,7 @@ def cancel(
     if json_out:
         emit_json(result)
     else:
-        console.print(f"{result['job_id']} {result['state']}", highlight=False)
+        console.print(untrusted(f"{result['job_id']} {result['state']}"), highlight=False)
 
 
 @handled
@@ -267,7 +269,7 @@ def queues(
                  str(row["borrowed_gpus"]), str(row["oldest_pending_at"] or "-")[:19]]
         if budgets:
             cells.extend(_budget_cells(row))
-        table.add_row(*cells)
+        table.add_row(*map(untrusted, cells))
     console.print(table if rows else "no pending or running jobs")
 
 
@@ -289,23 +291,25 @@ def why(
         emit_json(answer)
         return
     share = f", {answer['gpu_share']:g} of one GPU" if answer.get("gpu_share") else ""
-    console.print(f"[bold]{answer['name']}[/bold] {answer['job_id']} — {answer['state']}"
-                  f" in {answer['queue']} ({answer['team']}{share})", highlight=False)
+    console.print(f"[bold]{untrusted(answer['name'])}[/bold] " + untrusted(
+        f"{answer['job_id']} — {answer['state']} in {answer['queue']} ({answer['team']}{share})"),
+        highlight=False)
     if answer["state"] != "pending":
-        console.print(f"  {answer['summary']}", highlight=False)
+        console.print(f"  {untrusted(answer['summary'])}", highlight=False)
         return
     for i, reason in enumerate(answer["reasons"]):
         label = "because" if i == 0 else "also"
-        console.print(f"  {label:>7}  [bold]{reason['code']}[/bold]: {reason['message']}",
+        console.print(f"  {label:>7}  [bold]{untrusted(reason['code'])}[/bold]:"
+                      f" {untrusted(reason['message'])}",
                       highlight=False)
-    console.print(f"      eta  {answer.get('eta') or 'unknown'}"
-                  f"   (position {answer.get('position')})", highlight=False)
+    console.print(untrusted(f"      eta  {answer.get('eta') or 'unknown'}"
+                            f"   (position {answer.get('position')})"), highlight=False)
     factors = answer.get("factors") or {}
     if factors:
-        console.print("    score  " + "  ".join(f"{k}={v:.1f}" for k, v in factors.items()),
+        console.print("    score  " + untrusted("  ".join(f"{k}={v:.1f}" for k, v in factors.items())),
                       highlight=False)
     if answer.get("resume_from"):
-        console.print(f"   resume  {answer['resume_from']}", highlight=False)
+        console.print(f"   resume  {untrusted(answer['resume_from'])}", highlight=False)
 
 
 @handled

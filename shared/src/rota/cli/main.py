@@ -17,6 +17,7 @@ from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
 from rota.cli.replay import convert_trace_command, replay_command
 from rota.cli.stack import SERVICES, migrate_all
+from rota.cli.untrusted import untrusted
 from rota.cli.up import up
 from rota.cli.watch import watch
 from rota.config import load_config
@@ -72,8 +73,9 @@ def config_check(
         emit_json(summary)
     else:
         gpus = ", ".join(f"{n} {f}" for f, n in capacity.items())
-        console.print(f"{file}: ok — {summary['nodes']} nodes ({gpus}),"
-                      f" {len(config.teams)} teams, {len(config.queues)} queues", highlight=False)
+        console.print(untrusted(f"{file}: ok — {summary['nodes']} nodes ({gpus}),"
+                                f" {len(config.teams)} teams, {len(config.queues)} queues"),
+                      highlight=False)
 
 
 @app.command()

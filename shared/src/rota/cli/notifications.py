@@ -10,6 +10,7 @@ from rich.table import Table
 
 from rota.cli.client import call
 from rota.cli.output import console, emit_json, handled
+from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import NOTIFICATIONS_LIST
 from rota.settings import get_settings
@@ -32,10 +33,10 @@ def table(rows: list[dict[str, Any]], *, failed: bool) -> Table:
     for row in rows:
         when = row["sent_at"] if row["status"] == "sent" else row["next_attempt_at"]
         last = (row["last_error"] or "-") if failed else _short_time(when)
-        out.add_row(
+        out.add_row(*map(untrusted, (
             _short_time(row["created_at"]), row["kind"], row["recipient"], row["channel"],
             row["status"], str(row["attempts"]), (row["job_id"] or "-")[:13], last,
-        )
+        )))
     return out
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from rota.cli.client import call
 from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import console, emit_json, handled
+from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, PREEMPTION_PLANS
 from rota.ids import short_id
@@ -96,7 +97,7 @@ def allocations(
     for row in rows:
         placement = " ".join(f"{p['node']}[{','.join(map(str, p['gpus']))}]"
                              for p in row["placement"])
-        table.add_row(row["run_id"][:13], row["job_id"][:13], row["team"], row["queue"],
-                      str(row["gpus"]), str(row["borrowed_gpus"]), placement,
-                      row["granted_at"][:19])
+        table.add_row(*map(untrusted, (
+            row["run_id"][:13], row["job_id"][:13], row["team"], row["queue"], str(row["gpus"]),
+            str(row["borrowed_gpus"]), placement, row["granted_at"][:19])))
     console.print(table if rows else "no allocations")

@@ -17,6 +17,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from rota.cli.untrusted import untrusted
 from rota.config import ConfigError
 from rota.contracts import ContractError
 from rota.contracts.envelope import first_error
@@ -63,7 +64,8 @@ def fail(message: str, *, code: int, json_out: bool, field: str | None = None,
                                                                  "FAILED"),
                                           "field": field, "message": message}})
     else:
-        err_console.print(f"[red]error:[/red] {message}", highlight=False)
+        err_console.print(f"[red]error:[/red] {untrusted(message, multiline=True)}",
+                          highlight=False)
     raise typer.Exit(code)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from rota.cli.client import request
 from rota.cli.output import CommandFailed, InvalidInput, console
+from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import NOTIFICATIONS_LIST
 from rota.settings import Settings
@@ -44,11 +45,12 @@ def _factors(factors: dict[str, Any] | None) -> str:
 
 def print_record(result: dict[str, Any]) -> None:
     job = result["job"]
-    console.print(f"[bold]{job['name']}[/bold] {job['job_id']} — {job['state']}", highlight=False)
+    console.print(f"[bold]{untrusted(job['name'])}[/bold] "
+                  + untrusted(f"{job['job_id']} — {job['state']}"), highlight=False)
     decisions = iter(d for d in result.get("decisions", []))
     pending = next(decisions, None)
     for entry in result["timeline"]:
-        console.print(f"  {_t(entry['at'])}  {entry['source']:<10}  {entry['summary']}",
+        console.print(untrusted(f"  {_t(entry['at'])}  {entry['source']:<10}  {entry['summary']}"),
                       highlight=False)
         # Decisions come from the same rows in the same order: put each one's factors
         # (and every reason, for a hold) under its timeline line.
@@ -58,11 +60,11 @@ def print_record(result: dict[str, Any]) -> None:
             if pending["decision"] == "hold":
                 extra += [f"{r['code']}: {r['message']}" for r in pending.get("reasons", [])[1:]]
             for line in filter(None, extra):
-                console.print(f"  {'':23}  {'':<10}    {line}", highlight=False)
+                console.print(f"  {'':23}  {'':<10}    {untrusted(line)}", highlight=False)
             pending = next(decisions, None)
     _print_preemptions(result.get("preemptions") or [])
     _print_notifications(result)
-    console.print(f"\ntrace id {result.get('trace_id', '-')} (search it in Jaeger)",
+    console.print(f"\ntrace id {untrusted(result.get('trace_id', '-'))} (search it in Jaeger)",
                   highlight=False)
 
 
@@ -74,12 +76,13 @@ def _print_preemptions(plans: list[dict[str, Any]]) -> None:
         if plan["role"] == "caused":
             victims = ", ".join(f"{v.get('job_name') or v['job_id'][:13]} {v.get('outcome') or '…'}"
                                 for v in plan["victims"])
-            console.print(f"  caused {plan['plan_id'][:13]} at {_t(plan['requested_at'])}:"
-                          f" {plan['reason']} — victims {victims}; {plan['outcome'] or 'open'}",
-                          highlight=False)
+            console.print(untrusted(
+                f"  caused {plan['plan_id'][:13]} at {_t(plan['requested_at'])}:"
+                f" {plan['reason']} — victims {victims}; {plan['outcome'] or 'open'}"),
+                highlight=False)
             continue
         lost = plan.get("lost_gpu_seconds")
-        console.print(
+        console.print(untrusted(
             f"  suffered {plan['plan_id'][:13]} for {plan.get('preemptor_queue')} job"
             f" {str(plan['preemptor_job_id'])[:13]}: {plan['reason']}\n"
             f"    requested {_t(plan['requested_at'])}, noticed {_t(plan['noticed_at'])}"
@@ -87,18 +90,19 @@ def _print_preemptions(plans: list[dict[str, Any]]) -> None:
             f" with {plan.get('ack_checkpoint_uri') or 'no checkpoint'},"
             f" stopped {_t(plan['stopped_at'])}{' (forced)' if plan.get('forced') else ''};"
             f" {plan['outcome'] or 'open'}"
-            + (f", lost {gpu_time(float(lost))}" if lost else ""), highlight=False)
+            + (f", lost {gpu_time(float(lost))}" if lost else ""), multiline=True),
+            highlight=False)
 
 
 def _print_notifications(result: dict[str, Any]) -> None:
     rows = result.get("notifications")
     console.print("\n[bold]Notifications[/bold]")
     if rows is None:
-        console.print(f"  unknown: {result.get('notifications_error')}", highlight=False)
+        console.print(f"  unknown: {untrusted(result.get('notifications_error'))}", highlight=False)
         return
     if not rows:
         console.print("  none")
     for row in rows:
         when = row.get("sent_at") or row.get("next_attempt_at")
-        console.print(f"  {_t(row.get('created_at'))}  {row['kind']} to {row['recipient']} by"
-                      f" {row['channel']}: {row['status']} {_t(when)}", highlight=False)
+        console.print(untrusted(f"  {_t(row.get('created_at'))}  {row['kind']} to {row['recipient']}"
+                                f" by {row['channel']}: {row['status']} {_t(when)}"), highlight=False)

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from rota.cli.output import emit_json, fail
+from rota.cli.untrusted import untrusted
 
 __all__ = ["convert_trace_command", "replay_command"]
 
@@ -111,7 +112,7 @@ def replay_command(
         try:
             jobs, config = load(trace, scenario, trace_format.value)
         except TraceFormatError as exc:
-            _err.print(f"[red]{trace}: {exc}[/red]")
+            _err.print(f"[red]{untrusted(f'{trace}: {exc}')}[/red]")
             raise typer.Exit(2) from None
     if whole_gpus:
         from rota_policy.sim.hetero import whole_gpus as without_shares
@@ -223,4 +224,4 @@ def convert_trace_command(
         _out.print("teams:")
         for team, quotas in hetero_quotas(jobs).items():
             inner = ", ".join(f"{flavor}: {gpus}" for flavor, gpus in quotas.items())
-            _out.print(f'  "{team}": {{quota: {{{inner}}}}}')
+            _out.print(untrusted(f'  "{team}": {{quota: {{{inner}}}}}'))

@@ -23,6 +23,7 @@ from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import InvalidInput, emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
 from rota.cli.stack import REPLICABLE, parse_replicas
+from rota.cli.untrusted import plain, untrusted
 from rota.config import load_config
 from rota.settings import get_settings
 
@@ -100,7 +101,7 @@ def up(
         if kube_context:
             extra["ROTA_KUBE_CONTEXT"] = kube_context
     stack = Stack(settings, config, executor, extra_env=extra, replicas=counts,
-                  say=lambda text: err_console.print(f"rota up: {text}"))
+                  say=lambda text: err_console.print(f"rota up: {untrusted(text)}"))
     with stopping_on_signals():
         try:
             summary = stack.start()
@@ -147,6 +148,7 @@ def _supervise(stack: Stack) -> None:
         time.sleep(0.5)
         # The servers first: a service that died with its server comes back to a live one.
         for line in stack.restart_dead_servers(next_server_start):
-            err_console.print(f"rota up: {line}", markup=False, highlight=False, soft_wrap=True)
+            err_console.print(f"rota up: {plain(line)}", markup=False, highlight=False,
+                              soft_wrap=True)
         for name in stack.restart_dead(next_start):
             err_console.print(f"rota up: {name} exited; restarted")

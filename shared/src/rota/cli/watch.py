@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from rota.bus.flushed import flushed
 from rota.cli.client import connected
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, err_console, handled
+from rota.cli.untrusted import plain
 from rota.contracts.subjects import FEED_PREFIX, team_feed
 from rota.ids import short_id
 from rota.settings import Settings, get_settings
@@ -80,7 +81,7 @@ async def follow(settings: Settings, *, team: str | None, job: str | None, count
             if json_out:
                 emit_json(doc, compact=True)
             else:
-                console.print(_line(doc), highlight=False, markup=False)
+                console.print(plain(_line(doc)), highlight=False, markup=False)
             seen += 1
             if count is not None and seen >= count:
                 done.set()
