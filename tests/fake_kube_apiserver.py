@@ -5,20 +5,32 @@ real paths and with the real JSON shapes, so the real kubernetes-asyncio client 
 through an ordinary kubeconfig:
 
 - nodes (list, watch), batch/v1 jobs, pods, services, secrets (create, get, list, watch,
-  patch with JSON merge patch, delete with `propagationPolicy` and `gracePeriodSeconds`);
+  patch with JSON merge patch, delete with `propagationPolicy` and `gracePeriodSeconds`),
+  core/v1 events (list, watch); label selectors of `a=b` terms, field selectors on the
+  fields the real server allows (another is 400 `field label not supported`);
 - every object it receives is checked with kubernetes-validate (strict), and refused with
   422 as a real server would; a name taken is 409 AlreadyExists; an unknown one 404;
 - watches stream JSON lines with resourceVersions, and a watch from a compacted
   resourceVersion gets the 410 Gone ERROR event a real server sends.
 
-A small control loop plays the other parts of the cluster: the Job controller (one pod per
-completion index, labelled and owned like the real one), the scheduler (gated pods wait;
+Pod admission refuses a pod whose ServiceAccount does not exist, one that breaks the
+namespace's enforced Pod Security level (`restricted`: the container checks), and any that a
+test's admission step (`admission`: a webhook, a quota, a LimitRange) refuses.
+
+A small control loop plays the other parts of the cluster: the Job controller (after the Job
+exists, one pod per completion index, labelled, owned and given the
+`batch.kubernetes.io/job-tracking` finalizer like the real one; a pod admission refuses is a
+`FailedCreate` Event on the Job, retried with backoff; the finalizer comes off once the pod
+has finished or is being deleted, or its Job is), the scheduler (gated pods wait;
 a pod is bound only to a Ready, schedulable node that matches its required node affinity
 and has the GPUs), the kubelet (Pending, Running, exit codes, termination within the grace
 period) and the garbage collector (foreground and background propagation; it deletes a
 Job's pods with no grace period of its own, so each gets its `terminationGracePeriodSeconds`,
-30 s when unset, whatever grace the Job's DELETE carried). What it does NOT
-model: admission webhooks, RBAC, quotas, real containers, events, eviction timing.
+30 s when unset, whatever grace the Job's DELETE carried; a pod is gone once its grace is
+over, 0 for an unscheduled or finished pod, and no finalizer holds it). What it does NOT
+model: RBAC, real webhooks or quotas (only their refusals), a replacement pod for a Job
+(Rota's Jobs have `backoffLimit: 0`), events other than FailedCreate, real containers,
+eviction timing.
 
 The parts live side by side: this module is the REST API; `fake_kube_cluster` the store and
 the control loop behind it; `fake_kube_rules` the API server's and scheduler's rules, with no
@@ -44,7 +56,9 @@ from tests.fake_kube_rules import (
     KINDS,
     Obj,
     Refusal,
+    field_selector_refused,
     invalid,
+    matches_fields,
     matches_labels,
     merge_patch,
     pod_update_refused,
@@ -128,18 +142,21 @@ class FakeKubeApiServer(FakeCluster):
             if self.get(plural, body["metadata"]["name"], ns) is not None:
                 return _status(409, "AlreadyExists",
                                f'{plural} "{body["metadata"]["name"]}" already exists')
-            created = self.create(plural, body, ns)
-            if plural == "jobs":
-                self._create_job_pods(created)
-            return web.json_response(created, status=201)
-        selector = request.query.get("labelSelector")
+            if plural == "pods" and (refusal := self.admit_pod({
+                    **body, "metadata": {**body["metadata"], "namespace": ns}})) is not None:
+                return _status(403, "Forbidden", refusal)
+            return web.json_response(self.create(plural, body, ns), status=201)
+        selector, fields = request.query.get("labelSelector"), request.query.get("fieldSelector")
+        if (refusal := field_selector_refused(plural, fields)) is not None:
+            return _refused(refusal)
         if request.query.get("watch") in ("true", "True", "1"):
-            return await self._watch(request, plural, ns, selector)
+            return await self._watch(request, plural, ns, selector, fields)
         apiversion, kind = KINDS[plural]
         self.lists[plural] = self.lists.get(plural, 0) + 1
         return web.json_response({"apiVersion": apiversion, "kind": kind + "List",
                                   "metadata": {"resourceVersion": str(self.revision)},
-                                  "items": self.list(plural, ns, selector)})
+                                  "items": [o for o in self.list(plural, ns, selector)
+                                            if matches_fields(plural, o, fields)]})
 
     async def _item(self, request: web.Request) -> web.StreamResponse:
         plural, ns, name = (request.match_info["plural"], request.match_info.get("ns", ""),
@@ -169,8 +186,8 @@ class FakeKubeApiServer(FakeCluster):
                                       "details": {"name": name, "kind": plural}})
         return _status(405, "MethodNotAllowed", request.method)
 
-    async def _watch(self, request: web.Request, plural: str, ns: str,
-                     selector: str | None) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, plural: str, ns: str, selector: str | None,
+                     fields: str | None) -> web.StreamResponse:
         since = int(request.query.get("resourceVersion") or self.revision)
         timeout = float(request.query.get("timeoutSeconds") or 300)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -187,7 +204,7 @@ class FakeKubeApiServer(FakeCluster):
             for rv, p, kind, obj in [e for e in self.log if e[0] > seen]:
                 seen = rv
                 if p == plural and (not ns or obj["metadata"].get("namespace") == ns) \
-                        and matches_labels(obj, selector):
+                        and matches_labels(obj, selector) and matches_fields(plural, obj, fields):
                     await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
             self._changed.clear()
             with contextlib.suppress(TimeoutError):

@@ -1,6 +1,7 @@
 """The cluster behind the FAKE API server (`tests/fake_kube_apiserver.py`): its object store
-with its history of changes (for watches), the controls a test turns, and a small control
-loop that plays the Job controller, the scheduler, the kubelet and the garbage collector."""
+with its history of changes (for watches), the controls a test turns, pod admission, and a
+small control loop that plays the Job controller, the scheduler, the kubelet and the garbage
+collector."""
 
 from __future__ import annotations
 
@@ -11,13 +12,21 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from rota.k8s.manifests import INDEX_ANNOTATION
 
 from tests.fake_kube_containers import LocalContainers
-from tests.fake_kube_rules import Obj, affinity_allows, matches_labels
+from tests.fake_kube_rules import Obj, affinity_allows, matches_labels, pod_security_restricted
+
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+"""The finalizer the Job controller puts on each pod it creates, and takes off once it has
+counted the pod (finished, being deleted, or its Job being deleted or gone)."""
+PodAdmission = Callable[[Obj], "str | None"]
+"""A validating admission step (a webhook, a ResourceQuota, a LimitRange): the API server's
+whole error message for a pod it refuses, or None to admit it."""
 
 
 def now_stamp() -> str:
@@ -34,6 +43,10 @@ class PodPlan:
     stops_on_term_after_s: float = 0.2  # how long the process takes to exit after SIGTERM
 
 
+def forbidden(pod: Obj, reason: str) -> str:
+    """The API server's words for a pod that admission refused."""
+    return f'pods "{pod["metadata"]["name"]}" is forbidden: {reason}'
+
 
 @dataclass
 class FakeCluster:
@@ -48,6 +61,11 @@ class FakeCluster:
     _term_at: dict[str, float] = field(default_factory=dict)
     _bound_at: dict[str, float] = field(default_factory=dict)
     _term_sent: set[str] = field(default_factory=set)
+    admission: list[PodAdmission] = field(default_factory=list)  # after the built-in steps
+    pod_security: dict[str, str] = field(default_factory=dict)  # namespace -> enforced level
+    service_accounts: set[tuple[str, str]] = field(default_factory=set)  # beyond each "default"
+    _pods_made: dict[str, set[int]] = field(default_factory=dict)  # Job uid -> indices created
+    _next_create: dict[str, tuple[float, float]] = field(default_factory=dict)  # uid -> (at, backoff)
 
     # ------------------------------------------------------------------ store
 
@@ -70,6 +88,8 @@ class FakeCluster:
         if namespace:
             meta["namespace"] = namespace
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_stamp())
+        if plural == "pods":  # the API server's defaulting
+            obj["spec"].setdefault("terminationGracePeriodSeconds", 30)
         return self._put(plural, obj, "ADDED")
 
     def list(self, plural: str, namespace: str = "", selector: str | None = None) -> list[Obj]:
@@ -113,6 +133,18 @@ class FakeCluster:
             if chosen and pod["status"].get("phase") == "Running":
                 self._terminate(pod, code, reason)
 
+    def enforce_pod_security(self, namespace: str, level: str = "restricted") -> None:
+        """The namespace's `pod-security.kubernetes.io/enforce` label: pods that break the
+        level are refused."""
+        self.pod_security[namespace] = level
+
+    def add_service_account(self, namespace: str, name: str) -> None:
+        self.service_accounts.add((namespace, name))
+
+    def events_of(self, name: str, kind: str = "Job") -> list[Obj]:
+        return [e for e in self.list("events") if e["involvedObject"]["name"] == name
+                and e["involvedObject"]["kind"] == kind]
+
     def compact(self) -> None:
         """Forget the history: watches from an older resourceVersion get 410 Gone."""
         self.compacted_below = self.revision + 1
@@ -121,43 +153,113 @@ class FakeCluster:
 
     # ------------------------------------------------------------------ the cluster's parts
 
-    def _create_job_pods(self, job: Obj) -> None:
+    def admit_pod(self, pod: Obj) -> str | None:
+        """The API server's whole error message for a pod its admission refuses: its service
+        account missing, the namespace's Pod Security level broken, or a step of `admission`."""
+        namespace = pod["metadata"]["namespace"]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        if account != "default" and (namespace, account) not in self.service_accounts:
+            return forbidden(pod, f"error looking up service account {namespace}/{account}: "
+                                  f'serviceaccount "{account}" not found')
+        if self.pod_security.get(namespace) == "restricted" and \
+                (broken := pod_security_restricted(pod)) is not None:
+            return forbidden(pod, f'violates PodSecurity "restricted:latest": {broken}')
+        return next((refusal for admit in self.admission if (refusal := admit(pod)) is not None), None)
+
+    def record_event(self, involved: Obj, kind: str, event_type: str, reason: str,
+                     message: str, component: str) -> None:
+        """A core/v1 Event about `involved`; a repeat of the same one is counted, not stored
+        twice, as the real event recorder does."""
+        meta = involved["metadata"]
+        for event in self.events_of(meta["name"], kind):
+            if event["involvedObject"]["uid"] == meta["uid"] and \
+                    (event["reason"], event["message"]) == (reason, message):
+                event = copy.deepcopy(event)
+                event["count"] += 1
+                event["lastTimestamp"] = now_stamp()
+                self._put("events", event, "MODIFIED")
+                return
+        self.create("events", {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
+            "involvedObject": {"kind": kind, "namespace": meta.get("namespace", ""),
+                               "name": meta["name"], "uid": meta["uid"],
+                               "apiVersion": involved["apiVersion"],
+                               "resourceVersion": meta["resourceVersion"]},
+            "reason": reason, "message": message, "type": event_type,
+            "source": {"component": component}, "reportingComponent": component,
+            "reportingInstance": "", "count": 1,
+            "firstTimestamp": now_stamp(), "lastTimestamp": now_stamp()}, meta.get("namespace", ""))
+
+    def _job_pod(self, job: Obj, index: int) -> Obj:
         template, name = job["spec"]["template"], job["metadata"]["name"]
-        for index in range(job["spec"]["completions"]):
-            meta = copy.deepcopy(template.get("metadata") or {})
-            meta["name"] = f"{name}-{index}-{uuid.uuid4().hex[:5]}"
-            meta["labels"] = {**meta.get("labels", {}), "job-name": name,
-                              "batch.kubernetes.io/job-name": name,
-                              "controller-uid": job["metadata"]["uid"],
-                              "batch.kubernetes.io/job-completion-index": str(index)}
-            meta["annotations"] = {**meta.get("annotations", {}), INDEX_ANNOTATION: str(index)}
-            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                        "uid": job["metadata"]["uid"], "controller": True,
-                                        "blockOwnerDeletion": True}]
-            spec = copy.deepcopy(template["spec"])
-            spec["hostname"] = f"{name}-{index}"
-            self.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-                                 "spec": spec, "status": {"phase": "Pending"}},
-                        job["metadata"]["namespace"])
+        meta = copy.deepcopy(template.get("metadata") or {})
+        meta["name"] = f"{name}-{index}-{uuid.uuid4().hex[:5]}"  # generateName: <job>-<index>-
+        meta["namespace"] = job["metadata"]["namespace"]
+        meta["labels"] = {**meta.get("labels", {}), "job-name": name,
+                          "batch.kubernetes.io/job-name": name,
+                          "controller-uid": job["metadata"]["uid"],
+                          "batch.kubernetes.io/job-completion-index": str(index)}
+        meta["annotations"] = {**meta.get("annotations", {}), INDEX_ANNOTATION: str(index)}
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                    "uid": job["metadata"]["uid"], "controller": True,
+                                    "blockOwnerDeletion": True}]
+        meta["finalizers"] = [JOB_TRACKING]
+        spec = copy.deepcopy(template["spec"])
+        spec["hostname"] = f"{name}-{index}"
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+                "status": {"phase": "Pending"}}
+
+    def _job_controller(self, now: float) -> None:
+        """Creates the pods of each live Job, after the Job exists (so never in the Job's own
+        create): a refused pod is a FailedCreate Event on the Job, retried with backoff. With
+        `backoffLimit: 0` in mind, an index gets one pod only: no replacement is ever made."""
+        for job in self.list("jobs"):
+            uid = job["metadata"]["uid"]
+            conditions = (job.get("status") or {}).get("conditions") or []
+            if job["metadata"].get("deletionTimestamp") or any(
+                    c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions):
+                continue
+            made = self._pods_made.setdefault(uid, set())
+            at, backoff = self._next_create.get(uid, (0.0, 0.0))
+            if len(made) == job["spec"]["completions"] or now < at:
+                continue
+            for index in sorted(set(range(job["spec"]["completions"])) - made):
+                pod = self._job_pod(job, index)
+                refusal = self.admit_pod(pod)
+                if refusal is not None:
+                    self.record_event(job, "Job", "Warning", "FailedCreate",
+                                      f"Error creating: {refusal}", "job-controller")
+                    backoff = min(max(backoff * 2, 0.2), 5.0)
+                    self._next_create[uid] = (now + backoff, backoff)
+                    break
+                self.create("pods", pod)
+                made.add(index)
+        for pod in self.list("pods"):
+            if JOB_TRACKING not in (pod["metadata"].get("finalizers") or []):
+                continue
+            job = self.get("jobs", pod["metadata"]["labels"].get("job-name", ""),
+                           pod["metadata"]["namespace"])
+            if pod["status"].get("phase") in ("Succeeded", "Failed") or \
+                    pod["metadata"].get("deletionTimestamp") or job is None or \
+                    job["metadata"].get("deletionTimestamp"):
+                pod = copy.deepcopy(pod)
+                pod["metadata"]["finalizers"].remove(JOB_TRACKING)
+                self._store_pod(pod)
+
+    def _store_pod(self, pod: Obj) -> None:
+        """An update of a pod: one being deleted whose grace is over (0) and that has no
+        finalizer left is gone, as the API server removes it then."""
+        meta = pod["metadata"]
+        gone = meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0 \
+            and not meta.get("finalizers")
+        self._put("pods", pod, "DELETED" if gone else "MODIFIED")
 
     def _delete(self, plural: str, obj: Obj, policy: str, grace: float | None) -> None:
-        if obj["metadata"].get("deletionTimestamp"):
-            if plural == "pods" and grace == 0:  # a force delete: gone without its kubelet
-                self._put(plural, copy.deepcopy(obj), "DELETED")
-            return
         if plural == "pods":
-            # A DELETE without a grace period (the garbage collector's, for a Job's pods) gives
-            # the pod its own terminationGracePeriodSeconds, 30 s when the spec has none.
-            if grace is None:
-                grace = float(obj["spec"].get("terminationGracePeriodSeconds", 30))
-            obj = copy.deepcopy(obj)
-            obj["metadata"]["deletionTimestamp"] = now_stamp()
-            obj["metadata"]["deletionGracePeriodSeconds"] = int(grace)
-            self._term_at[obj["metadata"]["name"]] = time.monotonic()
-            if obj["status"].get("phase") != "Running" or grace == 0:
-                self._put(plural, obj, "DELETED")
-            else:
-                self._put(plural, obj, "MODIFIED")
+            self._delete_pod(obj, grace)
+            return
+        if obj["metadata"].get("deletionTimestamp"):
             return
         dependents = self._dependents(obj)
         if policy == "Foreground" and dependents:
@@ -172,6 +274,32 @@ class FakeCluster:
             # grace given with the owner's DELETE applies to the owner alone.
             for dep_plural, dep in dependents:
                 self._delete(dep_plural, dep, "Background", None)
+
+    def _delete_pod(self, pod: Obj, grace: float | None) -> None:
+        """A DELETE without a grace period (the garbage collector's) gives the pod its own
+        terminationGracePeriodSeconds. An unscheduled or finished pod needs no kubelet: its
+        grace is 0. With grace 0 it is gone at once, unless a finalizer still holds it."""
+        pod = copy.deepcopy(pod)
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            if grace is not None and grace < meta["deletionGracePeriodSeconds"]:
+                meta["deletionGracePeriodSeconds"] = int(grace)  # only ever shortened
+                self._store_pod(pod)
+            return
+        if grace is None:
+            grace = float(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        if not pod["spec"].get("nodeName") or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            grace = 0
+        meta["deletionTimestamp"] = now_stamp()
+        meta["deletionGracePeriodSeconds"] = int(grace)
+        self._term_at[meta["name"]] = time.monotonic()
+        self._store_pod(pod)
+
+    def _kubelet_confirms_deletion(self, pod: Obj) -> None:
+        """The kubelet's own DELETE with grace 0, once the pod's containers have stopped."""
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["deletionGracePeriodSeconds"] = 0
+        self._store_pod(pod)
 
     def _dependents(self, owner: Obj) -> list[tuple[str, Obj]]:
         uid = owner["metadata"]["uid"]
@@ -242,9 +370,11 @@ class FakeCluster:
             name, status = pod["metadata"]["name"], pod["status"]
             plan = self._plan(pod)
             if pod["metadata"].get("deletionTimestamp"):
-                if not self._kubelet_up(pod):
-                    continue  # nobody to stop the process: Terminating until force-deleted
                 grace = pod["metadata"]["deletionGracePeriodSeconds"]
+                if grace == 0 or not self._kubelet_up(pod):
+                    # Held by a finalizer only; or nobody to stop the process: Terminating
+                    # until force-deleted.
+                    continue
                 proc = self.containers.procs.get(name) if self.containers else None
                 if proc is not None:
                     if proc.poll() is None and now - self._term_at[name] >= grace:
@@ -254,9 +384,9 @@ class FakeCluster:
                         with contextlib.suppress(ProcessLookupError):
                             os.killpg(proc.pid, signal.SIGTERM)
                     else:
-                        self._put("pods", copy.deepcopy(pod), "DELETED")
+                        self._kubelet_confirms_deletion(pod)
                 elif now - self._term_at[name] >= min(grace, plan.stops_on_term_after_s):
-                    self._put("pods", copy.deepcopy(pod), "DELETED")
+                    self._kubelet_confirms_deletion(pod)
                 continue
             proc = self.containers.procs.get(name) if self.containers else None
             if proc is not None and status.get("phase") == "Running" and proc.poll() is not None:
@@ -297,6 +427,7 @@ class FakeCluster:
                 if plan.exit_code is not None:
                     self._terminate(self.objects[("pods", pod["metadata"]["namespace"], name)],
                                     plan.exit_code, plan.reason)
+        self._job_controller(now)
         for job in self.list("jobs"):
             if job["metadata"].get("deletionTimestamp") and not self._dependents(job):
                 self._put("jobs", copy.deepcopy(job), "DELETED")

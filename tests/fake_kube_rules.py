@@ -13,7 +13,15 @@ import kubernetes_validate
 
 Obj = dict[str, Any]
 KINDS = {"nodes": ("v1", "Node"), "pods": ("v1", "Pod"), "services": ("v1", "Service"),
-         "secrets": ("v1", "Secret"), "jobs": ("batch/v1", "Job")}
+         "secrets": ("v1", "Secret"), "jobs": ("batch/v1", "Job"), "events": ("v1", "Event")}
+# The fields each kind can be selected by (`fieldSelector`), beyond metadata.name/namespace.
+SELECTABLE_FIELDS = {
+    "events": ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+               "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+               "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
+    "pods": ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+             "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName"),
+}
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,74 @@ def matches_labels(obj: Obj, selector: str | None) -> bool:
         if labels.get(key.strip()) != value.strip():
             return False
     return True
+
+
+def _field_value(plural: str, obj: Obj, path: str) -> str:
+    if plural == "events" and path == "source":
+        return str((obj.get("source") or {}).get("component") or obj.get("reportingComponent") or "")
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def field_selector_refused(plural: str, selector: str | None) -> Refusal | None:
+    """A field selector on a field the kind cannot be selected by: 400, as the real server."""
+    for term in (selector or "").split(","):
+        key = term.partition("!=")[0].partition("=")[0].strip()
+        if key and key not in ("metadata.name", "metadata.namespace",
+                               *SELECTABLE_FIELDS.get(plural, ())):
+            return Refusal(400, "BadRequest",
+                           f'field label not supported: {key}')
+    return None
+
+
+def matches_fields(plural: str, obj: Obj, selector: str | None) -> bool:
+    """A field selector of `=`, `==` and `!=` terms, all of which must hold."""
+    for term in (selector or "").split(","):
+        if not term.strip():
+            continue
+        if "!=" in term:
+            key, _, want = term.partition("!=")
+            if _field_value(plural, obj, key.strip()) == want.strip():
+                return False
+            continue
+        key, _, want = term.partition("=")
+        if _field_value(plural, obj, key.strip()) != want.lstrip("=").strip():
+            return False
+    return True
+
+
+def pod_security_restricted(pod: Obj) -> str | None:
+    """What the `restricted` Pod Security Standard refuses in a pod (the checks a plain
+    container can fail), in the admission plugin's words; None when it passes."""
+    spec = pod["spec"]
+    pod_context = spec.get("securityContext") or {}
+    containers = [*(spec.get("initContainers") or []), *spec["containers"]]
+
+    def lacking(test: Any) -> list[str]:
+        return [c["name"] for c in containers if not test(c.get("securityContext") or {})]
+
+    def named(names: list[str]) -> str:
+        return ("container " if len(names) == 1 else "containers ") + ", ".join(f'"{n}"' for n in names)
+
+    found: list[str] = []
+    if bad := lacking(lambda sc: sc.get("allowPrivilegeEscalation") is False):
+        found.append(f"allowPrivilegeEscalation != false ({named(bad)} must set"
+                     " securityContext.allowPrivilegeEscalation=false)")
+    if bad := lacking(lambda sc: "ALL" in ((sc.get("capabilities") or {}).get("drop") or [])):
+        found.append(f'unrestricted capabilities ({named(bad)} must set'
+                     ' securityContext.capabilities.drop=["ALL"])')
+    if not pod_context.get("runAsNonRoot") and (
+            bad := lacking(lambda sc: sc.get("runAsNonRoot") is True)):
+        found.append(f"runAsNonRoot != true (pod or {named(bad)} must set"
+                     " securityContext.runAsNonRoot=true)")
+    if (pod_context.get("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost") \
+            and (bad := lacking(lambda sc: (sc.get("seccompProfile") or {}).get("type") in
+                                ("RuntimeDefault", "Localhost"))):
+        found.append(f'seccompProfile (pod or {named(bad)} must set securityContext.seccompProfile.type'
+                     ' to "RuntimeDefault" or "Localhost")')
+    return ", ".join(found) or None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

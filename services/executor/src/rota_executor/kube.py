@@ -4,9 +4,11 @@
   then its headless Service and its Secret (the run token, the run's NATS credentials), both
   owned by the Job. Pods are created gated; each is pinned to its worker's granted node and
   only then released to the scheduler (see `rota.k8s.manifests`).
-- watch: pods are listed once, then watched from that resourceVersion; a 410 Gone re-lists.
-  A pass over the runs every `poll_s` lifts gates, sees a gang start, fail or finish, and
-  gives up on a gang that has not started within `start_timeout_s`.
+- watch: pods, nodes and the Job controller's `FailedCreate` Events are listed once, then
+  watched from that resourceVersion; a 410 Gone re-lists. A pass over the runs every `poll_s`
+  lifts gates, sees a gang start, fail or finish, fails a run whose pod admission refused
+  (the Event's words are the reason), and gives up on a gang that has not started within
+  `start_timeout_s`.
 - stop and every other end: the Job deleted with foreground propagation. The garbage
   collector deletes the pods with no grace period of its own, so the executor's grace is each
   pod's `terminationGracePeriodSeconds`, set in the template. The end is reported only once no
@@ -30,7 +32,6 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.watch import Watch
 from rota.clock import Clock
 from rota.config.model import Node
 from rota.contracts.job import JobSpec
@@ -40,12 +41,12 @@ from rota.k8s.inventory import InventoryError, Labels, differences, nodes_of
 
 from rota_executor.backend import Exit, Reporter, RunRecord
 from rota_executor.credentials import RunMinter
-from rota_executor.kube_pods import Pod, gang_state, node_problem, pin_patch
+from rota_executor.kube_calls import list_watch
+from rota_executor.kube_pods import FAILED_CREATE, Pod, failed_create, gang_state, node_problem, pin_patch
 
 log = logging.getLogger("rota.executor.kubernetes")
 
 MERGE_PATCH = "application/merge-patch+json"
-WATCH_TIMEOUT_S = 60
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Tracked:
     teardown: Exit | None = None  # set once the run's objects are being deleted
     deleting: bool = False
     pinned: set[str] = field(default_factory=set)  # pods whose gate is lifted
+    job_uid: str | None = None  # of the run's Job, once created or adopted
 
 
 class KubeBackend:
@@ -89,6 +91,7 @@ class KubeBackend:
         self.runs: dict[str, Tracked] = {}
         self.pods: dict[str, Pod] = {}  # by name, as last listed or watched
         self.nodes: dict[str, dict[str, Any]] = {}  # by name, as last listed or watched
+        self.refusals: dict[str, dict[str, Any]] = {}  # FailedCreate Events of Jobs, by name
         self.lost_nodes: set[str] = set()  # nodes NotReady, cordoned or gone
         self.node_problems: dict[str, str | None] = {}  # as last reported, by node
         self._pods_synced, self._nodes_synced = asyncio.Event(), asyncio.Event()
@@ -125,7 +128,7 @@ class KubeBackend:
             self.runs[run.run_id] = Tracked(run, self._now(), teardown=Exit(
                 None, f"cannot start: Kubernetes said {exc.status} {exc.reason}: {exc.body!s}"))
             return
-        self.runs[run.run_id] = Tracked(run, self._now())
+        self.runs[run.run_id] = Tracked(run, self._now(), job_uid=uid)
         log.info("kubernetes run %s: Job %s/%s created, %d pods pinned to %s", run.run_id,
                  self.namespace, name, len(run.placement), sorted({w.node for w in run.placement}))
         await self.reporter.launched(run.run_id, [])
@@ -168,7 +171,7 @@ class KubeBackend:
             await self.start(run, await self.reporter.new_token(run.run_id))
             return
         # The start timeout counts from now: the executor does not know how long it was away.
-        tracked = Tracked(run, self._now())
+        tracked = Tracked(run, self._now(), job_uid=jobs["items"][0]["metadata"]["uid"])
         self.runs[run.run_id] = tracked
         log.info("kubernetes run %s adopted: Job %s", run.run_id, jobs["items"][0]["metadata"]["name"])
         if run.state == "stopping":
@@ -253,8 +256,12 @@ class KubeBackend:
                     tracked.pinned.add(name)
                     await self._patch_pod(name, patch)
             state = gang_state(pods, len(tracked.run.placement), self.lost_nodes)
+            refusal = None if tracked.started else failed_create(
+                list(self.refusals.values()), k.object_name(run_id), tracked.job_uid)
             if state.exit is not None:
                 tracked.teardown = state.exit
+            elif refusal is not None and refusal.for_good:
+                tracked.teardown = Exit(None, f"Kubernetes refused a pod of the run: {refusal.message}")
             elif state.all_running and not tracked.started:
                 tracked.started = True
                 log.info("kubernetes run %s: all %d pods Running", run_id, len(tracked.run.placement))
@@ -266,8 +273,9 @@ class KubeBackend:
                                         + "; ".join(state.waiting), lost=True)
             elif not tracked.started and self._now() - tracked.launched_at >= self.start_timeout_s:
                 tracked.teardown = Exit(None, f"the gang did not start within "
-                                        f"{self.start_timeout_s:.0f} s: " + "; ".join(state.waiting),
-                                        lost=True)
+                                        f"{self.start_timeout_s:.0f} s: " + "; ".join(
+                                            state.waiting + ([f"the last pod refused: {refusal.message}"]
+                                                             if refusal else [])), lost=True)
             if tracked.teardown is not None:
                 log.warning("kubernetes run %s: ending: %s", run_id, tracked.teardown.detail)
                 await self._teardown(tracked)
@@ -299,40 +307,20 @@ class KubeBackend:
         self.runs.pop(run_id, None)
 
     async def watch_pods(self) -> None:
-        await self._list_watch(self.pods, self._pods_synced, self.core.list_namespaced_pod,
-                               self.namespace, label_selector=f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
+        await list_watch(self.pods, self._pods_synced.set, self._refresh_lost_nodes,
+                         self.core.list_namespaced_pod, self.namespace,
+                         label_selector=f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
 
     async def watch_nodes(self) -> None:
-        await self._list_watch(self.nodes, self._nodes_synced, self.core.list_node)
+        await list_watch(self.nodes, self._nodes_synced.set, self._refresh_lost_nodes,
+                         self.core.list_node)
 
-    async def _list_watch(self, mirror: dict[str, dict[str, Any]], synced: asyncio.Event,
-                          list_fn: Any, *args: Any, **kwargs: Any) -> None:
-        """List, then watch from the list's resourceVersion; re-list after a 410 Gone. `mirror`
-        holds the objects by name, as last listed or watched."""
-        while True:
-            listed = await read_json(await list_fn(*args, _preload_content=False, **kwargs))
-            mirror.clear()
-            mirror.update({o["metadata"]["name"]: o for o in listed["items"]})
-            version = listed["metadata"]["resourceVersion"]
-            synced.set()
-            self._refresh_lost_nodes()
-            try:
-                while True:
-                    async with Watch() as watch:
-                        stream = watch.stream(list_fn, *args, resource_version=version,
-                                              timeout_seconds=WATCH_TIMEOUT_S, **kwargs)
-                        async for event in stream:
-                            obj = event["raw_object"]
-                            version = obj["metadata"]["resourceVersion"]
-                            if event["type"] == "DELETED":
-                                mirror.pop(obj["metadata"]["name"], None)
-                            else:
-                                mirror[obj["metadata"]["name"]] = obj
-                            self._refresh_lost_nodes()
-            except ApiException as exc:
-                if exc.status != 410:
-                    raise
-                log.info("watch: resourceVersion %s expired (410 Gone); re-listing", version)
+    async def watch_refusals(self) -> None:
+        """The Job controller's FailedCreate Events: a pod that admission refused never
+        exists, and this is the only place the cluster says why."""
+        await list_watch(self.refusals, lambda: None, lambda: None,
+                         self.core.list_namespaced_event, self.namespace,
+                         field_selector=f"involvedObject.kind=Job,reason={FAILED_CREATE}")
 
     def _refresh_lost_nodes(self) -> None:
         """A node of rota.yaml (or of a grant) that is NotReady, cordoned or gone is lost to
@@ -359,7 +347,8 @@ class KubeBackend:
 
     async def run(self) -> None:
         watchers = [asyncio.create_task(self._forever(self.watch_pods, "the pod watch")),
-                    asyncio.create_task(self._forever(self.watch_nodes, "the node watch"))]
+                    asyncio.create_task(self._forever(self.watch_nodes, "the node watch")),
+                    asyncio.create_task(self._forever(self.watch_refusals, "the event watch"))]
         try:
             await self._pods_synced.wait()
             await self._nodes_synced.wait()

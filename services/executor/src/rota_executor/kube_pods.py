@@ -5,6 +5,10 @@
 - Every pod succeeded: the run finished.
 - A pod that cannot start (unschedulable, an image that cannot be pulled, its node lost)
   is only named here; the backend decides when waiting has lasted too long.
+- A pod the cluster's admission refused never exists: the Job controller says why in a
+  `FailedCreate` Event on the Job. A refusal (PodSecurity, a ResourceQuota, a LimitRange, a
+  missing ServiceAccount, a webhook's denial) fails the run; an admission webhook that could
+  not be called is the cluster's trouble, waited out like any pod that cannot start.
 """
 
 from __future__ import annotations
@@ -46,6 +50,35 @@ def pin_patch(pod: Pod, placement: list[WorkerPlacement]) -> dict[str, Any] | No
             {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]})
     gates = [g for g in pod["spec"].get("schedulingGates") or [] if g.get("name") != PLACEMENT_GATE]
     return {"spec": {"affinity": affinity, "schedulingGates": gates}}
+
+
+FAILED_CREATE = "FailedCreate"
+# The words of a pod create that failed for a while, not for good: an admission webhook that
+# could not be called, the API server or etcd overloaded or timing out.
+_PASSING_TROUBLE = ("failed calling webhook", "Internal error occurred", "Timeout:",
+                    "the server is currently unable", "too many requests", "etcdserver")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    message: str  # the cluster's words, from the Event
+    for_good: bool  # False: the Job controller's retries may yet succeed
+
+
+def failed_create(events: list[dict[str, Any]], job_name: str, job_uid: str | None) -> Refusal | None:
+    """The latest `FailedCreate` the Job controller reported for this Job (by uid when known,
+    so a namesake deleted long ago does not count), or None."""
+    mine = [e for e in events if e.get("reason") == FAILED_CREATE
+            and (e.get("involvedObject") or {}).get("kind") == "Job"
+            and e["involvedObject"].get("name") == job_name
+            and (job_uid is None or e["involvedObject"].get("uid") == job_uid)]
+    if not mine:
+        return None
+    latest = max(mine, key=lambda e: (e.get("lastTimestamp") or e.get("eventTime") or "",
+                                      int(e["metadata"].get("resourceVersion") or 0)))
+    message = str(latest.get("message") or "")
+    passing = any(words.lower() in message.lower() for words in _PASSING_TROUBLE)
+    return Refusal(message, for_good=not passing)
 
 
 def node_problem(node: dict[str, Any] | None) -> str | None:

@@ -1,0 +1,44 @@
+"""The `kubernetes` backend's pure rules that the fake API server cannot easily corner: which
+FailedCreate Event counts, and which refusal is for good."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rota_executor.kube_pods import failed_create
+
+
+def event(message: str, *, name: str = "rota-r1", uid: str = "uid-1", rv: int = 1,
+          at: str = "2026-01-01T00:00:00Z", reason: str = "FailedCreate") -> dict[str, Any]:
+    return {"metadata": {"name": f"{name}.{rv}", "resourceVersion": str(rv)}, "reason": reason,
+            "message": message, "lastTimestamp": at,
+            "involvedObject": {"kind": "Job", "name": name, "uid": uid}}
+
+
+def test_the_latest_refusal_of_this_very_job_counts() -> None:
+    events = [
+        event("Error creating: old", at="2026-01-01T00:00:00Z", rv=1),
+        event("Error creating: newest", at="2026-01-01T00:00:05Z", rv=2),
+        event("Error creating: a namesake's", uid="uid-0", at="2026-01-01T00:00:09Z", rv=3),
+        event("Error creating: another job's", name="rota-r2", at="2026-01-01T00:00:09Z", rv=4),
+        event("Scaled", reason="SuccessfulCreate", at="2026-01-01T00:00:09Z", rv=5),
+    ]
+    refusal = failed_create(events, "rota-r1", "uid-1")
+    assert refusal is not None and refusal.message == "Error creating: newest"
+    assert failed_create(events, "rota-r3", None) is None
+
+
+def test_a_denial_is_for_good_and_a_webhook_that_cannot_be_called_is_not() -> None:
+    for_good = [
+        'Error creating: pods "j-0-abcde" is forbidden: violates PodSecurity "restricted:latest": ...',
+        'Error creating: pods "j-0-abcde" is forbidden: exceeded quota: gpus, requested: ...',
+        'Error creating: admission webhook "deny.example.com" denied the request: no GPUs on Fridays',
+    ]
+    passing = [
+        'Error creating: Internal error occurred: failed calling webhook "p.example.com": '
+        "context deadline exceeded",
+        "Error creating: Timeout: request did not complete within requested timeout",
+    ]
+    for message in for_good + passing:
+        refusal = failed_create([event(message)], "rota-r1", "uid-1")
+        assert refusal is not None and refusal.for_good is (message in for_good), message
