@@ -4,8 +4,9 @@
 Refused, each as a `ContractError`: integer literals outside 64 bits (Python's own limit of
 4,300 digits would raise a bare ValueError, and PostgreSQL's `bigint` ends at 2^63), the
 non-standard `NaN`/`Infinity` and float literals that overflow to infinity, nesting deeper
-than `MAX_DEPTH`, and strings (values or keys) holding U+0000 or a lone surrogate, which
-PostgreSQL text cannot store and UTF-8 cannot encode. A message that fails here can never
+than `MAX_DEPTH`, strings (values or keys) holding U+0000 or a lone surrogate, which
+PostgreSQL text cannot store and UTF-8 cannot encode, and an object with the same key twice,
+which Python would read as its last value and another reader as its first. A message that fails here can never
 become valid, so consumers reject it on first delivery instead of retrying it forever.
 """
 
@@ -74,13 +75,30 @@ class _Literals:
         self.bad = True
         return _Bad(f"{text} is not a valid JSON number")
 
+    def object(self, pairs: list[tuple[str, Any]]) -> dict[Any, Any]:
+        doc: dict[Any, Any] = dict(pairs)
+        if len(doc) != len(pairs):  # C-speed: only a repeated key makes them differ
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    break
+                seen.add(key)
+            self.bad = True
+            doc[_DUPLICATE] = (key, _Bad("appears twice in one object; send each key once"))
+        return doc
+
+
+_DUPLICATE = object()
+"""The key under which an object with a repeated key carries (that key, why): never a string,
+so no message can hold it, and the walk always finds it before the document is used."""
+
 
 def loads(raw: bytes) -> Any:
     """Parse `raw` as strict JSON. Raises `JsonProblem`, never anything else."""
     literals = _Literals()
     try:
         doc = json.loads(raw, parse_int=literals.integer, parse_float=literals.number,
-                         parse_constant=literals.constant)
+                         parse_constant=literals.constant, object_pairs_hook=literals.object)
     except RecursionError:
         raise JsonProblem("MALFORMED_JSON", None,
                           f"nested deeper than {MAX_DEPTH} levels") from None
@@ -102,6 +120,9 @@ def _walk(doc: Any) -> None:
         if isinstance(node, dict):
             if len(path) >= MAX_DEPTH:
                 raise _at("MALFORMED_JSON", path, f"nested deeper than {MAX_DEPTH} levels")
+            if _DUPLICATE in node:
+                twice, bad = node[_DUPLICATE]
+                raise _at("INVALID_FIELD", (*path, twice), bad.why)
             for key, value in reversed(node.items()):
                 if (why := _bad_string(key)) is not None:  # the key cannot name itself
                     raise _at("INVALID_FIELD", path, f"a key {why}")
