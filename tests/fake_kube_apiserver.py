@@ -11,7 +11,10 @@ through an ordinary kubeconfig:
 - every object it receives is checked with kubernetes-validate (strict), and refused with
   422 as a real server would; a name taken is 409 AlreadyExists; an unknown one 404;
 - watches stream JSON lines with resourceVersions, and a watch from a compacted
-  resourceVersion gets the 410 Gone ERROR event a real server sends.
+  resourceVersion gets the 410 Gone ERROR event a real server sends;
+- a test can have the next requests of a verb on a kind answered 429 (with Retry-After and
+  `details.retryAfterSeconds`), 500, 502, 503 or 504 (`fail_next`), before or after the
+  request takes effect (a create whose answer was lost).
 
 Pod admission refuses a pod whose ServiceAccount does not exist, one that breaks the
 namespace's enforced Pod Security level (`restricted`: the container checks), and any that a
@@ -77,6 +80,47 @@ def _refused(refusal: Refusal) -> web.Response:
     return _status(refusal.code, refusal.reason, refusal.message)
 
 
+# What the real API server says with each error a test can inject.
+_TRANSIENT = {
+    429: ("TooManyRequests", "Too many requests, please try again later."),
+    500: ("InternalError", "Internal error occurred: etcdserver: request timed out"),
+    502: ("BadGateway", "the load balancer in front of the API server lost its backend"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    504: ("Timeout", "Timeout: request did not complete within requested timeout - context deadline exceeded"),
+}
+
+
+@dataclass
+class InjectedFailure:
+    """One request answered with an error, as an overloaded or failing API server does."""
+
+    status: int
+    retry_after_s: int | None = None  # the Retry-After header (and details.retryAfterSeconds)
+    after_applying: bool = False  # the request took effect; only its answer was lost
+
+
+def _verb(request: web.Request) -> str:
+    """The Kubernetes verb of a request, as RBAC names it."""
+    if request.method != "GET":
+        return {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}.get(
+            request.method, request.method.lower())
+    if "name" in request.match_info:
+        return "get"
+    return "watch" if request.query.get("watch") in ("true", "True", "1") else "list"
+
+
+def _failure_response(failure: InjectedFailure) -> web.Response:
+    reason, message = _TRANSIENT[failure.status]
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure", "message": message, "reason": reason,
+                            "code": failure.status}
+    headers = {}
+    if failure.retry_after_s is not None:
+        body["details"] = {"retryAfterSeconds": failure.retry_after_s}
+        headers["Retry-After"] = str(failure.retry_after_s)
+    return web.json_response(body, status=failure.status, headers=headers)
+
+
 @dataclass
 class FakeKubeApiServer(FakeCluster):
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -86,6 +130,17 @@ class FakeKubeApiServer(FakeCluster):
     _loop_task: asyncio.Task[None] | None = None
     _closing: bool = False
     lists: dict[str, int] = field(default_factory=dict)  # plain list requests, per plural
+    failures: dict[tuple[str, str], list[InjectedFailure]] = field(default_factory=dict)
+
+    def fail_next(self, verb: str, plural: str, status: int, *, times: int = 1,
+                  retry_after_s: int | None = None, after_applying: bool = False) -> None:
+        """The next `times` requests of `verb` (create, get, list, watch, patch, delete) on
+        `plural` are answered `status` (429, 500, 502, 503 or 504). A 429 carries Retry-After
+        (1 s unless told), as the real server's priority and fairness does."""
+        if status == 429 and retry_after_s is None:
+            retry_after_s = 1
+        self.failures.setdefault((verb, plural), []).extend(
+            [InjectedFailure(status, retry_after_s, after_applying)] * times)
 
     def kubeconfig(self, path: Path, namespace: str = "rota") -> Path:
         path.write_text(json.dumps({
@@ -127,8 +182,12 @@ class FakeKubeApiServer(FakeCluster):
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return _status(401, "Unauthorized", "Unauthorized")
+        queue = self.failures.get((_verb(request), request.match_info.get("plural", "")))
+        failure = queue.pop(0) if queue else None
+        if failure is not None and not failure.after_applying:
+            return _failure_response(failure)
         response: web.StreamResponse = await handler(request)
-        return response
+        return response if failure is None else _failure_response(failure)
 
     async def _collection(self, request: web.Request) -> web.StreamResponse:
         plural, ns = request.match_info["plural"], request.match_info.get("ns", "")

@@ -1,10 +1,14 @@
 """The `kubernetes` backend's pure rules that the fake API server cannot easily corner: which
-FailedCreate Event counts, and which refusal is for good."""
+FailedCreate Event counts, which refusal is for good, and which errors are worth a retry."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
+from multidict import CIMultiDict, CIMultiDictProxy
+from rota_executor.kube_calls import is_transient, retry_after_s
 from rota_executor.kube_pods import failed_create
 
 
@@ -42,3 +46,27 @@ def test_a_denial_is_for_good_and_a_webhook_that_cannot_be_called_is_not() -> No
     for message in for_good + passing:
         refusal = failed_create([event(message)], "rota-r1", "uid-1")
         assert refusal is not None and refusal.for_good is (message in for_good), message
+
+
+def api_error(status: int, retry_after: str | None = None) -> ApiException:
+    exc = ApiException(status=status, reason="")
+    exc.headers = CIMultiDictProxy(CIMultiDict({"retry-after": retry_after} if retry_after else {}))
+    return exc
+
+
+def test_overload_server_errors_and_broken_connections_are_retried_and_nothing_else() -> None:
+    for status in (429, 500, 502, 503, 504):
+        assert is_transient(api_error(status)), status
+    for status in (400, 401, 403, 404, 409, 410, 422):
+        assert not is_transient(api_error(status)), status
+    assert is_transient(aiohttp.ClientConnectionError("connection refused"))
+    assert is_transient(aiohttp.ServerDisconnectedError())
+    assert is_transient(TimeoutError())
+    assert not is_transient(RuntimeError("Job rota-x exists and belongs to run 'y'"))
+
+
+def test_retry_after_is_read_in_seconds_whatever_the_case_of_the_header() -> None:
+    assert retry_after_s(api_error(429, "3")) == 3.0
+    assert retry_after_s(api_error(503)) is None
+    assert retry_after_s(api_error(429, "Wed, 21 Oct 2015 07:28:00 GMT")) is None
+    assert retry_after_s(RuntimeError()) is None

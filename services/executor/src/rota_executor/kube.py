@@ -1,8 +1,11 @@
 """The `kubernetes` backend: one Indexed batch/v1 Job per run, through kubernetes-asyncio.
 
 - start: the Job (deterministic name, so a retry meets a 409 rather than creating a twin),
-  then its headless Service and its Secret (the run token, the run's NATS credentials), both
-  owned by the Job. Pods are created gated; each is pinned to its worker's granted node and
+  then its Secret (the run token, the run's NATS credentials) and its headless Service, both
+  owned by the Job. Each call is retried on 429 (after Retry-After), 5xx and broken
+  connections (`kube_calls`); objects still not created are tried again by each pass until
+  the start timeout, when the run is lost (requeued), never failed for the API server's
+  trouble. Pods are created gated; each is pinned to its worker's granted node and
   only then released to the scheduler (see `rota.k8s.manifests`).
 - watch: pods, nodes and the Job controller's `FailedCreate` Events are listed once, then
   watched from that resourceVersion; a 410 Gone re-lists. A pass over the runs every `poll_s`
@@ -36,17 +39,14 @@ from rota.clock import Clock
 from rota.config.model import Node
 from rota.contracts.job import JobSpec
 from rota.k8s import manifests as k
-from rota.k8s.api import read_json
 from rota.k8s.inventory import InventoryError, Labels, differences, nodes_of
 
 from rota_executor.backend import Exit, Reporter, RunRecord
 from rota_executor.credentials import RunMinter
-from rota_executor.kube_calls import list_watch
+from rota_executor.kube_calls import KubeCalls, describe, is_transient
 from rota_executor.kube_pods import FAILED_CREATE, Pod, failed_create, gang_state, node_problem, pin_patch
 
 log = logging.getLogger("rota.executor.kubernetes")
-
-MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass
@@ -56,8 +56,11 @@ class Tracked:
     started: bool = False
     teardown: Exit | None = None  # set once the run's objects are being deleted
     deleting: bool = False
-    pinned: set[str] = field(default_factory=set)  # pods whose gate is lifted
+    pinned: set[str] = field(default_factory=set)  # pods whose gate was lifted (patch accepted)
     job_uid: str | None = None  # of the run's Job, once created or adopted
+    to_create: k.RunObjects | None = None  # objects not all created yet: each pass tries again
+    last_error: str = ""  # why they are not, for the start timeout's reason
+    creating: bool = False  # a create is in flight (a start, or a pass's retry)
 
 
 class KubeBackend:
@@ -76,10 +79,7 @@ class KubeBackend:
         self.labels = labels or Labels(gpu_resource=gpu_resource)
         self.clock = clock
         self.api = api
-        # Any: manifests go in as the plain dicts the schema checked, which the generated
-        # signatures (models only, no `_content_type`) do not admit though the client does.
-        self.core: Any = client.CoreV1Api(api)
-        self.batch: Any = client.BatchV1Api(api)
+        self.calls = KubeCalls(api, clock, namespace)
         self.namespace = namespace
         self.nats_url = nats_url
         self.gpu_resource = gpu_resource
@@ -108,62 +108,67 @@ class KubeBackend:
 
     # ------------------------------------------------------------------ start
 
-    async def start(self, run: RunRecord, run_token: str) -> None:
+    def _objects(self, run: RunRecord, run_token: str) -> k.RunObjects:
         creds = self.minter.mint(run.run_id).read_text() if self.minter is not None else None
-        objects = k.run_objects(
+        return k.run_objects(
             run_id=run.run_id, job_id=run.job_id, attempt=run.attempt, spec=run.spec,
             placement=run.placement, namespace=self.namespace, nats_url=self.nats_url,
             resume_from=run.resume_from, checkpoint_dir=self.checkpoint_dir,
             gpu_resource=self.gpu_resource, run_token=run_token, nats_creds=creds,
             termination_grace_s=math.ceil(self.grace_s))
-        try:
-            job = await self._create_job(objects.job)
-            name, uid = job["metadata"]["name"], job["metadata"]["uid"]
-            await self._create(self.core.create_namespaced_secret, k.owned_by(objects.secret, name, uid))
-            await self._create(self.core.create_namespaced_service,
-                               k.owned_by(objects.service, name, uid))
-        except ApiException as exc:
-            log.error("run %s: Kubernetes refused its objects: %s %s", run.run_id, exc.status,
-                      exc.body)
-            self.runs[run.run_id] = Tracked(run, self._now(), teardown=Exit(
-                None, f"cannot start: Kubernetes said {exc.status} {exc.reason}: {exc.body!s}"))
+
+    async def start(self, run: RunRecord, run_token: str) -> None:
+        tracked = Tracked(run, self._now(), to_create=self._objects(run, run_token))
+        self.runs[run.run_id] = tracked
+        await self._create_objects(tracked)
+
+    async def _create_objects(self, tracked: Tracked) -> None:
+        """The Job, then its Secret and Service, owned by it. An API server that keeps failing
+        leaves them to the next pass (until the start timeout); a refusal ends the run."""
+        objects = tracked.to_create
+        if objects is None or tracked.creating:
             return
-        self.runs[run.run_id] = Tracked(run, self._now(), job_uid=uid)
+        tracked.creating = True
+        try:
+            await self._create_each(tracked, objects)
+        finally:
+            tracked.creating = False
+
+    async def _create_each(self, tracked: Tracked, objects: k.RunObjects) -> None:
+        run = tracked.run
+        try:
+            job = await self.calls.create_job(objects.job)
+            name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+            tracked.job_uid = uid
+            await self.calls.create_owned(k.owned_by(objects.secret, name, uid))
+            await self.calls.create_owned(k.owned_by(objects.service, name, uid))
+        except ApiException as exc:
+            if is_transient(exc):
+                tracked.last_error = describe(exc)
+                log.warning("run %s: its objects are not all created (%s); the next pass tries"
+                            " again", run.run_id, tracked.last_error[:300])
+                return
+            log.error("run %s: Kubernetes refused its objects: %s", run.run_id, describe(exc))
+            tracked.to_create = None
+            tracked.teardown = Exit(None, f"cannot start: {describe(exc)}")
+            return
+        except Exception as exc:
+            if not is_transient(exc):
+                raise  # e.g. a namesake Job of another run: nothing of this run to delete
+            tracked.last_error = describe(exc)
+            log.warning("run %s: the API server could not be reached (%s); the next pass tries"
+                        " again", run.run_id, tracked.last_error)
+            return
+        tracked.to_create = None
         log.info("kubernetes run %s: Job %s/%s created, %d pods pinned to %s", run.run_id,
                  self.namespace, name, len(run.placement), sorted({w.node for w in run.placement}))
         await self.reporter.launched(run.run_id, [])
 
-    async def _create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        name = manifest["metadata"]["name"]
-        try:
-            return dict(await read_json(await self.batch.create_namespaced_job(
-                self.namespace, manifest, _preload_content=False)))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        # Ours already (a retried start, or a restart between create and record): the same
-        # run label means the same run, so there is never a second Job for it.
-        existing = dict(await read_json(await self.batch.read_namespaced_job(
-            name, self.namespace, _preload_content=False)))
-        theirs = existing["metadata"].get("labels", {}).get(k.LABEL_RUN)
-        if theirs != manifest["metadata"]["labels"][k.LABEL_RUN]:
-            raise RuntimeError(f"Job {name} exists and belongs to run {theirs!r}")
-        log.info("Job %s existed already: adopted, not created twice", name)
-        return existing
-
-    async def _create(self, create: Any, manifest: dict[str, Any]) -> None:
-        try:
-            await read_json(await create(self.namespace, manifest, _preload_content=False))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-
     # ------------------------------------------------------------------ adopt, stop, notice
 
     async def adopt(self, run: RunRecord) -> None:
-        jobs = await read_json(await self.batch.list_namespaced_job(
-            self.namespace, label_selector=f"{k.LABEL_RUN}={run.run_id}", _preload_content=False))
-        if not jobs["items"]:
+        jobs = await self.calls.jobs_of_run(run.run_id)
+        if not jobs:
             if run.state == "stopping":
                 await self.reporter.ended(run.run_id, Exit(None, "stopped before it started"))
                 return
@@ -171,9 +176,9 @@ class KubeBackend:
             await self.start(run, await self.reporter.new_token(run.run_id))
             return
         # The start timeout counts from now: the executor does not know how long it was away.
-        tracked = Tracked(run, self._now(), job_uid=jobs["items"][0]["metadata"]["uid"])
+        tracked = Tracked(run, self._now(), job_uid=jobs[0]["metadata"]["uid"])
         self.runs[run.run_id] = tracked
-        log.info("kubernetes run %s adopted: Job %s", run.run_id, jobs["items"][0]["metadata"]["name"])
+        log.info("kubernetes run %s adopted: Job %s", run.run_id, jobs[0]["metadata"]["name"])
         if run.state == "stopping":
             tracked.teardown = Exit(None, "stopped")
 
@@ -185,7 +190,13 @@ class KubeBackend:
         tracked.run = run
         if tracked.teardown is None:
             tracked.teardown = Exit(None, "stopped")
-        await self._teardown(tracked)
+        try:
+            await self._teardown(tracked)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("run %s: its Job could not be deleted yet (%s); the next pass tries again",
+                        run.run_id, describe(exc)[:300])
 
     def noticed(self, run: RunRecord) -> None:
         """For jobs without the SDK: the notice as an annotation on every pod of the run, which
@@ -197,16 +208,13 @@ class KubeBackend:
             {"notice_id": run.notice_id, "action": "checkpoint_and_stop",
              "at": run.notice_at.isoformat() if run.notice_at else None})
         for pod in self._pods_of(run.run_id):
-            self._spawn(self._patch_pod(pod["metadata"]["name"],
-                                        {"metadata": {"annotations": {k.ANNOTATION_NOTICE: value}}}))
+            self._spawn(self._annotate(pod["metadata"]["name"], value))
 
-    async def _patch_pod(self, name: str, patch: dict[str, Any]) -> None:
+    async def _annotate(self, name: str, notice: str) -> None:
         try:
-            await read_json(await self.core.patch_namespaced_pod(
-                name, self.namespace, patch, _content_type=MERGE_PATCH, _preload_content=False))
-        except ApiException as exc:
-            if exc.status != 404:  # a pod gone meanwhile needs nothing
-                log.warning("pod %s: patch refused: %s %s", name, exc.status, exc.body)
+            await self.calls.patch_pod(name, {"metadata": {"annotations": {k.ANNOTATION_NOTICE: notice}}})
+        except Exception as exc:
+            log.warning("pod %s: the notice annotation was not written: %s", name, describe(exc)[:300])
 
     async def _teardown(self, tracked: Tracked) -> None:
         if tracked.deleting:
@@ -214,15 +222,10 @@ class KubeBackend:
         tracked.deleting = True
         name = k.object_name(tracked.run.run_id)
         try:
-            # No grace period here: the garbage collector would not pass it on to the pods,
-            # which have the executor's grace as their own terminationGracePeriodSeconds.
-            await read_json(await self.batch.delete_namespaced_job(
-                name, self.namespace, body=client.V1DeleteOptions(propagation_policy="Foreground"),
-                _preload_content=False))
-        except ApiException as exc:
-            if exc.status != 404:
-                tracked.deleting = False  # tried again on the next pass
-                raise
+            await self.calls.delete_job(name)
+        except Exception:
+            tracked.deleting = False  # tried again on the next pass
+            raise
         log.info("kubernetes run %s: Job %s deleted (foreground; each pod's grace %.0f s)",
                  tracked.run.run_id, name, math.ceil(self.grace_s))
 
@@ -234,71 +237,71 @@ class KubeBackend:
 
     async def check(self) -> None:
         """One pass over every run: pin gated pods, then see whether the gang started, ended
-        or waited too long; report an end once the run's last pod is gone."""
+        or waited too long; report an end once the run's last pod is gone. A run whose calls
+        fail is left for the next pass; the other runs go on."""
         self._refresh_lost_nodes()  # the runs, and so the nodes that matter, change
         for run_id, tracked in list(self.runs.items()):
-            pods = self._pods_of(run_id)
-            if tracked.teardown is not None:
-                await self._teardown(tracked)
-                for pod in pods:
-                    # No kubelet answers for a lost node: its pods would stay Terminating
-                    # forever. They hold no GPU anyone can use, so they are force-deleted.
-                    if pod["metadata"].get("deletionTimestamp") and \
-                            pod["spec"].get("nodeName") in self.lost_nodes:
-                        await self._force_delete(pod["metadata"]["name"])
-                if not pods and await self._job_gone(run_id):
-                    await self._end(run_id, tracked.teardown)
-                continue
+            try:
+                await self._check_run(run_id, tracked)
+            except Exception as exc:
+                if not is_transient(exc):
+                    log.exception("kubernetes run %s: its pass failed; the next one tries again",
+                                  run_id)
+                    continue
+                log.warning("kubernetes run %s: the API server failed (%s); the next pass tries"
+                            " again", run_id, describe(exc)[:300])
+
+    async def _check_run(self, run_id: str, tracked: Tracked) -> None:
+        pods = self._pods_of(run_id)
+        if tracked.teardown is not None:
+            await self._teardown(tracked)
             for pod in pods:
-                name = pod["metadata"]["name"]
-                patch = pin_patch(pod, tracked.run.placement)
-                if patch is not None and name not in tracked.pinned:
-                    tracked.pinned.add(name)
-                    await self._patch_pod(name, patch)
-            state = gang_state(pods, len(tracked.run.placement), self.lost_nodes)
-            refusal = None if tracked.started else failed_create(
-                list(self.refusals.values()), k.object_name(run_id), tracked.job_uid)
-            if state.exit is not None:
-                tracked.teardown = state.exit
-            elif refusal is not None and refusal.for_good:
-                tracked.teardown = Exit(None, f"Kubernetes refused a pod of the run: {refusal.message}")
-            elif state.all_running and not tracked.started:
-                tracked.started = True
-                log.info("kubernetes run %s: all %d pods Running", run_id, len(tracked.run.placement))
-            elif lost := sorted({w.node for w in tracked.run.placement} & self.lost_nodes):
-                tracked.teardown = Exit(None, "node lost: " + ", ".join(
-                    f"{n} ({node_problem(self.nodes.get(n))})" for n in lost), lost=True)
-            elif tracked.started and state.waiting:
-                tracked.teardown = Exit(None, "a started gang lost a member: "
-                                        + "; ".join(state.waiting), lost=True)
-            elif not tracked.started and self._now() - tracked.launched_at >= self.start_timeout_s:
-                tracked.teardown = Exit(None, f"the gang did not start within "
-                                        f"{self.start_timeout_s:.0f} s: " + "; ".join(
-                                            state.waiting + ([f"the last pod refused: {refusal.message}"]
-                                                             if refusal else [])), lost=True)
-            if tracked.teardown is not None:
-                log.warning("kubernetes run %s: ending: %s", run_id, tracked.teardown.detail)
-                await self._teardown(tracked)
-
-    async def _force_delete(self, name: str) -> None:
-        try:
-            await read_json(await self.core.delete_namespaced_pod(
-                name, self.namespace, body=client.V1DeleteOptions(grace_period_seconds=0),
-                _preload_content=False))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        log.warning("pod %s on a lost node: force-deleted", name)
-
-    async def _job_gone(self, run_id: str) -> bool:
-        try:
-            await read_json(await self.batch.read_namespaced_job(
-                k.object_name(run_id), self.namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
+                # No kubelet answers for a lost node: its pods would stay Terminating
+                # forever. They hold no GPU anyone can use, so they are force-deleted.
+                if pod["metadata"].get("deletionTimestamp") and \
+                        pod["spec"].get("nodeName") in self.lost_nodes:
+                    await self.calls.force_delete_pod(pod["metadata"]["name"])
+                    log.warning("pod %s on a lost node: force-deleted", pod["metadata"]["name"])
+            if not pods and not await self.calls.exists("Job", k.object_name(run_id)):
+                await self._end(run_id, tracked.teardown)
+            return
+        waited = self._now() - tracked.launched_at
+        if tracked.to_create is not None:
+            if waited >= self.start_timeout_s:
+                tracked.teardown = Exit(None, f"the run's objects could not be created within "
+                                        f"{self.start_timeout_s:.0f} s: {tracked.last_error}", lost=True)
+            else:
+                await self._create_objects(tracked)
+            return
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            patch = pin_patch(pod, tracked.run.placement)
+            if patch is not None and name not in tracked.pinned:
+                await self.calls.patch_pod(name, patch)
+                tracked.pinned.add(name)  # only once accepted: a failed pin is sent again
+        state = gang_state(pods, len(tracked.run.placement), self.lost_nodes)
+        refusal = None if tracked.started else failed_create(
+            list(self.refusals.values()), k.object_name(run_id), tracked.job_uid)
+        if state.exit is not None:
+            tracked.teardown = state.exit
+        elif refusal is not None and refusal.for_good:
+            tracked.teardown = Exit(None, f"Kubernetes refused a pod of the run: {refusal.message}")
+        elif state.all_running and not tracked.started:
+            tracked.started = True
+            log.info("kubernetes run %s: all %d pods Running", run_id, len(tracked.run.placement))
+        elif lost := sorted({w.node for w in tracked.run.placement} & self.lost_nodes):
+            tracked.teardown = Exit(None, "node lost: " + ", ".join(
+                f"{n} ({node_problem(self.nodes.get(n))})" for n in lost), lost=True)
+        elif tracked.started and state.waiting:
+            tracked.teardown = Exit(None, "a started gang lost a member: "
+                                    + "; ".join(state.waiting), lost=True)
+        elif not tracked.started and waited >= self.start_timeout_s:
+            why = state.waiting + ([f"the last pod refused: {refusal.message}"] if refusal else [])
+            tracked.teardown = Exit(None, f"the gang did not start within "
+                                    f"{self.start_timeout_s:.0f} s: " + "; ".join(why), lost=True)
+        if tracked.teardown is not None:
+            log.warning("kubernetes run %s: ending: %s", run_id, tracked.teardown.detail)
+            await self._teardown(tracked)
 
     async def _end(self, run_id: str, exit: Exit) -> None:
         if self.minter is not None:
@@ -307,20 +310,20 @@ class KubeBackend:
         self.runs.pop(run_id, None)
 
     async def watch_pods(self) -> None:
-        await list_watch(self.pods, self._pods_synced.set, self._refresh_lost_nodes,
-                         self.core.list_namespaced_pod, self.namespace,
-                         label_selector=f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
+        await self.calls.list_watch(self.pods, self._pods_synced.set, self._refresh_lost_nodes,
+                                    self.calls.core.list_namespaced_pod, self.namespace,
+                                    label_selector=f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
 
     async def watch_nodes(self) -> None:
-        await list_watch(self.nodes, self._nodes_synced.set, self._refresh_lost_nodes,
-                         self.core.list_node)
+        await self.calls.list_watch(self.nodes, self._nodes_synced.set, self._refresh_lost_nodes,
+                                    self.calls.core.list_node)
 
     async def watch_refusals(self) -> None:
         """The Job controller's FailedCreate Events: a pod that admission refused never
         exists, and this is the only place the cluster says why."""
-        await list_watch(self.refusals, lambda: None, lambda: None,
-                         self.core.list_namespaced_event, self.namespace,
-                         field_selector=f"involvedObject.kind=Job,reason={FAILED_CREATE}")
+        await self.calls.list_watch(self.refusals, lambda: None, lambda: None,
+                                    self.calls.core.list_namespaced_event, self.namespace,
+                                    field_selector=f"involvedObject.kind=Job,reason={FAILED_CREATE}")
 
     def _refresh_lost_nodes(self) -> None:
         """A node of rota.yaml (or of a grant) that is NotReady, cordoned or gone is lost to
