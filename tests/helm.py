@@ -76,15 +76,25 @@ def lint(chart: Path = CHART, values: Mapping[str, Any] | None = None,
 
 
 def template_text(chart: Path = CHART, values: Mapping[str, Any] | None = None,
-                  sets: Sequence[str] = ()) -> str:
-    """`helm template` of release `rota` in namespace `rota`: the manifests as Helm prints them."""
+                  sets: Sequence[str] = (), *, release: str = RELEASE,
+                  namespace: str = NAMESPACE) -> str:
+    """`helm template` (release `rota` in namespace `rota` unless told): the manifests as Helm
+    prints them."""
     with tempfile.TemporaryDirectory(prefix="rota-values-") as folder:
-        return run_helm("template", RELEASE, str(chart), "--namespace", NAMESPACE,
+        return run_helm("template", release, str(chart), "--namespace", namespace,
                         *_value_args(values, sets, Path(folder)))
 
 
 def template(chart: Path = CHART, values: Mapping[str, Any] | None = None,
-             sets: Sequence[str] = ()) -> list[dict[str, Any]]:
+             sets: Sequence[str] = (), *, release: str = RELEASE,
+             namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     """`helm template`, each manifest parsed (empty documents dropped)."""
-    docs = yaml.safe_load_all(template_text(chart, values, sets))
+    docs = yaml.safe_load_all(template_text(chart, values, sets, release=release,
+                                            namespace=namespace))
     return [doc for doc in docs if doc]
+
+
+def workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The Deployments and StatefulSets by component (the six services and the console)."""
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in docs
+            if d["kind"] in {"Deployment", "StatefulSet"}}
