@@ -9,7 +9,8 @@ through an ordinary kubeconfig:
   core/v1 events (list, watch); label selectors of `a=b` terms, field selectors on the
   fields the real server allows (another is 400 `field label not supported`);
 - every object it receives is checked with kubernetes-validate (strict), and refused with
-  422 as a real server would; a name taken is 409 AlreadyExists; an unknown one 404;
+  422 as a real server would, as is a pod (or Job template) whose `matchFields` is not one
+  `metadata.name` with In or NotIn; a name taken is 409 AlreadyExists; an unknown one 404;
 - watches stream JSON lines with resourceVersions, and a watch from a compacted
   resourceVersion gets the 410 Gone ERROR event a real server sends;
 - a test can have the next requests of a verb on a kind answered 429 (with Retry-After and
@@ -25,8 +26,9 @@ exists, one pod per completion index, labelled, owned and given the
 `batch.kubernetes.io/job-tracking` finalizer like the real one; a pod admission refuses is a
 `FailedCreate` Event on the Job, retried with backoff; the finalizer comes off once the pod
 has finished or is being deleted, or its Job is), the scheduler (gated pods wait;
-a pod is bound only to a Ready, schedulable node that matches its required node affinity
-and has the GPUs), the kubelet (Pending, Running, exit codes, termination within the grace
+a pod is bound only to a Ready, schedulable node that matches its nodeSelector and its
+required node affinity, by labels with `matchExpressions` and by name with `matchFields`,
+and has the GPUs; a node's `kubernetes.io/hostname` label need not be its name), the kubelet (Pending, Running, exit codes, termination within the grace
 period) and the garbage collector (foreground and background propagation; it deletes a
 Job's pods with no grace period of its own, so each gets its `terminationGracePeriodSeconds`,
 30 s when unset, whatever grace the Job's DELETE carried; a pod is gone once its grace is

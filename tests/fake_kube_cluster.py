@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 import os
 import signal
 import time
@@ -21,6 +22,8 @@ from rota.k8s.manifests import INDEX_ANNOTATION
 from tests.fake_kube_containers import LocalContainers
 from tests.fake_kube_rules import Obj, affinity_allows, matches_labels, pod_security_restricted
 
+log = logging.getLogger("tests.fake_kube")
+
 JOB_TRACKING = "batch.kubernetes.io/job-tracking"
 """The finalizer the Job controller puts on each pod it creates, and takes off once it has
 counted the pod (finished, being deleted, or its Job being deleted or gone)."""
@@ -31,6 +34,15 @@ whole error message for a pod it refuses, or None to admit it."""
 
 def now_stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job_name_of(pod: Obj) -> str:
+    return str((pod["metadata"].get("labels") or {}).get("job-name", ""))
+
+
+def gpu_limits(pod: Obj) -> dict[str, str]:
+    limits = (pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}
+    return {resource: count for resource, count in limits.items() if "gpu" in resource}
 
 
 @dataclass
@@ -90,6 +102,7 @@ class FakeCluster:
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_stamp())
         if plural == "pods":  # the API server's defaulting
             obj["spec"].setdefault("terminationGracePeriodSeconds", 30)
+            obj["status"] = obj.get("status") or {"phase": "Pending"}
         return self._put(plural, obj, "ADDED")
 
     def list(self, plural: str, namespace: str = "", selector: str | None = None) -> list[Obj]:
@@ -100,14 +113,16 @@ class FakeCluster:
         return self.objects.get((plural, namespace, name))
 
     def pods_of(self, job_name: str) -> list[Obj]:
-        return [p for p in self.list("pods") if p["metadata"]["labels"].get("job-name") == job_name]
+        return [p for p in self.list("pods") if job_name_of(p) == job_name]
 
     # ------------------------------------------------------------------ test controls
 
     def add_node(self, name: str, gpus: int, *, labels: dict[str, str] | None = None,
-                 gpu_resource: str = "nvidia.com/gpu") -> None:
+                 gpu_resource: str = "nvidia.com/gpu", hostname: str | None = None) -> None:
+        """A Ready node. Its `kubernetes.io/hostname` label is the kubelet's hostname, which
+        need not be the node's name (cloud nodes named by instance id, FQDN hostnames)."""
         self.create("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "name": name, "labels": {"kubernetes.io/hostname": hostname or name, **(labels or {})}},
             "spec": {}, "status": {"allocatable": {gpu_resource: str(gpus), "cpu": "64"},
                                    "capacity": {gpu_resource: str(gpus), "cpu": "64"},
                                    "conditions": [{"type": "Ready", "status": "True"}]}})
@@ -238,8 +253,7 @@ class FakeCluster:
         for pod in self.list("pods"):
             if JOB_TRACKING not in (pod["metadata"].get("finalizers") or []):
                 continue
-            job = self.get("jobs", pod["metadata"]["labels"].get("job-name", ""),
-                           pod["metadata"]["namespace"])
+            job = self.get("jobs", job_name_of(pod), pod["metadata"]["namespace"])
             if pod["status"].get("phase") in ("Succeeded", "Failed") or \
                     pod["metadata"].get("deletionTimestamp") or job is None or \
                     job["metadata"].get("deletionTimestamp"):
@@ -318,7 +332,7 @@ class FakeCluster:
         self._job_status(pod)
 
     def _job_status(self, pod: Obj) -> None:
-        job = self.get("jobs", pod["metadata"]["labels"]["job-name"], pod["metadata"]["namespace"])
+        job = self.get("jobs", job_name_of(pod), pod["metadata"]["namespace"])
         if job is None or job["metadata"].get("deletionTimestamp"):
             return
         pods = self.pods_of(job["metadata"]["name"])
@@ -340,10 +354,9 @@ class FakeCluster:
             return False
         if not affinity_allows(node, pod):
             return False
-        want = {k: int(v) for k, v in pod["spec"]["containers"][0]["resources"].get(
-            "limits", {}).items() if "gpu" in k}
+        want = {k: int(v) for k, v in gpu_limits(pod).items()}
         for resource, count in want.items():
-            used = sum(int(p["spec"]["containers"][0]["resources"]["limits"].get(resource, 0))
+            used = sum(int(gpu_limits(p).get(resource, 0))
                        for p in self.list("pods") if p["spec"].get("nodeName") ==
                        node["metadata"]["name"] and p["status"].get("phase") in ("Pending", "Running"))
             if used + count > int(node["status"]["allocatable"].get(resource, 0)):
@@ -362,7 +375,7 @@ class FakeCluster:
         return node is not None and node["status"]["conditions"][0]["status"] == "True"
 
     def _plan(self, pod: Obj) -> PodPlan:
-        return self.plans.get(pod["metadata"]["labels"].get("job-name", ""), PodPlan())
+        return self.plans.get(job_name_of(pod), PodPlan())
 
     def _step(self) -> None:
         now = time.monotonic()
@@ -434,5 +447,8 @@ class FakeCluster:
 
     async def _control_loop(self) -> None:
         while True:
-            self._step()
+            try:
+                self._step()
+            except Exception:  # a bug of the fake: said loudly, and the cluster goes on
+                log.exception("fake cluster: a step of the control loop failed")
             await asyncio.sleep(0.02)

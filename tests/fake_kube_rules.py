@@ -127,12 +127,20 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def invalid(plural: str, body: Obj) -> Refusal | None:
-    """What the schema (kubernetes-validate, strict) refuses in an object."""
+    """What the schema (kubernetes-validate, strict) refuses in an object, and the rules of
+    pod validation the fake knows beyond it."""
+    kind = KINDS[plural][1]
     try:
         kubernetes_validate.validate(body, "1.30", strict=True)
     except kubernetes_validate.ValidationError as exc:
         path = ".".join(str(p) for p in exc.absolute_path)
-        return Refusal(422, "Invalid", f"{KINDS[plural][1]} is invalid: {path}: {exc.message}")
+        return Refusal(422, "Invalid", f"{kind} is invalid: {path}: {exc.message}")
+    pod_spec, path = ((body["spec"], "spec") if plural == "pods" else
+                      (body["spec"]["template"]["spec"], "spec.template.spec") if plural == "jobs" else
+                      (None, ""))
+    if pod_spec is not None and (problem := node_affinity_invalid(pod_spec, path)) is not None:
+        name = body["metadata"].get("name", "")
+        return Refusal(422, "Invalid", f'{kind} "{name}" is invalid: {problem}')
     return None
 
 
@@ -150,10 +158,57 @@ def pod_update_refused(old: Obj, new: Obj) -> str | None:
     return None if before == after else "spec: Forbidden: only gates and affinity may change"
 
 
-def affinity_allows(node: Obj, pod: Obj) -> bool:
-    """The pod's required node affinity: any one of its terms matches the node."""
-    terms = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+def _requirement_holds(values: dict[str, str], requirement: Obj) -> bool:
+    key, operator, wanted = requirement["key"], requirement["operator"], requirement.get("values") or []
+    have = values.get(key)
+    if operator == "In":
+        return have is not None and have in wanted
+    if operator == "NotIn":
+        return have is None or have not in wanted
+    if operator == "Exists":
+        return have is not None
+    if operator == "DoesNotExist":
+        return have is None
+    if operator in ("Gt", "Lt") and have is not None and have.lstrip("-").isdigit():
+        return int(have) > int(wanted[0]) if operator == "Gt" else int(have) < int(wanted[0])
+    return False
+
+
+def _required_terms(pod: Obj) -> list[Obj] | None:
+    return (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
-    labels = node["metadata"]["labels"]
-    return not terms or any(all(labels.get(e["key"]) in e["values"]
-                                for e in t["matchExpressions"]) for t in terms)
+
+
+def affinity_allows(node: Obj, pod: Obj) -> bool:
+    """The pod's nodeSelector, and its required node affinity: any one of its terms matches
+    the node, by its labels (`matchExpressions`) and by its name (`matchFields` on
+    `metadata.name`, the only field the scheduler knows). An empty term matches nothing."""
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(key) != value for key, value in (pod["spec"].get("nodeSelector") or {}).items()):
+        return False
+    terms = _required_terms(pod)
+    if terms is None:
+        return True
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return any((t.get("matchExpressions") or t.get("matchFields"))
+               and all(_requirement_holds(labels, e) for e in t.get("matchExpressions") or [])
+               and all(_requirement_holds(fields, f) for f in t.get("matchFields") or [])
+               for t in terms)
+
+
+def node_affinity_invalid(pod_spec: Obj, path: str) -> str | None:
+    """What validation refuses in required node affinity that the schema does not say: a
+    `matchFields` requirement is on `metadata.name`, with In or NotIn and exactly one value."""
+    terms = _required_terms({"spec": pod_spec}) or []
+    for i, term in enumerate(terms):
+        for j, requirement in enumerate(term.get("matchFields") or []):
+            at = f"{path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution" \
+                 f".nodeSelectorTerms[{i}].matchFields[{j}]"
+            if requirement.get("operator") not in ("In", "NotIn"):
+                return f'{at}.operator: Invalid value: "{requirement.get("operator")}": not a valid selector operator'
+            if len(requirement.get("values") or []) != 1:
+                return (f"{at}.values: Required value: must be only one value when `operator` is "
+                        "'In' or 'NotIn' for node field selector")
+            if requirement.get("key") != "metadata.name":
+                return f'{at}.key: Invalid value: "{requirement.get("key")}": not a valid field selector key'
+    return None

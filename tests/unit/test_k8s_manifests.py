@@ -45,9 +45,11 @@ def test_an_indexed_gang_of_pinned_gated_pods_with_gpu_limits() -> None:
     assert job["spec"]["completionMode"] == "Indexed"
     pod = job["spec"]["template"]["spec"]
     assert pod["schedulingGates"] == [{"name": k.PLACEMENT_GATE}]
-    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
-    assert term["matchExpressions"][0]["values"] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    # By node name (one value per field requirement), never by the hostname label.
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [f"gpu-{i}"]}]}
+                     for i in range(4)]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert job["metadata"]["annotations"][k.ANNOTATION_PLACEMENT] == "0=gpu-0,1=gpu-1,2=gpu-2,3=gpu-3"
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from rota.contracts.job import WorkerPlacement
-from rota.k8s.manifests import HOSTNAME_LABEL, INDEX_ANNOTATION, PLACEMENT_GATE
+from rota.k8s.manifests import INDEX_ANNOTATION, PLACEMENT_GATE
 from rota_executor.kube_pods import gang_state, pin_patch
 
 
@@ -61,14 +61,16 @@ def test_gang_state(name: str, pods: list[dict[str, Any]], lost: set[str],
 def test_a_gated_pod_is_pinned_by_narrowing_its_affinity_and_released() -> None:
     gated = pod(1, "Pending", node=None, gated=True)
     gated["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": HOSTNAME_LABEL, "operator": "In", "values": ["a", "b"]}]}]}}}
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                              for node in ("a", "b")]}}}
     placement = [WorkerPlacement(worker=0, node="a", gpus=[0]), WorkerPlacement(worker=1, node="b", gpus=[0])]
     patch = pin_patch(gated, placement)
     assert patch is not None
-    (term,) = patch["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+    terms = patch["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
-    assert term["matchExpressions"][-1] == {"key": HOSTNAME_LABEL, "operator": "In", "values": ["b"]}
-    assert len(term["matchExpressions"]) == 2  # the template's own term is kept: only narrowed
+    # Each of the template's terms kept, only narrowed: by the node's name, not its hostname label.
+    assert [t["matchFields"] for t in terms] == [
+        [{"key": "metadata.name", "operator": "In", "values": [node]},
+         {"key": "metadata.name", "operator": "In", "values": ["b"]}] for node in ("a", "b")]
     assert patch["spec"]["schedulingGates"] == []
     assert pin_patch(pod(1), placement) is None  # not gated: nothing to pin

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rota.contracts.job import WorkerPlacement
-from rota.k8s.manifests import HOSTNAME_LABEL, INDEX_ANNOTATION, PLACEMENT_GATE
+from rota.k8s.manifests import INDEX_ANNOTATION, PLACEMENT_GATE, node_name_term
 
 from rota_executor.backend import Exit
 
@@ -44,10 +44,10 @@ def pin_patch(pod: Pod, placement: list[WorkerPlacement]) -> dict[str, Any] | No
     affinity = copy.deepcopy(pod["spec"].get("affinity") or {})
     required = affinity.setdefault("nodeAffinity", {}).setdefault(
         "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": [{}]})
-    # Only additions to each term's expressions: the API lets a gated pod narrow, not widen.
+    # Only additions to each term's requirements: the API lets a gated pod narrow, not widen.
+    # By the node's name: its hostname label may differ from it.
     for term in required["nodeSelectorTerms"]:
-        term.setdefault("matchExpressions", []).append(
-            {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]})
+        term.setdefault("matchFields", []).append(node_name_term(node))
     gates = [g for g in pod["spec"].get("schedulingGates") or [] if g.get("name") != PLACEMENT_GATE]
     return {"spec": {"affinity": affinity, "schedulingGates": gates}}
 

@@ -2,10 +2,14 @@
 Secret, all labelled with the job, run and team, and checked against the Kubernetes schema.
 
 One Job has one pod template, but each gang worker must land on the node its grant names.
-Pods are therefore created behind a scheduling gate: the executor adds the worker's own
-`kubernetes.io/hostname` term to each pod's required node affinity (narrowing it, which the API
-allows on a gated pod) and only then lifts the gate. The template's own affinity already keeps
-every pod on the run's granted nodes, so a pod is never placed outside the grant.
+Pods are therefore created behind a scheduling gate: the executor adds the worker's own node
+to each term of the pod's required node affinity (narrowing it, which the API allows on a
+gated pod) and only then lifts the gate. The template's own affinity already keeps every pod
+on the run's granted nodes, so a pod is never placed outside the grant.
+
+Nodes are matched by name (`matchFields` on `metadata.name`), never by their
+`kubernetes.io/hostname` label, which need not equal the name. A field requirement takes one
+value, so the template has one term per granted node.
 """
 
 from __future__ import annotations
@@ -34,7 +38,13 @@ ANNOTATION_PLACEMENT = f"{DOMAIN}/placement"
 ANNOTATION_JOB_NAME = f"{DOMAIN}/job-name"
 PLACEMENT_GATE = f"{DOMAIN}/placement"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
+NODE_NAME_FIELD = "metadata.name"  # the one node field the scheduler matches on
+
+
+def node_name_term(node: str) -> dict[str, Any]:
+    """A requirement that the node be `node`, by its name."""
+    return {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+
 MASTER_PORT = 29500
 NOTICE_DIR = "/etc/rota/notice"
 RUN_SECRET_DIR = "/etc/rota/run"  # the run's NATS credentials, a file from its Secret
@@ -161,8 +171,7 @@ def pod_template(
         "containers": [container],
         "schedulingGates": [{"name": PLACEMENT_GATE}],
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}]}]}}},
+            "nodeSelectorTerms": [{"matchFields": [node_name_term(node)]} for node in nodes]}}},
         # The notice annotation, readable by jobs that do not use the SDK.
         "volumes": [*template.volumes, {"name": "rota-notice", "downwardAPI": {"items": [
             {"path": "notice", "fieldRef": {
