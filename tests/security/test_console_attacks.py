@@ -184,7 +184,7 @@ def test_every_response_carries_the_security_headers(tmp_path: Path, auth: AuthD
     assert "script-src 'self'" in headers["content-security-policy"]
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["x-frame-options"] == "DENY"
-    assert headers["referrer-policy"] == "no-referrer"
+    assert headers["referrer-policy"] == "same-origin"
 
 
 @pytest.mark.parametrize("job_id", ["zz", "not-an-id", "1234567", "0" * 40])

@@ -24,7 +24,9 @@ CONTENT_SECURITY_POLICY = (
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # Not `no-referrer`: under it a browser sends `Origin: null` even on the console's own
+    # form posts; `same-origin` still tells other sites (a Jaeger link) nothing.
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
 )
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
