@@ -8,9 +8,15 @@ through an ordinary kubeconfig:
   patch with JSON merge patch, delete with `propagationPolicy` and `gracePeriodSeconds`),
   core/v1 events (list, watch); label selectors of `a=b` terms, field selectors on the
   fields the real server allows (another is 400 `field label not supported`);
-- every object it receives is checked with kubernetes-validate (strict), and refused with
-  422 as a real server would, as is a pod (or Job template) whose `matchFields` is not one
-  `metadata.name` with In or NotIn; a name taken is 409 AlreadyExists; an unknown one 404;
+- a body it cannot decode (not JSON, a value of the wrong type) is 400 BadRequest; a field
+  the schema does not know is dropped with a `Warning` header (`fieldValidation` Warn, the
+  default), dropped silently (Ignore) or 400 (Strict); a decoded object the schema
+  (kubernetes-validate) refuses is 422 Invalid, as is a pod (or Job template) whose
+  `matchFields` is not one `metadata.name` with In or NotIn;
+- a pod's spec is immutable but for what the real server allows: scheduling gates removed,
+  tolerations added, and while the pod is gated (KEP-3838) nodeSelector entries added and
+  requirements appended to each required node-affinity term (no term added or removed, an
+  empty term left empty); anything else is 422; a name taken is 409 AlreadyExists; an unknown one 404;
 - watches stream JSON lines with resourceVersions, and a watch from a compacted
   resourceVersion gets the 410 Gone ERROR event a real server sends;
 - a test can have the next requests of a verb on a kind answered 429 (with Retry-After and
@@ -61,6 +67,7 @@ from tests.fake_kube_rules import (
     KINDS,
     Obj,
     Refusal,
+    decode,
     field_selector_refused,
     invalid,
     matches_fields,
@@ -82,13 +89,32 @@ def _refused(refusal: Refusal) -> web.Response:
     return _status(refusal.code, refusal.reason, refusal.message)
 
 
+_UNDECODABLE = object()  # a body that is not JSON at all
+
+
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read())
+    except ValueError:
+        return _UNDECODABLE
+
+
+def _warning_headers(warnings: list[str]) -> dict[str, str]:
+    """Warnings as the real server sends them (`Warning: 299 - "..."`), joined: one header."""
+    return {"Warning": ", ".join(f"299 - {json.dumps(w)}" for w in warnings)} if warnings else {}
+
+
 # What the real API server says with each error a test can inject.
-_TRANSIENT = {
+_INJECTABLE = {
     429: ("TooManyRequests", "Too many requests, please try again later."),
     500: ("InternalError", "Internal error occurred: etcdserver: request timed out"),
     502: ("BadGateway", "the load balancer in front of the API server lost its backend"),
     503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
     504: ("Timeout", "Timeout: request did not complete within requested timeout - context deadline exceeded"),
+    # An API server older than 1.27, where a gated pod's node affinity is immutable too.
+    422: ("Invalid", "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+                     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations`"
+                     " (only additions to existing tolerations),`spec.terminationGracePeriodSeconds`"),
 }
 
 
@@ -112,7 +138,7 @@ def _verb(request: web.Request) -> str:
 
 
 def _failure_response(failure: InjectedFailure) -> web.Response:
-    reason, message = _TRANSIENT[failure.status]
+    reason, message = _INJECTABLE[failure.status]
     body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
                             "status": "Failure", "message": message, "reason": reason,
                             "code": failure.status}
@@ -137,7 +163,8 @@ class FakeKubeApiServer(FakeCluster):
     def fail_next(self, verb: str, plural: str, status: int, *, times: int = 1,
                   retry_after_s: int | None = None, after_applying: bool = False) -> None:
         """The next `times` requests of `verb` (create, get, list, watch, patch, delete) on
-        `plural` are answered `status` (429, 500, 502, 503 or 504). A 429 carries Retry-After
+        `plural` are answered `status` (429, 500, 502, 503 or 504; or 422, the refusal of an old
+        server that cannot change a gated pod's affinity). A 429 carries Retry-After
         (1 s unless told), as the real server's priority and fairness does."""
         if status == 429 and retry_after_s is None:
             retry_after_s = 1
@@ -196,8 +223,12 @@ class FakeKubeApiServer(FakeCluster):
         if plural not in KINDS:
             return _status(404, "NotFound", f"the server could not find the resource {plural}")
         if request.method == "POST":
-            body = await request.json()
-            self.received.append(("create", plural, body))
+            sent = await _json_body(request)
+            self.received.append(("create", plural, sent if isinstance(sent, dict) else {}))
+            decoded = decode(plural, sent, request.query.get("fieldValidation"))
+            if isinstance(decoded, Refusal):
+                return _refused(decoded)
+            body, warnings = decoded
             if (problem := invalid(plural, body)) is not None:
                 return _refused(problem)
             if self.get(plural, body["metadata"]["name"], ns) is not None:
@@ -206,7 +237,8 @@ class FakeKubeApiServer(FakeCluster):
             if plural == "pods" and (refusal := self.admit_pod({
                     **body, "metadata": {**body["metadata"], "namespace": ns}})) is not None:
                 return _status(403, "Forbidden", refusal)
-            return web.json_response(self.create(plural, body, ns), status=201)
+            return web.json_response(self.create(plural, body, ns), status=201,
+                                     headers=_warning_headers(warnings))
         selector, fields = request.query.get("labelSelector"), request.query.get("fieldSelector")
         if (refusal := field_selector_refused(plural, fields)) is not None:
             return _refused(refusal)
@@ -228,15 +260,21 @@ class FakeKubeApiServer(FakeCluster):
         if request.method == "GET":
             return web.json_response(obj)
         if request.method == "PATCH":
-            patch = await request.json()
-            self.received.append(("patch", plural, patch))
-            patched = merge_patch(obj, patch)
+            patch = await _json_body(request)
+            self.received.append(("patch", plural, patch if isinstance(patch, dict) else {}))
+            if not isinstance(patch, dict):
+                return _status(400, "BadRequest", "the patch is not a JSON object")
+            decoded = decode(plural, merge_patch(obj, patch), request.query.get("fieldValidation"))
+            if isinstance(decoded, Refusal):
+                return _refused(decoded)
+            patched, warnings = decoded
             patched["metadata"]["uid"] = obj["metadata"]["uid"]
             if (problem := invalid(plural, patched)) is not None:
                 return _refused(problem)
             if plural == "pods" and (refusal := pod_update_refused(obj, patched)):
-                return _status(422, "Invalid", refusal)
-            return web.json_response(self._put(plural, patched, "MODIFIED"))
+                return _status(422, "Invalid", f'Pod "{name}" is invalid: {refusal}')
+            return web.json_response(self._put(plural, patched, "MODIFIED"),
+                                     headers=_warning_headers(warnings))
         if request.method == "DELETE":
             options = await request.json() if request.can_read_body else {}
             self.received.append(("delete", plural, options))

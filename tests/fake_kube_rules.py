@@ -126,9 +126,48 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def _drop(body: Obj, path: list[Any], keys: set[str]) -> None:
+    at: Any = body
+    for part in path:
+        at = at[part]
+    for key in keys:
+        at.pop(key, None)
+
+
+def decode(plural: str, body: Any, field_validation: str | None) -> tuple[Obj, list[str]] | Refusal:
+    """The object as the server decodes it, and the warnings it sends back; or 400 for a body
+    it cannot decode: not a JSON object, a value of the wrong type. A field the schema does
+    not know is dropped with a warning (the default, `fieldValidation=Warn`), dropped
+    silently (`Ignore`), or refused with 400 (`Strict`), as the real server does."""
+    kind = KINDS[plural][1]
+    if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
+        return Refusal(400, "BadRequest", "the object provided is unrecognized")
+    body, warnings = copy.deepcopy(body), []
+    for _ in range(100):  # each pass drops one object's unknown fields
+        try:
+            kubernetes_validate.validate(body, "1.30", strict=True)
+            return body, warnings
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in exc.absolute_path)
+            if exc.validator == "type":
+                return Refusal(400, "BadRequest", f'{kind} in version "{KINDS[plural][0]}" cannot be'
+                               f" handled as a {kind}: json: cannot unmarshal {path}: {exc.message}")
+            if exc.validator != "additionalProperties":
+                return body, warnings  # an invalid object, not an undecodable one: see `invalid`
+            unknown = set(exc.instance) - set((exc.schema or {}).get("properties") or {})
+            names = [f"{path}.{key}" if path else key for key in sorted(unknown)]
+            if field_validation == "Strict":
+                return Refusal(400, "BadRequest", "strict decoding error: " + ", ".join(
+                    f'unknown field "{name}"' for name in names))
+            if field_validation != "Ignore":
+                warnings += [f'unknown field "{name}"' for name in names]
+            _drop(body, list(exc.absolute_path), unknown)
+    return body, warnings
+
+
 def invalid(plural: str, body: Obj) -> Refusal | None:
-    """What the schema (kubernetes-validate, strict) refuses in an object, and the rules of
-    pod validation the fake knows beyond it."""
+    """What validation refuses in a decoded object (422): the schema's rules other than types
+    and fields, and the rules of pod validation the fake knows beyond the schema."""
     kind = KINDS[plural][1]
     try:
         kubernetes_validate.validate(body, "1.30", strict=True)
@@ -144,18 +183,64 @@ def invalid(plural: str, body: Obj) -> Refusal | None:
     return None
 
 
+def _only_added(old: list[Any], new: list[Any]) -> bool:
+    return len(new) >= len(old) and new[:len(old)] == old
+
+
+def _term_only_narrowed(old: Obj, new: Obj) -> bool:
+    if not old.get("matchExpressions") and not old.get("matchFields"):
+        return not new.get("matchExpressions") and not new.get("matchFields")
+    return _only_added(old.get("matchExpressions") or [], new.get("matchExpressions") or []) \
+        and _only_added(old.get("matchFields") or [], new.get("matchFields") or [])
+
+
+def _gated_scheduling_refused(old: Obj, new: Obj) -> str | None:
+    """KEP-3838: while a pod is gated, its nodeSelector may only gain entries, and each term
+    of its required node affinity only gain requirements (none added, none removed, an empty
+    one left empty); with no required affinity before, any may be set."""
+    if any((new.get("nodeSelector") or {}).get(key) != value
+           for key, value in (old.get("nodeSelector") or {}).items()):
+        return ("spec.nodeSelector: Invalid value: only additions to spec.nodeSelector are allowed"
+                " (no mutations or deletions)")
+    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    old_terms = _required_terms({"spec": old})
+    new_terms = _required_terms({"spec": new}) or []
+    if old_terms:
+        if len(new_terms) != len(old_terms):
+            return f"{path}: Invalid value: no additions/deletions to non-empty NodeSelectorTerms list are allowed"
+        for i, (before, after) in enumerate(zip(old_terms, new_terms, strict=True)):
+            if not _term_only_narrowed(before, after):
+                return f"{path}[{i}]: Invalid value: only additions are allowed (no mutations or deletions)"
+    return None
+
+
 def pod_update_refused(old: Obj, new: Obj) -> str | None:
-    """A pod's spec is immutable, except that a gated pod's scheduling gates may be removed
-    and its required node affinity narrowed (the rule the executor relies on)."""
-    before, after = copy.deepcopy(old["spec"]), copy.deepcopy(new["spec"])
-    if not before.get("schedulingGates"):
-        if before != after:
-            return "spec: Forbidden: pod updates may not change fields other than ..."
-        return None
-    for spec in (before, after):
-        spec.pop("schedulingGates", None)
-        spec.pop("affinity", None)
-    return None if before == after else "spec: Forbidden: only gates and affinity may change"
+    """A pod's spec is immutable, except that scheduling gates may be removed (not added),
+    tolerations added (not removed), and, while the pod is gated, its node selection
+    narrowed (`_gated_scheduling_refused`)."""
+    before, after = old["spec"], new["spec"]
+    gates_before = {g["name"] for g in before.get("schedulingGates") or []}
+    if added := {g["name"] for g in after.get("schedulingGates") or []} - gates_before:
+        return (f"spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling"
+                f" gate '{sorted(added)[0]}'")
+    if not _only_added(before.get("tolerations") or [], after.get("tolerations") or []):
+        return "spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"
+    mutable = ["schedulingGates", "tolerations"]
+    if gates_before:
+        if (refusal := _gated_scheduling_refused(before, after)) is not None:
+            return refusal
+        mutable += ["nodeSelector"]
+    fixed_before, fixed_after = copy.deepcopy(before), copy.deepcopy(after)
+    for spec in (fixed_before, fixed_after):
+        for key in mutable:
+            spec.pop(key, None)
+        if gates_before:  # node affinity checked above; the rest of affinity is immutable
+            (spec.get("affinity") or {}).pop("nodeAffinity", None)
+            if spec.get("affinity") == {}:
+                spec.pop("affinity")
+    if fixed_before != fixed_after:
+        return "spec: Forbidden: pod updates may not change fields other than the updatable ones"
+    return None
 
 
 def _requirement_holds(values: dict[str, str], requirement: Obj) -> bool:

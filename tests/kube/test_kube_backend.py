@@ -200,14 +200,20 @@ async def test_adopting_a_run_whose_job_was_never_created_creates_it(
     assert secret is not None and secret["stringData"]["run-token"] == "fresh-token"
 
 
+@pytest.mark.parametrize(("pod_template", "status", "words"), [
+    ({"spec": {"dnsPolicy": 3}}, "400", "dnsPolicy"),  # cannot be decoded: the wrong type
+    ({"spec": {"volumes": [{"emptyDir": {}}]}}, "422", "name"),  # decoded, but invalid: no name
+])
 async def test_a_template_the_api_server_refuses_ends_the_run_with_its_message(
-        fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any]) -> None:
+        fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any], pod_template: dict[str, Any],
+        status: str, words: str) -> None:
     backend, reporter, _ = await make_backend(fake, tmp_path, backends)
-    run = record(workers=1, pod_template={"spec": {"dnsPolicy": 3}})  # what submission would refuse
+    run = record(workers=1, pod_template=pod_template)  # what submission would refuse
     await backend.start(run, "tok")
     await until(lambda: run.run_id in reporter.ended_runs)
-    assert "422" in reporter.ended_runs[run.run_id].detail
-    assert "dnsPolicy" in reporter.ended_runs[run.run_id].detail
+    exit = reporter.ended_runs[run.run_id]
+    assert status in exit.detail and words in exit.detail
+    assert not exit.lost
     assert fake.list("jobs") == []
 
 

@@ -6,7 +6,8 @@
   connections (`kube_calls`); objects still not created are tried again by each pass until
   the start timeout, when the run is lost (requeued), never failed for the API server's
   trouble. Pods are created gated; each is pinned to its worker's granted node and
-  only then released to the scheduler (see `rota.k8s.manifests`).
+  only then released to the scheduler (see `rota.k8s.manifests`). A pin the API server
+  refuses (422) fails the run: the gang could never start.
 - watch: pods, nodes and the Job controller's `FailedCreate` Events are listed once, then
   watched from that resourceVersion; a 410 Gone re-lists. A pass over the runs every `poll_s`
   lifts gates, sees a gang start, fail or finish, fails a run whose pod admission refused
@@ -39,12 +40,21 @@ from rota.clock import Clock
 from rota.config.model import Node
 from rota.contracts.job import JobSpec
 from rota.k8s import manifests as k
-from rota.k8s.inventory import InventoryError, Labels, differences, nodes_of
+from rota.k8s.inventory import Labels
 
 from rota_executor.backend import Exit, Reporter, RunRecord
 from rota_executor.credentials import RunMinter
 from rota_executor.kube_calls import KubeCalls, describe, is_transient
-from rota_executor.kube_pods import FAILED_CREATE, Pod, failed_create, gang_state, node_problem, pin_patch
+from rota_executor.kube_nodes import NodeTracking
+from rota_executor.kube_pods import (
+    FAILED_CREATE,
+    Pod,
+    failed_create,
+    gang_state,
+    judge,
+    node_problem,
+    pin_patch,
+)
 
 log = logging.getLogger("rota.executor.kubernetes")
 
@@ -63,7 +73,7 @@ class Tracked:
     creating: bool = False  # a create is in flight (a start, or a pass's retry)
 
 
-class KubeBackend:
+class KubeBackend(NodeTracking):
     name = "kubernetes"
     time_scale = 1.0
 
@@ -277,28 +287,31 @@ class KubeBackend:
             name = pod["metadata"]["name"]
             patch = pin_patch(pod, tracked.run.placement)
             if patch is not None and name not in tracked.pinned:
-                await self.calls.patch_pod(name, patch)
+                try:
+                    await self.calls.patch_pod(name, patch)
+                except ApiException as exc:
+                    if exc.status != 422:
+                        raise
+                    # Refused for good (e.g. a server that cannot change a gated pod's
+                    # affinity): the gang can never start, and waiting would requeue it forever.
+                    tracked.teardown = Exit(None, f"worker pod {name} cannot be pinned to its"
+                                            f" node: {describe(exc)}")
+                    break
                 tracked.pinned.add(name)  # only once accepted: a failed pin is sent again
+        if tracked.teardown is not None:
+            log.warning("kubernetes run %s: ending: %s", run_id, tracked.teardown.detail)
+            await self._teardown(tracked)
+            return
         state = gang_state(pods, len(tracked.run.placement), self.lost_nodes)
         refusal = None if tracked.started else failed_create(
             list(self.refusals.values()), k.object_name(run_id), tracked.job_uid)
-        if state.exit is not None:
-            tracked.teardown = state.exit
-        elif refusal is not None and refusal.for_good:
-            tracked.teardown = Exit(None, f"Kubernetes refused a pod of the run: {refusal.message}")
-        elif state.all_running and not tracked.started:
+        lost = {n: node_problem(self.nodes.get(n)) or "" for n in sorted(
+            {w.node for w in tracked.run.placement} & self.lost_nodes)}
+        started, tracked.teardown = judge(state, refusal, lost, started=tracked.started,
+                                          waited_s=waited, start_timeout_s=self.start_timeout_s)
+        if started and not tracked.started:
             tracked.started = True
             log.info("kubernetes run %s: all %d pods Running", run_id, len(tracked.run.placement))
-        elif lost := sorted({w.node for w in tracked.run.placement} & self.lost_nodes):
-            tracked.teardown = Exit(None, "node lost: " + ", ".join(
-                f"{n} ({node_problem(self.nodes.get(n))})" for n in lost), lost=True)
-        elif tracked.started and state.waiting:
-            tracked.teardown = Exit(None, "a started gang lost a member: "
-                                    + "; ".join(state.waiting), lost=True)
-        elif not tracked.started and waited >= self.start_timeout_s:
-            why = state.waiting + ([f"the last pod refused: {refusal.message}"] if refusal else [])
-            tracked.teardown = Exit(None, f"the gang did not start within "
-                                    f"{self.start_timeout_s:.0f} s: " + "; ".join(why), lost=True)
         if tracked.teardown is not None:
             log.warning("kubernetes run %s: ending: %s", run_id, tracked.teardown.detail)
             await self._teardown(tracked)
@@ -314,36 +327,12 @@ class KubeBackend:
                                     self.calls.core.list_namespaced_pod, self.namespace,
                                     label_selector=f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
 
-    async def watch_nodes(self) -> None:
-        await self.calls.list_watch(self.nodes, self._nodes_synced.set, self._refresh_lost_nodes,
-                                    self.calls.core.list_node)
-
     async def watch_refusals(self) -> None:
         """The Job controller's FailedCreate Events: a pod that admission refused never
         exists, and this is the only place the cluster says why."""
         await self.calls.list_watch(self.refusals, lambda: None, lambda: None,
                                     self.calls.core.list_namespaced_event, self.namespace,
                                     field_selector=f"involvedObject.kind=Job,reason={FAILED_CREATE}")
-
-    def _refresh_lost_nodes(self) -> None:
-        """A node of rota.yaml (or of a grant) that is NotReady, cordoned or gone is lost to
-        the runs on it, and withdrawn from placement (`NodeWithdrawn`) until it is back
-        (`NodeRestored`). The first pass reports every node: the scheduler may still believe
-        what an executor said before this one started."""
-        if not self._nodes_synced.is_set():
-            return  # nodes not listed yet are not lost
-        names = {n.name for n in self.config_nodes or []} | self.granted_nodes()
-        now = {name: node_problem(self.nodes.get(name)) for name in names}
-        for name, problem in now.items():
-            if name in self.node_problems and self.node_problems[name] == problem:
-                continue
-            if problem is not None:
-                log.warning("node %s withdrawn: %s", name, problem)
-            elif name in self.node_problems:
-                log.info("node %s is back", name)
-            self._spawn(self.reporter.node_changed(name, problem))
-        self.node_problems = now
-        self.lost_nodes = {name for name, problem in now.items() if problem is not None}
 
     def granted_nodes(self) -> set[str]:
         return {w.node for t in self.runs.values() for w in t.run.placement}
@@ -366,23 +355,6 @@ class KubeBackend:
         finally:
             for watcher in watchers:
                 watcher.cancel()
-
-    def compare_inventory(self) -> list[str]:
-        """Say plainly, once at start, where rota.yaml and the live nodes disagree: the scheduler
-        places by rota.yaml, so each difference is work that cannot start, or GPUs left idle."""
-        if self.config_nodes is None:
-            return []
-        try:
-            live = nodes_of(list(self.nodes.values()), self.labels)
-        except InventoryError as exc:
-            log.warning("rota.yaml vs the cluster: %s", exc)
-            return [str(exc)]
-        found = differences(self.config_nodes, live)
-        for line in found:
-            log.warning("rota.yaml vs the cluster: %s", line)
-        if not found:
-            log.info("rota.yaml matches the cluster's %d GPU nodes", len(live))
-        return found
 
     async def _forever(self, loop: Any, what: str) -> None:
         while True:

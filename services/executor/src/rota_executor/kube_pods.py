@@ -42,12 +42,19 @@ def pin_patch(pod: Pod, placement: list[WorkerPlacement]) -> dict[str, Any] | No
     if not gated(pod) or node is None:
         return None
     affinity = copy.deepcopy(pod["spec"].get("affinity") or {})
-    required = affinity.setdefault("nodeAffinity", {}).setdefault(
-        "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": [{}]})
-    # Only additions to each term's requirements: the API lets a gated pod narrow, not widen.
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    terms = (node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms") or []
     # By the node's name: its hostname label may differ from it.
-    for term in required["nodeSelectorTerms"]:
-        term.setdefault("matchFields", []).append(node_name_term(node))
+    if not terms:  # nothing required yet: the API lets a gated pod have any
+        terms = [{"matchFields": [node_name_term(node)]}]
+    else:
+        # Only additions to each term's requirements: the API lets a gated pod narrow, not
+        # widen. An empty term matches no node already, and the API forbids adding to it.
+        for term in terms:
+            if term.get("matchExpressions") or term.get("matchFields"):
+                term.setdefault("matchFields", []).append(node_name_term(node))
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
     gates = [g for g in pod["spec"].get("schedulingGates") or [] if g.get("name") != PLACEMENT_GATE]
     return {"spec": {"affinity": affinity, "schedulingGates": gates}}
 
@@ -156,3 +163,27 @@ def gang_state(pods: list[Pod], workers: int, lost_nodes: set[str]) -> GangState
     waiting += [f"worker {i}: no pod yet" for i in range(workers) if i not in by_index]
     all_running = len(running) == workers and not lost
     return GangState(all_running, None, waiting)
+
+
+def judge(state: GangState, refusal: Refusal | None, lost_nodes: dict[str, str], *, started: bool,
+          waited_s: float, start_timeout_s: float) -> tuple[bool, Exit | None]:
+    """Whether the gang has started, and how the run ends now (None: it goes on). A failed
+    worker or a refusal for good fails it; a lost node (with its problem), a started gang
+    short of a member, or a start past the timeout loses it, to be requeued."""
+    if state.exit is not None:
+        return started, state.exit
+    if refusal is not None and refusal.for_good:
+        return started, Exit(None, f"Kubernetes refused a pod of the run: {refusal.message}")
+    if state.all_running and not started:
+        return True, None
+    if lost_nodes:
+        return started, Exit(None, "node lost: " + ", ".join(
+            f"{node} ({problem})" for node, problem in lost_nodes.items()), lost=True)
+    if started and state.waiting:
+        return started, Exit(None, "a started gang lost a member: " + "; ".join(state.waiting),
+                             lost=True)
+    if not started and waited_s >= start_timeout_s:
+        why = state.waiting + ([f"the last pod refused: {refusal.message}"] if refusal else [])
+        return started, Exit(None, f"the gang did not start within {start_timeout_s:.0f} s: "
+                             + "; ".join(why), lost=True)
+    return started, None
