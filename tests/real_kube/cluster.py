@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -174,8 +175,12 @@ def start_cluster(workdir: Path, name: str = "rota") -> KubeCluster:
 
 
 def _ready(node: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+    """Ready, and no longer tainted not-ready by the node lifecycle controller, which lifts its
+    taint a moment after the node reports Ready."""
+    ready = any(c["type"] == "Ready" and c["status"] == "True"
+                for c in (node.get("status") or {}).get("conditions") or [])
+    return ready and not any(t["key"].startswith("node.kubernetes.io/")
+                             for t in node["spec"].get("taints") or [])
 
 
 def helm() -> Path:
@@ -189,3 +194,27 @@ def not_run_line() -> str:
     """The one line a run prints when this tier cannot run, and why."""
     return (f"real_kube tier NOT RUN: {', '.join(missing_binaries())} not in {cache_bin()}; "
             f"build them with `{BUILD}` (about 25 minutes cold)")
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.real_kube.cluster up|down DIR`: the tier's cluster by hand, for trying
+    `rota up --executor kubernetes --kubeconfig DIR/kubeconfig` against it. Its processes keep
+    running after `up` returns, until `down`."""
+    if len(argv) != 2 or argv[0] not in ("up", "down"):
+        print("usage: python -m tests.real_kube.cluster up|down DIR", file=sys.stderr)
+        return 2
+    workdir = Path(argv[1]).resolve()
+    if missing_binaries():
+        print(not_run_line(), file=sys.stderr)
+        return 1
+    if argv[0] == "up":
+        cluster = start_cluster(workdir)
+        print(f"KWOK cluster up; kubeconfig: {cluster.kubeconfig}")
+    else:
+        KubeCluster("rota", workdir, workdir / "kubeconfig", cache_bin()).stop()
+        print("KWOK cluster deleted")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -42,7 +42,7 @@ def cluster(request: pytest.FixtureRequest) -> tuple[Path, KubeCluster | None]:
 
 class Reporter:
     def __init__(self) -> None:
-        self.ended: dict[str, Exit] = {}
+        self.ends: dict[str, Exit] = {}  # not `ended`, the method's name
         self.any_ended = asyncio.Event()
 
     async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
@@ -58,7 +58,7 @@ class Reporter:
         pass
 
     async def ended(self, run_id: str, exit: Exit) -> None:
-        self.ended[run_id] = exit
+        self.ends[run_id] = exit
         self.any_ended.set()
 
 
@@ -92,7 +92,7 @@ async def test_a_one_pod_run_is_pinned_runs_and_is_cleaned_up(
             assert pods_of(kwok, NAMESPACE, run.run_id)[0]["spec"]["nodeName"] == gpu_nodes[0]
             exit_pods(kwok, NAMESPACE, run.run_id, 0)
         await asyncio.wait_for(reporter.any_ended.wait(), 300)
-        assert reporter.ended[run.run_id].code == 0, reporter.ended[run.run_id]
+        assert reporter.ends[run.run_id].code == 0, reporter.ends[run.run_id]
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
