@@ -1,8 +1,11 @@
-"""A FAKE Kubernetes API server for tests, because no real one can run on these machines.
+"""A FAKE Kubernetes API server for tests: the fast tier, in process, with no cluster at all.
 
 It is not Kubernetes. It speaks the subset of the REST API that Rota's backend uses, on the
 real paths and with the real JSON shapes, so the real kubernetes-asyncio client talks to it
-through an ordinary kubeconfig:
+through an ordinary kubeconfig. Each behaviour below follows the real control plane's (the
+same scenarios are meant to pass against a real kube-apiserver too).
+
+The API:
 
 - nodes (list, watch), batch/v1 jobs, pods, services, secrets (create, get, list, watch,
   patch with JSON merge patch, delete with `propagationPolicy` and `gracePeriodSeconds`),
@@ -12,40 +15,54 @@ through an ordinary kubeconfig:
   the schema does not know is dropped with a `Warning` header (`fieldValidation` Warn, the
   default), dropped silently (Ignore) or 400 (Strict); a decoded object the schema
   (kubernetes-validate) refuses is 422 Invalid, as is a pod (or Job template) whose
-  `matchFields` is not one `metadata.name` with In or NotIn;
+  `matchFields` is not one `metadata.name` with In or NotIn; a name taken is 409
+  AlreadyExists; an unknown one 404;
 - a pod's spec is immutable but for what the real server allows: scheduling gates removed,
   tolerations added, and while the pod is gated (KEP-3838) nodeSelector entries added and
   requirements appended to each required node-affinity term (no term added or removed, an
-  empty term left empty); anything else is 422; a name taken is 409 AlreadyExists; an unknown one 404;
+  empty term left empty); anything else is 422;
+- pod admission refuses (403) a pod whose ServiceAccount does not exist, one that breaks the
+  namespace's enforced Pod Security level (`restricted`: the container checks), and any that
+  a test's admission step refuses (`admission`: a webhook, a ResourceQuota, a LimitRange);
 - watches stream JSON lines with resourceVersions, and a watch from a compacted
   resourceVersion gets the 410 Gone ERROR event a real server sends;
 - a test can have the next requests of a verb on a kind answered 429 (with Retry-After and
-  `details.retryAfterSeconds`), 500, 502, 503 or 504 (`fail_next`), before or after the
-  request takes effect (a create whose answer was lost).
+  `details.retryAfterSeconds`), 500, 502, 503, 504, or 422 (`fail_next`), before or after
+  the request takes effect (a create whose answer was lost).
 
-Pod admission refuses a pod whose ServiceAccount does not exist, one that breaks the
-namespace's enforced Pod Security level (`restricted`: the container checks), and any that a
-test's admission step (`admission`: a webhook, a quota, a LimitRange) refuses.
+The cluster behind it, stepped every 20 ms:
 
-A small control loop plays the other parts of the cluster: the Job controller (after the Job
-exists, one pod per completion index, labelled, owned and given the
-`batch.kubernetes.io/job-tracking` finalizer like the real one; a pod admission refuses is a
-`FailedCreate` Event on the Job, retried with backoff; the finalizer comes off once the pod
-has finished or is being deleted, or its Job is), the scheduler (gated pods wait;
-a pod is bound only to a Ready, schedulable node that matches its nodeSelector and its
-required node affinity, by labels with `matchExpressions` and by name with `matchFields`,
-and has the GPUs; a node's `kubernetes.io/hostname` label need not be its name), the kubelet (Pending, Running, exit codes, termination within the grace
-period) and the garbage collector (foreground and background propagation; it deletes a
-Job's pods with no grace period of its own, so each gets its `terminationGracePeriodSeconds`,
-30 s when unset, whatever grace the Job's DELETE carried; a pod is gone once its grace is
-over, 0 for an unscheduled or finished pod, and no finalizer holds it). What it does NOT
-model: RBAC, real webhooks or quotas (only their refusals), a replacement pod for a Job
-(Rota's Jobs have `backoffLimit: 0`), events other than FailedCreate, real containers,
-eviction timing.
+- the Job controller creates a Job's pods after the Job exists, one per completion index,
+  labelled, owned and given the `batch.kubernetes.io/job-tracking` finalizer like the real
+  one; a pod that admission refuses is a `FailedCreate` Event on the Job (the same one
+  counted, not repeated), retried with backoff; the finalizer comes off once the pod has
+  finished or is being deleted, or its Job is; the Job's counts and Complete or Failed
+  condition follow its pods;
+- the scheduler leaves gated pods alone, and binds a pod only to a Ready, schedulable node
+  that matches its nodeSelector and required node affinity (labels by `matchExpressions`,
+  the name by `matchFields`; a node's `kubernetes.io/hostname` label need not be its name),
+  whose NoSchedule and NoExecute taints it tolerates, and that has the GPUs; otherwise the
+  pod is Unschedulable with the scheduler's own summary (`0/5 nodes are available: ...`);
+- the kubelet runs a bound pod (Pending, Running, exit codes, ErrImagePull by plan); a
+  container whose Secret is missing waits in CreateContainerConfigError until it exists; a
+  pod being deleted is stopped within its grace; a node that is not Ready does nothing;
+- the garbage collector deletes dependents (foreground and background propagation) with no
+  grace period of its own, so each pod gets its `terminationGracePeriodSeconds` (defaulted
+  to 30 s), whatever grace the Job's DELETE carried; a pod is gone once its grace is over (0
+  for an unscheduled or finished pod) and no finalizer holds it.
 
-The parts live side by side: this module is the REST API; `fake_kube_cluster` the store and
-the control loop behind it; `fake_kube_rules` the API server's and scheduler's rules, with no
-I/O; `fake_kube_containers` the optional kubelet mode that runs a pod's command locally.
+What it does NOT model: RBAC and authentication beyond one bearer token; real webhooks,
+quotas or LimitRanges (only their refusals); the ExtendedResourceToleration admission
+plugin (off by default in kube-apiserver); NoExecute eviction of running pods, and eviction
+timing in general; a replacement pod for a Job's failed or deleted one (Rota's Jobs have
+`backoffLimit: 0`); events other than FailedCreate; resourceVersion conflicts (no update by
+PUT, no optimistic concurrency); real containers (`LocalContainers` runs a pod's command as a
+local process, for the end-to-end tests).
+
+The parts live side by side: this module is the REST API; `fake_kube_cluster` the test
+controls, admission and the Job controller; `fake_kube_nodes` the scheduler and the
+kubelet; `fake_kube_store` the objects, their history and the API server's deletion rules;
+`fake_kube_rules` the rules with no I/O; `fake_kube_containers` the local-process mode.
 """
 
 from __future__ import annotations

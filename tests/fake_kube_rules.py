@@ -297,3 +297,24 @@ def node_affinity_invalid(pod_spec: Obj, path: str) -> str | None:
             if requirement.get("key") != "metadata.name":
                 return f'{at}.key: Invalid value: "{requirement.get("key")}": not a valid field selector key'
     return None
+
+
+def tolerates(toleration: Obj, taint: Obj) -> bool:
+    """The real rule: an effect, if given, must match; an empty key with Exists matches every
+    taint; Exists ignores the value, Equal (the default) compares it."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration["key"] != taint.get("key"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return True
+    return bool(toleration.get("key")) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taint(node: Obj, pod: Obj) -> Obj | None:
+    """The node's first NoSchedule or NoExecute taint the pod does not tolerate: the scheduler
+    will not bind it there (PreferNoSchedule only discourages)."""
+    tolerations = pod["spec"].get("tolerations") or []
+    return next((taint for taint in node["spec"].get("taints") or []
+                 if taint.get("effect") in ("NoSchedule", "NoExecute")
+                 and not any(tolerates(t, taint) for t in tolerations)), None)

@@ -9,7 +9,7 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
 from rota_executor.kube_calls import is_transient, retry_after_s
-from rota_executor.kube_pods import failed_create
+from rota_executor.kube_pods import end_of_deleted_job, failed_create
 
 
 def event(message: str, *, name: str = "rota-r1", uid: str = "uid-1", rv: int = 1,
@@ -70,3 +70,16 @@ def test_retry_after_is_read_in_seconds_whatever_the_case_of_the_header() -> Non
     assert retry_after_s(api_error(503)) is None
     assert retry_after_s(api_error(429, "Wed, 21 Oct 2015 07:28:00 GMT")) is None
     assert retry_after_s(RuntimeError()) is None
+
+
+def test_a_job_found_being_deleted_ends_as_its_conditions_or_a_recorded_stop_say() -> None:
+    def job(*conditions: tuple[str, str]) -> dict[str, Any]:
+        return {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"conditions": [
+            {"type": kind, "status": "True", "reason": reason, "message": "m"} for kind, reason in conditions]}}
+
+    assert end_of_deleted_job(job(("Complete", "")), stopping=True).detail == "stopped"
+    assert end_of_deleted_job(job(("Complete", "")), stopping=False).code == 0
+    failed = end_of_deleted_job(job(("Failed", "BackoffLimitExceeded")), stopping=False)
+    assert (failed.code, failed.lost) == (None, False) and "BackoffLimitExceeded" in failed.detail
+    unknown = end_of_deleted_job(job(), stopping=False)
+    assert unknown.lost and "being deleted" in unknown.detail

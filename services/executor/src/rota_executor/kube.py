@@ -18,7 +18,8 @@
   pod's `terminationGracePeriodSeconds`, set in the template. The end is reported only once no
   pod of the run is left, so the ledger never frees GPUs that a terminating pod still holds.
 - restart: runs are adopted by their `rota.dev/run-id` label; a recorded run whose Job was
-  never created is created now.
+  never created is created now, and a Secret or Service never created is created now. A Job
+  found being deleted is a teardown in progress: its end is reported once its pods are gone.
 
 Tested against the in-repo fake API server (`tests/fake_kube_apiserver.py`), never against
 a real cluster here: see the README's "Kubernetes" section for what that leaves untested.
@@ -49,6 +50,7 @@ from rota_executor.kube_nodes import NodeTracking
 from rota_executor.kube_pods import (
     FAILED_CREATE,
     Pod,
+    end_of_deleted_job,
     failed_create,
     gang_state,
     judge,
@@ -118,8 +120,8 @@ class KubeBackend(NodeTracking):
 
     # ------------------------------------------------------------------ start
 
-    def _objects(self, run: RunRecord, run_token: str) -> k.RunObjects:
-        creds = self.minter.mint(run.run_id).read_text() if self.minter is not None else None
+    def _objects(self, run: RunRecord, run_token: str, with_creds: bool = True) -> k.RunObjects:
+        creds = self.minter.mint(run.run_id).read_text() if self.minter and with_creds else None
         return k.run_objects(
             run_id=run.run_id, job_id=run.job_id, attempt=run.attempt, spec=run.spec,
             placement=run.placement, namespace=self.namespace, nats_url=self.nats_url,
@@ -128,9 +130,15 @@ class KubeBackend(NodeTracking):
             termination_grace_s=math.ceil(self.grace_s))
 
     async def start(self, run: RunRecord, run_token: str) -> None:
-        tracked = Tracked(run, self._now(), to_create=self._objects(run, run_token))
-        self.runs[run.run_id] = tracked
-        await self._create_objects(tracked)
+        objects = self._objects(run, run_token)
+        tracked = self.runs[run.run_id] = Tracked(run, self._now(), to_create=objects)
+        self.warn_of_taints(run.run_id, {w.node for w in run.placement},
+                            objects.job["spec"]["template"]["spec"]["tolerations"])
+        try:
+            await self._create_objects(tracked)
+        except Exception:
+            self.runs.pop(run.run_id, None)  # the executor ends the run: nothing here is ours
+            raise
 
     async def _create_objects(self, tracked: Tracked) -> None:
         """The Job, then its Secret and Service, owned by it. An API server that keeps failing
@@ -138,37 +146,27 @@ class KubeBackend(NodeTracking):
         objects = tracked.to_create
         if objects is None or tracked.creating:
             return
-        tracked.creating = True
-        try:
-            await self._create_each(tracked, objects)
-        finally:
-            tracked.creating = False
-
-    async def _create_each(self, tracked: Tracked, objects: k.RunObjects) -> None:
-        run = tracked.run
+        run, tracked.creating = tracked.run, True
         try:
             job = await self.calls.create_job(objects.job)
             name, uid = job["metadata"]["name"], job["metadata"]["uid"]
             tracked.job_uid = uid
             await self.calls.create_owned(k.owned_by(objects.secret, name, uid))
             await self.calls.create_owned(k.owned_by(objects.service, name, uid))
-        except ApiException as exc:
+        except Exception as exc:
             if is_transient(exc):
                 tracked.last_error = describe(exc)
                 log.warning("run %s: its objects are not all created (%s); the next pass tries"
                             " again", run.run_id, tracked.last_error[:300])
                 return
+            if not isinstance(exc, ApiException):
+                raise  # e.g. a namesake Job of another run: nothing of this run to delete
             log.error("run %s: Kubernetes refused its objects: %s", run.run_id, describe(exc))
             tracked.to_create = None
             tracked.teardown = Exit(None, f"cannot start: {describe(exc)}")
             return
-        except Exception as exc:
-            if not is_transient(exc):
-                raise  # e.g. a namesake Job of another run: nothing of this run to delete
-            tracked.last_error = describe(exc)
-            log.warning("run %s: the API server could not be reached (%s); the next pass tries"
-                        " again", run.run_id, tracked.last_error)
-            return
+        finally:
+            tracked.creating = False
         tracked.to_create = None
         log.info("kubernetes run %s: Job %s/%s created, %d pods pinned to %s", run.run_id,
                  self.namespace, name, len(run.placement), sorted({w.node for w in run.placement}))
@@ -186,11 +184,34 @@ class KubeBackend(NodeTracking):
             await self.start(run, await self.reporter.new_token(run.run_id))
             return
         # The start timeout counts from now: the executor does not know how long it was away.
-        tracked = Tracked(run, self._now(), job_uid=jobs[0]["metadata"]["uid"])
+        job = jobs[0]
+        tracked = Tracked(run, self._now(), job_uid=job["metadata"]["uid"])
         self.runs[run.run_id] = tracked
-        log.info("kubernetes run %s adopted: Job %s", run.run_id, jobs[0]["metadata"]["name"])
-        if run.state == "stopping":
+        log.info("kubernetes run %s adopted: Job %s", run.run_id, job["metadata"]["name"])
+        if job["metadata"].get("deletionTimestamp"):
+            # A teardown in progress: its end is reported once the last pod is gone.
+            tracked.deleting = True
+            tracked.teardown = end_of_deleted_job(job, stopping=run.state == "stopping")
+            log.warning("kubernetes run %s: its Job is being deleted: %s", run.run_id,
+                        tracked.teardown.detail)
+        elif run.state == "stopping":
             tracked.teardown = Exit(None, "stopped")
+        else:
+            await self._complete_objects(tracked, job)
+
+    async def _complete_objects(self, tracked: Tracked, job: dict[str, Any]) -> None:
+        """A crash between the creates can leave a Job without its Secret (its pods then
+        never start) or its Service: whichever is missing is created now. A new Secret needs
+        a new token; the old one was never seen by a pod."""
+        run, name, uid = tracked.run, job["metadata"]["name"], job["metadata"]["uid"]
+        if not await self.calls.exists("Secret", k.secret_name(run.run_id)):
+            objects = self._objects(run, await self.reporter.new_token(run.run_id))
+            await self.calls.create_owned(k.owned_by(objects.secret, name, uid))
+            log.warning("kubernetes run %s: its Secret was missing: created now", run.run_id)
+        if not await self.calls.exists("Service", k.object_name(run.run_id)):
+            service = self._objects(run, "", with_creds=False).service
+            await self.calls.create_owned(k.owned_by(service, name, uid))
+            log.warning("kubernetes run %s: its Service was missing: created now", run.run_id)
 
     async def stop(self, run: RunRecord) -> None:
         tracked = self.runs.get(run.run_id)

@@ -1,6 +1,7 @@
 """The node half of the `kubernetes` backend: the cluster's nodes, listed and watched; which
 of the nodes that matter (those of rota.yaml and of the grants) are lost, reported as they
-change; and where rota.yaml and the cluster disagree."""
+change; where rota.yaml and the cluster disagree; and a granted node's taints that a run's
+pods do not tolerate."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rota.k8s.inventory import InventoryError, Labels, differences, nodes_of
 
 from rota_executor.backend import Reporter
 from rota_executor.kube_calls import KubeCalls
-from rota_executor.kube_pods import node_problem
+from rota_executor.kube_pods import node_problem, untolerated_taints
 
 log = logging.getLogger("rota.executor.kubernetes")
 
@@ -78,3 +79,13 @@ class NodeTracking:
         if not found:
             log.info("rota.yaml matches the cluster's %d GPU nodes", len(live))
         return found
+
+    def warn_of_taints(self, run_id: str, nodes: set[str], tolerations: list[dict[str, Any]]) -> None:
+        """Rota places by rota.yaml, which knows no taints: a granted node tainted against the
+        run's pods is said plainly at start (the pods stay Pending, and the run is lost at the
+        start timeout, the taint named by the scheduler)."""
+        for name in sorted(nodes):
+            if taints := untolerated_taints(self.nodes.get(name) or {}, tolerations):
+                log.warning("kubernetes run %s: node %s has taints its pods do not tolerate: %s;"
+                            " they cannot be scheduled there until the job's kubernetes.tolerations"
+                            " (or its pod template) tolerate them", run_id, name, ", ".join(taints))

@@ -187,3 +187,41 @@ def judge(state: GangState, refusal: Refusal | None, lost_nodes: dict[str, str],
         return started, Exit(None, f"the gang did not start within {start_timeout_s:.0f} s: "
                              + "; ".join(why), lost=True)
     return started, None
+
+
+def end_of_deleted_job(job: dict[str, Any], stopping: bool) -> Exit:
+    """How a run ends whose Job a restarted executor finds already being deleted: a teardown
+    begun before the restart, or someone's `kubectl delete`. A recorded stop, or the Job's
+    own Complete or Failed condition, says why; otherwise nobody knows, and the run is lost
+    (requeued from its checkpoint) rather than failed."""
+    if stopping:
+        return Exit(None, "stopped")
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return Exit(0, "its Job had completed before the executor adopted it")
+        if condition.get("type") == "Failed":
+            return Exit(None, f"its Job had failed before the executor adopted it: "
+                        f"{condition.get('reason', '')}: {condition.get('message', '')}".rstrip(": "))
+    return Exit(None, "its Job was being deleted when the executor adopted it; why was not"
+                " recorded", lost=True)
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration["key"] != taint.get("key"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return True
+    return bool(toleration.get("key")) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taints(node: dict[str, Any], tolerations: list[dict[str, Any]]) -> list[str]:
+    """The node's NoSchedule and NoExecute taints that no toleration matches, as
+    `key=value:Effect`: a pod pinned there stays Pending (NoExecute would also evict it)."""
+    return [f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}".replace("=:", ":")
+            for t in (node.get("spec") or {}).get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute")
+            and not any(_tolerates(tol, t) for tol in tolerations)]

@@ -7,6 +7,10 @@ to each term of the pod's required node affinity (narrowing it, which the API al
 gated pod) and only then lifts the gate. The template's own affinity already keeps every pod
 on the run's granted nodes, so a pod is never placed outside the grant.
 
+Every pod tolerates the GPU resource's NoSchedule taint (`nvidia.com/gpu` by default), as a
+GPU share requests no GPU and so never gets it from the cluster; other taints are the job's
+to tolerate (`kubernetes.tolerations`, or the pod template's).
+
 Nodes are matched by name (`matchFields` on `metadata.name`), never by their
 `kubernetes.io/hostname` label, which need not equal the name. A field requirement takes one
 value, so the template has one term per granted node.
@@ -179,8 +183,12 @@ def pod_template(
             *([{"name": "rota-run", "secret": {"secretName": secret_name(run_id), "items": [
                 {"key": "nats-creds", "path": "nats.creds", "mode": 0o400}]}}] if with_creds else [])],
     }
-    if template.tolerations:
-        pod_spec["tolerations"] = list(template.tolerations)
+    # GPU pools are commonly tainted `<gpu resource>:NoSchedule` (GKE, AKS, the GPU operator's
+    # guides). Only the ExtendedResourceToleration admission plugin, off by default, adds the
+    # toleration, and only to pods that request the resource: never to a GPU share's. Every
+    # pod is pinned to a granted GPU node anyway, so every pod tolerates it.
+    pod_spec["tolerations"] = [{"key": gpu_resource, "operator": "Exists", "effect": "NoSchedule"},
+                               *template.tolerations]
     if template.service_account:
         pod_spec["serviceAccountName"] = template.service_account
     ours = {"metadata": {"labels": labels, "annotations": {ANNOTATION_JOB_NAME: spec.name[:253]}},
