@@ -21,7 +21,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rota.auth.jwt import KeyPair, read_creds, verify
@@ -103,12 +103,16 @@ class Roster:
     """The public key of Rota's account, which issues every team's and the admin's JWT."""
     admins: frozenset[str] = frozenset()
     """The admin identities' public keys (user nkeys)."""
+    retired: Mapping[str, float] = field(default_factory=dict)
+    """Keys replaced by `rota auth init --rotate`, each with its cut-over: what such a key
+    signed is believed only if the server stored it before then."""
 
     @classmethod
     def load(cls, path: Path) -> Roster:
         doc = json.loads(path.read_text())
+        retired = {key: float(at) for key, at in doc.get("retired", {}).items()}
         return cls(doc["keys"], float(doc.get("signed_since", 0.0)), doc.get("account"),
-                   frozenset(doc.get("admins", ())))
+                   frozenset(doc.get("admins", ())), retired)
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,9 @@ class SenderCheck:
         service = self.roster.services.get(signer)
         if service is None:
             return f"{subject}: signed by an unknown key"
+        if (cut_over := self.roster.retired.get(signer)) is not None and (
+                stored_at is None or stored_at >= cut_over):
+            return f"{subject}: signed by a key of {service} retired by rotation"
         if service not in owners:
             return f"{subject}: published by {service}; only {', '.join(sorted(owners))} may"
         if _signer is None or not _signer.made(signer, signature, body):

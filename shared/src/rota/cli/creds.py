@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from rota.auth.keys import AuthDir
+from rota.auth.keys import ROTATION_GRACE_S, AuthDir
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, handled
 from rota.cli.untrusted import untrusted
 from rota.config import load_config
@@ -32,16 +32,21 @@ def _auth_dir(path: Path | None) -> AuthDir:
 def auth_init(
     auth_dir: AuthDirOption = None,
     rotate: Annotated[bool, typer.Option(
-        "--rotate", help="New credentials for every service; the roster keeps the old public "
-        "keys, which signed the events a replay still reads. Restart the services after.")]
+        "--rotate", help="New credentials for every service and the console; the old keys "
+        "are revoked in server.conf (the server refuses them once restarted) and retired in "
+        "the roster after --grace. Restart NATS and the services after.")]
     = False,
+    grace: Annotated[float, typer.Option(
+        "--grace", help="Seconds after the rotation until the roster stops believing what "
+        "the old keys signed; restart the services within it.", min=0)]
+    = ROTATION_GRACE_S,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Make (or refresh) the operator, account and service identities, and server.conf for
     a nats-server of your own (`include` it, or pass it with `-c`). Existing keys are kept."""
     auth = _auth_dir(auth_dir).ensure()
     if rotate:
-        auth.rotate_services()
+        auth.rotate_services(grace_s=grace)
     summary = {"ok": True, "server_conf": str(auth.server_conf),
                "creds": str(auth.creds_path("admin").parent),
                "run_signing_key": str(auth.run_signing_key),
