@@ -1,7 +1,8 @@
 """The chart's `helm template` output on a real kube-apiserver (the session's `kube_cluster`):
 every manifest accepted by a server-side dry run (schema, defaulting, admission), Rota's pods
 admitted by Pod Security Admission at the `restricted` level, and the executor's RBAC as the
-API server's authorizer answers for it."""
+API server's authorizer answers for it. The first two also with the bundled NATS
+(`nats.enabled`), whose StatefulSet's pods must meet `restricted` as well."""
 
 from __future__ import annotations
 
@@ -43,9 +44,23 @@ def chart(kube_cluster: KubeCluster) -> Iterator[list[dict[str, Any]]]:
                              "--ignore-not-found", check=False)
 
 
+@pytest.fixture(scope="module")
+def chart_with_bundled_nats(chart: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chart with `nats.enabled`, in the namespaces `chart` made."""
+    return template(values={"runsNamespace": RUNS, "nats": {"enabled": True}}, release=RELEASE,
+                    namespace=NAMESPACE)
+
+
+RENDERINGS = pytest.mark.parametrize("rendering", ["chart", "chart_with_bundled_nats"],
+                                     ids=["defaults", "bundled-nats"])
+
+
+@RENDERINGS
 def test_every_manifest_is_accepted_by_a_server_side_dry_run(kube_cluster: KubeCluster,
-                                                            chart: list[dict[str, Any]]) -> None:
-    manifests = [d for d in chart if d["kind"] != "Namespace"]
+                                                            request: pytest.FixtureRequest,
+                                                            rendering: str) -> None:
+    docs: list[dict[str, Any]] = request.getfixturevalue(rendering)
+    manifests = [d for d in docs if d["kind"] != "Namespace"]
     done = kube_cluster.kubectl("apply", "--dry-run=server", "-f", "-",
                                 input=yaml.safe_dump_all(manifests), check=False)
     assert done.returncode == 0, done.stderr
@@ -61,13 +76,27 @@ def _pod(name: str, spec: dict[str, Any]) -> str:
                            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec})
 
 
+def _pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    """The pod a workload makes; a StatefulSet's with the volumes of its claim templates, as
+    its controller adds them."""
+    spec = copy.deepcopy(workload["spec"]["template"]["spec"])
+    for claim in workload["spec"].get("volumeClaimTemplates", []):
+        name = claim["metadata"]["name"]
+        spec.setdefault("volumes", []).append(
+            {"name": name, "persistentVolumeClaim": {"claimName": f"{name}-{workload['metadata']['name']}-0"}})
+    return spec
+
+
+@RENDERINGS
 def test_rotas_pods_are_admitted_at_the_restricted_pod_security_level(kube_cluster: KubeCluster,
-                                                                      chart: list[dict[str, Any]]) -> None:
+                                                                      request: pytest.FixtureRequest,
+                                                                      rendering: str) -> None:
+    docs: list[dict[str, Any]] = request.getfixturevalue(rendering)
     # The ServiceAccount admission plugin wants the executor's account to exist.
     kube_cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
-        [d for d in chart if d["kind"] == "ServiceAccount"]))
-    for component, workload in workloads(chart).items():
-        spec = workload["spec"]["template"]["spec"]
+        [d for d in docs if d["kind"] == "ServiceAccount"]))
+    for component, workload in workloads(docs).items():
+        spec = _pod_spec(workload)
         done = kube_cluster.kubectl("create", "--dry-run=server", "-f", "-",
                                     input=_pod(f"psa-{component}", spec), check=False)
         assert done.returncode == 0, f"{component}: {done.stderr}"

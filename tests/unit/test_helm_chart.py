@@ -4,7 +4,6 @@ OpenAPI schema with kubernetes-validate."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -117,37 +116,6 @@ def test_by_default_rota_uses_the_existing_nats_at_nats_url() -> None:
     urls = {e["value"] for d in workloads(docs).values()
             for e in d["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "ROTA_NATS_URL"}
     assert urls == {"nats://nats.ml.svc:4222"}
-
-
-def test_the_bundled_nats_once_its_dependency_is_declared_gets_the_nats_values(tmp_path: Path) -> None:
-    """Chart.yaml carries the official NATS chart's declaration commented out (it is not vendored
-    and Helm refuses a declared dependency missing from charts/). Uncommented as its comment says,
-    with a STAND-IN chart named nats in charts/ (not the official one, which cannot be fetched
-    here), Helm passes the `nats:` values to it and Rota's pods use its Service."""
-    chart = tmp_path / "rota"
-    shutil.copytree(CHART, chart)
-    lines = (chart / "Chart.yaml").read_text().splitlines()
-    start = lines.index("# dependencies:")
-    lines[start:start + 5] = [line.removeprefix("# ") for line in lines[start:start + 5]]
-    (chart / "Chart.yaml").write_text("\n".join(lines) + "\n")
-    (nats,) = yaml.safe_load((chart / "Chart.yaml").read_text())["dependencies"]
-    assert (nats["name"], nats["repository"], nats["condition"]) == (
-        "nats", "https://nats-io.github.io/k8s/helm/charts/", "nats.enabled")
-    stand_in = chart / "charts" / "nats"
-    (stand_in / "templates").mkdir(parents=True)
-    (stand_in / "Chart.yaml").write_text("apiVersion: v2\nname: nats\nversion: 1.2.0\n")
-    (stand_in / "templates" / "values.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stand-in-nats-values}\n"
-        "data: {config: {{ .Values.config | toJson | quote }}}\n")
-
-    docs = template(chart, sets=["nats.enabled=true"])
-    (values,) = [d for d in docs if d["metadata"]["name"] == "stand-in-nats-values"]
-    config = yaml.safe_load(values["data"]["config"])
-    assert config["jetstream"]["enabled"] is True and config["cluster"]["replicas"] == 3
-    (scheduler,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "rota-scheduler"]
-    env = {e["name"]: e.get("value") for e in scheduler["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["ROTA_NATS_URL"] == "nats://rota-nats.rota.svc:4222"
-    assert not [d for d in template(chart) if d["metadata"]["name"] == "stand-in-nats-values"]
 
 
 def test_the_console_is_a_deployment_and_a_service_with_its_own_identity() -> None:
