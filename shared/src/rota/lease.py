@@ -20,9 +20,12 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from rota.auth.permissions import LEASE_BUCKETS
+from rota.settings import Settings
+
 log = logging.getLogger("rota.lease")
 
-BUCKET = "rota_scheduler_lease"
+BUCKET = LEASE_BUCKETS["scheduler"]
 KEY = "leader"
 """The scheduler's lease: one key; other holders name their own bucket and keys."""
 
@@ -42,10 +45,7 @@ class Lease:
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
-            try:
-                self._kv = await self._js.key_value(self.bucket)
-            except BucketNotFoundError:
-                self._kv = await self._js.create_key_value(bucket=self.bucket, ttl=self.ttl_s, history=1)
+            self._kv = await ensure_bucket(self._js, self.bucket, self.ttl_s)
         return self._kv
 
     async def try_acquire(self) -> bool:
@@ -89,3 +89,21 @@ class Lease:
         if self._kv is not None and self._revision:
             with contextlib.suppress(Exception):
                 await self._kv.delete(self.key, last=self._revision)
+
+
+async def ensure_bucket(js: JetStreamContext, bucket: str, ttl_s: float) -> KeyValue:
+    """The lease bucket, made with `ttl_s` if it is missing. A bucket is a stream, which
+    only the admin may make under Rota's identities: `rota up` and `rota migrate` make the
+    services' buckets first (`ensure_lease_buckets`), and a service only finds them."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=bucket, ttl=ttl_s, history=1)
+
+
+async def ensure_lease_buckets(js: JetStreamContext, settings: Settings) -> list[str]:
+    """Every service's lease bucket, each with its lease's TTL from `settings`."""
+    ttls = {"scheduler": settings.scheduler_lease_ttl_s, "ledger": settings.ledger_lease_ttl_s}
+    for service, bucket in LEASE_BUCKETS.items():
+        await ensure_bucket(js, bucket, ttls[service])
+    return sorted(LEASE_BUCKETS.values())

@@ -30,7 +30,7 @@ from rota.bus.batch import (
     batch_consumer,
     message_consumer,
 )
-from rota.bus.broker import ensure_streams, make_broker
+from rota.bus.broker import make_broker, require_streams
 from rota.bus.deadletter import DeadLetters
 from rota.bus.partition import Partition, PartitionKey
 from rota.bus.query import answer_query
@@ -212,7 +212,7 @@ class RotaService:
             )
         self._engine = make_engine(endpoints.database_url)
         await self.broker.connect()
-        await ensure_streams(self.broker.connection.jetstream(), self.settings.stream_replicas)
+        await require_streams(self.broker.connection.jetstream(), self.settings.stream_replicas)
         self.relay = OutboxRelay(
             self.outbox,
             self._engine,

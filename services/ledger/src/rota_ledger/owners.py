@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
+from rota.auth.permissions import LEASE_BUCKETS
 from rota.bus.batch import BatchHandler, MessageHandler, PullConsumer, batch_consumer, message_consumer
 from rota.bus.trace_fill import envelope_field
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
@@ -44,7 +45,7 @@ from rota_ledger.ledger import PREEMPTIONS, PROPOSALS, RUNS
 
 log = logging.getLogger("rota.ledger.owners")
 
-BUCKET = "rota_ledger_lease"
+BUCKET = LEASE_BUCKETS["ledger"]
 EVENTS = "events"
 """The lease of the run-end and preemption consumers, and of proposals of no known flavor."""
 

@@ -18,7 +18,10 @@ from rota.contracts.subjects import (
     RUN_PROTOCOL,
     RUN_START,
     RUN_STOP,
+    STREAM_CMD,
     STREAM_CTL,
+    STREAM_EVT,
+    STREAM_SUBJECTS,
     TEAM_QUERIES,
     api_cancel,
     api_submit,
@@ -67,19 +70,57 @@ COMMAND_OWNERS: dict[str, frozenset[str]] = {
 }
 
 SERVICE_REQUESTS: dict[str, tuple[str, ...]] = {
-    # The scheduler reconciles its view with the ledger's allocations at start, and holds
-    # its lease in a KV bucket.
-    "scheduler": ("rota.sys.ledger.allocations", "$KV.rota_scheduler_lease.>"),
+    # The scheduler reconciles its view with the ledger's allocations at start.
+    "scheduler": ("rota.sys.ledger.allocations",),
     "preemption": ("rota.ctl.run.*",),
-    # Ledger replicas own their flavors by leases in a KV bucket (rota_ledger.owners).
-    "ledger": ("$KV.rota_ledger_lease.>",),
     # Each team's live feed of its own jobs' events (rota_submission.feed).
     "submission": (f"{FEED_PREFIX}.>",),
 }
 
-# JetStream's API, acks and flow control: services manage and consume the streams.
-_JETSTREAM = "$JS.>"
+SERVICE_STREAMS: dict[str, tuple[str, ...]] = {
+    "submission": (STREAM_CMD, STREAM_EVT),
+    "ledger": (STREAM_EVT,),
+    "scheduler": (STREAM_EVT,),
+    "preemption": (STREAM_EVT,),
+    "notifier": (STREAM_EVT,),
+    "executor": (STREAM_CMD, STREAM_CTL),
+}
+"""The streams each service consumes: its durables, and the scheduler's replay."""
+
+LEASE_BUCKETS: dict[str, str] = {
+    # A single active scheduler (rota.lease), and ledger replicas owning their flavors
+    # (rota_ledger.owners): each a NATS KV bucket, which is a stream `KV_<bucket>`.
+    "scheduler": "rota_scheduler_lease",
+    "ledger": "rota_ledger_lease",
+}
+
+_API = "$JS.API"
 _SERVICE_INBOX = "_INBOX.>"
+
+
+def jetstream_subjects(service: str) -> tuple[str, ...]:
+    """The JetStream API a service uses, and no more: the account's and the streams' info,
+    its consumers on the streams it reads (create or update, info, list, fetch, ack, flow
+    control), direct gets there, and its lease bucket's keys. Creating, updating, purging
+    or deleting a stream (a KV bucket included), and deleting a consumer, are the admin's:
+    `rota up` and `rota migrate` make the streams and buckets as the admin. Consumer names
+    are not bound to the service (partitioned and per-flavor durables are named at start)."""
+    reads = SERVICE_STREAMS[service]
+    bucket = LEASE_BUCKETS.get(service)
+    kv = (f"KV_{bucket}",) if bucket else ()
+    return (
+        f"{_API}.INFO", f"{_API}.STREAM.NAMES",
+        *(f"{_API}.STREAM.INFO.{stream}" for stream in (*STREAM_SUBJECTS, *kv)),
+        *(subject for stream in reads for subject in (
+            f"{_API}.CONSUMER.CREATE.{stream}", f"{_API}.CONSUMER.CREATE.{stream}.>",
+            f"{_API}.CONSUMER.DURABLE.CREATE.{stream}.*", f"{_API}.CONSUMER.INFO.{stream}.*",
+            f"{_API}.CONSUMER.LIST.{stream}", f"{_API}.CONSUMER.NAMES.{stream}",
+            f"{_API}.CONSUMER.MSG.NEXT.{stream}.*", f"$JS.ACK.{stream}.>",
+            f"$JS.FC.{stream}.>")),
+        *(f"{_API}.DIRECT.GET.{stream}.>" for stream in (*reads, *kv)),
+        *(f"{_API}.STREAM.MSG.GET.{stream}" for stream in kv),
+        *((f"$KV.{bucket}.>",) if bucket else ()),
+    )
 
 
 @dataclass(frozen=True)
@@ -102,7 +143,8 @@ def service_permissions(service: str) -> Permissions:
     events = sorted(EVENT_SUBJECTS[t] for t, owners in EVENT_OWNERS.items() if service in owners)
     commands = sorted(s for s, owners in COMMAND_OWNERS.items() if service in owners)
     return Permissions(
-        publish=(*events, *commands, *SERVICE_REQUESTS.get(service, ()), _JETSTREAM),
+        publish=(*events, *commands, *SERVICE_REQUESTS.get(service, ()),
+                 *jetstream_subjects(service)),
         subscribe=("rota.>", _SERVICE_INBOX),
         responses=True,
         tags=(f"service:{service}",),

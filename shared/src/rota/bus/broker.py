@@ -68,19 +68,66 @@ def stream_config(name: str, replicas: int = 1) -> StreamConfig:
     )
 
 
-async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
-    """Create or update ROTA_CMD, ROTA_EVT and ROTA_CTL; safe to call from every service."""
+_MANAGED = ("subjects", "retention", "storage", "max_age", "duplicate_window", "num_replicas",
+            "allow_direct")
+"""The fields of a stream's config that `stream_config` decides."""
+
+
+def _normal(name: str, value: Any) -> Any:
+    if name == "subjects":
+        return sorted(value or ())
+    if name in ("max_age", "duplicate_window"):
+        return round(float(value or 0.0), 3)
+    if name == "allow_direct":
+        return bool(value)
+    return getattr(value, "value", value)
+
+
+def out_of_date(current: StreamConfig, wanted: StreamConfig) -> list[str]:
+    """The fields `stream_config` decides on which `current` differs from `wanted`."""
+    return [name for name in _MANAGED
+            if _normal(name, getattr(current, name)) != _normal(name, getattr(wanted, name))]
+
+
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> list[str]:
+    """Create ROTA_CMD, ROTA_EVT and ROTA_CTL, or update one whose config is out of date;
+    the names of those it created or updated. Managing streams is the admin's (the services'
+    identities may not: `rota.auth.permissions.jetstream_subjects`), so `rota up` and
+    `rota migrate` call this as the admin, and a service's start writes nothing when the
+    streams are already as wanted."""
+    changed = []
     for name in STREAM_SUBJECTS:
         config = stream_config(name, replicas)
         try:
-            await js.stream_info(name)
+            current = (await js.stream_info(name)).config
         except NotFoundError:
             try:
                 await js.add_stream(config)
+                changed.append(name)
                 continue
-            except Exception:  # another service won the race; fall through to update
-                pass
-        await js.update_stream(config)
+            except Exception:  # another process won the race; fall through to update
+                current = None
+        if current is None or out_of_date(current, config):
+            await js.update_stream(config)
+            changed.append(name)
+    return changed
+
+
+class StreamsNotReady(RuntimeError):
+    """A service found the streams missing or out of date and may not fix them itself."""
+
+
+async def require_streams(js: JetStreamContext, replicas: int = 1) -> None:
+    """A service's start: the streams as `stream_config` makes them, made or updated here
+    only where this identity may (a NATS without auth); otherwise an error that names the
+    admin's step, rather than a service running against streams that are not there."""
+    try:
+        await ensure_streams(js, replicas)
+    except Exception as exc:
+        raise StreamsNotReady(
+            "the streams are missing or out of date, and this identity may not create or "
+            "update them: run `rota migrate` with the admin's credentials (ROTA_NATS_CREDS), "
+            f"or `rota up` ({type(exc).__name__}: {exc})") from exc
 
 
 def publish_headers(env: Envelope[Any], extra: dict[str, str] | None = None,

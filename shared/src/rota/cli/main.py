@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +17,7 @@ from rota.cli.deadletter import deadletter
 from rota.cli.notifications import notifications
 from rota.cli.output import console, emit_json, handled
 from rota.cli.replay import convert_trace_command, replay_command
-from rota.cli.stack import SERVICES, migrate_all
+from rota.cli.stack import SERVICES, migrate_all, prepare_streams
 from rota.cli.untrusted import untrusted
 from rota.cli.up import up
 from rota.cli.watch import watch
@@ -83,13 +84,17 @@ def config_check(
 def migrate(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Apply every service's database migrations (ROTA_DATABASE_URL, or the running `rota up`)."""
-    database_url = resolve(get_settings()).database_url
-    done = migrate_all(database_url, SERVICES)
+    """Apply every service's database migrations (ROTA_DATABASE_URL, or the running `rota up`),
+    and make or update the NATS streams and lease buckets (ROTA_NATS_URL): as the admin
+    (ROTA_NATS_CREDS), since the services' identities may not manage streams."""
+    settings = get_settings()
+    endpoints = resolve(settings)
+    done = migrate_all(endpoints.database_url, SERVICES)
+    streams = asyncio.run(prepare_streams(settings, endpoints))
     if json_out:
-        emit_json({"ok": True, "migrated": done})
+        emit_json({"ok": True, "migrated": done, "streams": streams})
     else:
-        console.print(f"migrated: {', '.join(done)}")
+        console.print(f"migrated: {', '.join(done)}\nstreams: {', '.join(streams)}")
 
 
 contracts_app = typer.Typer(help="The generated AsyncAPI and JSON Schema documents.",
