@@ -48,9 +48,10 @@ class TeamLimits:
     """Bytes of one message (headers included): a team's commands and requests are
     envelopes the services refuse above `max_message_bytes` anyway."""
     subs: int = 100
+    """Subscriptions at once: a team needs a few (its replies, its feed, `rota watch`)."""
     data: int = -1
-    """Bytes a connection may have in flight; unlimited, since a team's messages are small
-    and few and `payload` already bounds each."""
+    """Bytes in all (the JWT's `data`); unlimited: `payload` bounds each message, and a
+    team sends few."""
 
     @classmethod
     def for_messages(cls, max_message_bytes: int) -> TeamLimits:
@@ -59,6 +60,8 @@ class TeamLimits:
 
 HEADERS_ALLOWANCE = 4096
 """Room for a message's headers (trace context, the dedup id) above its body's cap."""
+
+DEFAULT_TEAM_LIMITS = TeamLimits.for_messages(Settings.model_fields["max_message_bytes"].default)
 
 
 def _nats_permissions(p: Permissions) -> dict[str, Any]:
@@ -225,10 +228,13 @@ class AuthDir:
         return retired
 
     def issue(self, name: str, permissions: Permissions | None, out: Path,
-              *, expires_in_s: float | None = None) -> Path:
-        """A `.creds` file for a user of Rota's account; no permissions means everything."""
+              *, expires_in_s: float | None = None, limits: TeamLimits | None = None) -> Path:
+        """A `.creds` file for a user of Rota's account; no permissions means everything, no
+        limits none (the services' and the admin's)."""
         user = KeyPair.create(USER)
         nats: dict[str, Any] = {"type": "user", "version": 2, **_UNLIMITED}
+        if limits is not None:
+            nats.update(subs=limits.subs, data=limits.data, payload=limits.payload)
         claims: dict[str, Any] = {"sub": user.public, "name": name}
         if permissions is not None:
             nats.update(_nats_permissions(permissions))
@@ -240,9 +246,13 @@ class AuthDir:
         return out
 
     def issue_team(self, team: str, user: str | None, out: Path,
-                   *, expires_in_s: float | None = None) -> Path:
+                   *, expires_in_s: float | None = None,
+                   limits: TeamLimits | None = None) -> Path:
+        """A team's credentials, with the server's limits on what each connection may send
+        and hold (`TeamLimits`; the defaults for the default message cap if not given)."""
         name = f"{team}/{user}" if user else team
-        return self.issue(name, team_permissions(team), out, expires_in_s=expires_in_s)
+        return self.issue(name, team_permissions(team), out, expires_in_s=expires_in_s,
+                          limits=limits or DEFAULT_TEAM_LIMITS)
 
 
 def run_creds(run_id: str, signing_seed: str, account_public: str,

@@ -4,12 +4,13 @@ credentials: that is what "admin only" means on this machine."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rota.auth.keys import ROTATION_GRACE_S, AuthDir
+from rota.auth.keys import ROTATION_GRACE_S, AuthDir, TeamLimits
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, handled
 from rota.cli.untrusted import untrusted
 from rota.config import load_config
@@ -73,6 +74,11 @@ def creds_issue(
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="rota.yaml whose teams are checked; the example if omitted.")]
     = None,
+    max_payload: Annotated[int | None, typer.Option(
+        "--max-payload", help="Bytes of one message the server lets these credentials send; "
+        "ROTA_MAX_MESSAGE_BYTES + 4096 (for headers) if omitted.", min=1)] = None,
+    max_subs: Annotated[int, typer.Option(
+        "--max-subs", help="Subscriptions the server lets a connection hold.", min=1)] = 100,
     auth_dir: AuthDirOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -89,9 +95,12 @@ def creds_issue(
         raise CommandFailed(f"no account key under {auth.root}: run `rota auth init` (or "
                             "`rota up`) first, as the platform admin")
     path = out or Path(f"{team}-{user}.creds" if user else f"{team}.creds")
-    auth.issue_team(team, user, path, expires_in_s=expires_in)
+    limits = TeamLimits.for_messages(get_settings().max_message_bytes)
+    limits = replace(limits, payload=max_payload or limits.payload, subs=max_subs)
+    auth.issue_team(team, user, path, expires_in_s=expires_in, limits=limits)
     if json_out:
-        emit_json({"ok": True, "team": team, "user": user, "creds": str(path)})
+        emit_json({"ok": True, "team": team, "user": user, "creds": str(path),
+                   "limits": asdict(limits)})
     else:
         console.print(untrusted(f"wrote {path} for team {team}" + (f", user {user}" if user else "")
                                 + "; use it with ROTA_NATS_CREDS"), highlight=False)
