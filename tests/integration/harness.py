@@ -99,6 +99,9 @@ class ServiceProcess:
                 self.process.wait()
 
 
+TEAM_SUBMIT_DURABLES = "submission-team-"
+"""Submission's durable per team, made afresh (after `submission-submit`) when it starts."""
+
 SUBMISSION_CONSUMERS = (
     (STREAM_CMD, "submission-submit", "rota.cmd.submit.*"),
     (STREAM_CMD, "submission-cancel", "rota.cmd.cancel.*"),
@@ -111,6 +114,9 @@ async def fresh_consumers(nc: Client, consumers: tuple[tuple[str, str, str], ...
     messages from now on. The servers may hold earlier sessions' commands and events, which
     a service starting with brand-new consumers would otherwise replay first."""
     js = nc.jetstream()
+    for info in await js.consumers_info(STREAM_CMD):  # submission's per-team durables
+        if (info.name or "").startswith(TEAM_SUBMIT_DURABLES):
+            await js.delete_consumer(STREAM_CMD, info.name)
     for stream, durable, subject in consumers:
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_consumer(stream, durable)

@@ -165,6 +165,7 @@ class RotaService:
         self, subject: str, *, stream: str, durable: str, batch_size: int = 256,
         partition_key: PartitionKey | None = None, partitioned: bool = False,
         filter_subjects: tuple[str, ...] = (), gather_s: float = 0.0,
+        keep: Callable[[Msg], bool] | None = None, starts_after: str | None = None,
     ) -> Callable[[BatchHandler], BatchHandler]:
         """Like `js_subscriber`, for handlers that fold a whole pull batch in one transaction.
 
@@ -174,8 +175,16 @@ class RotaService:
         keeps only what `service.partition` owns itself. `filter_subjects`: the only subjects
         under `subject` the handler is given (`PullConsumer.filter_subjects`); `gather_s`: how
         long a trickle of messages may gather into a batch (`PullConsumer.gather_s`).
+        `keep`: the messages the handler is given; the others are acked unread (not with a
+        partitioned consumer, which keeps its replica's). `starts_after`: a durable (and its
+        partitioned copies) that handled these messages so far: this one, when new, starts
+        after the lowest of their ack floors rather than at the stream's start.
         """
-        name, keep, family = self._partitioned(durable, partition_key, partitioned)
+        name, owned, family = self._partitioned(durable, partition_key, partitioned)
+        if keep is not None and owned is not None:
+            raise ValueError(f"{durable}: a partitioned consumer keeps its replica's messages")
+        keep = keep or owned
+        family = starts_after or family
 
         def register(handler: BatchHandler) -> BatchHandler:
             self._consumers.append(batch_consumer(subject, stream, name, batch_size, handler,

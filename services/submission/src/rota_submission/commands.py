@@ -25,7 +25,7 @@ from rota.service import RotaService
 from rota.tracing import start_job_trace
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota_submission import store
+from rota_submission import intake, store
 from rota_submission.domain import Rejection, check_size, check_submission, spec_hash
 from rota_submission.producer import command_ids, current_trace_headers, producer_span
 
@@ -186,8 +186,12 @@ class Commands:
     ) -> list[m.SubmitReply | Rejection]:
         """Record jobs and their JobSubmitted in the caller's transaction: one statement for
         the jobs, one for the duplicates' records, one for the events, however many jobs.
-        Each spec is decided as if inserted alone, in order; a Rejection writes nothing, and
-        a duplicate writes only its answer, `JobResubmitted`."""
+        Each spec is decided as if inserted alone, in order; a Rejection (its team's intake
+        limits, a reused submission id) writes nothing, and a duplicate writes only its
+        answer, `JobResubmitted`."""
+        refused = await self._over_limits(conn, [spec for spec, _ in commands], now)
+        over = {position for position, _ in refused}
+        commands = [item for i, item in enumerate(commands) if i not in over]
         specs = [spec for spec, _ in commands]
         digests = [spec_hash(spec) for spec in specs]
         job_ids = [new_id() for _ in specs]
@@ -227,7 +231,30 @@ class Commands:
             outcomes.append(m.SubmitReply(job_id=job_id, duplicate=False, state="pending",
                                           submission_id=spec.submission_id))
         await self.service.outbox.add_rows(conn, events)
+        for position, rejection in refused:  # back in the callers' order
+            outcomes.insert(position, rejection)
         return outcomes
+
+    async def _over_limits(self, conn: AsyncConnection, specs: list[m.SubmitJob],
+                           now: datetime) -> list[tuple[int, Rejection]]:
+        """The new jobs that a team's intake limits refuse (`rota_submission.intake`), by
+        position, in order. A submission id already recorded, or earlier in `specs`, is a
+        resubmission: it passes, to be answered with its job."""
+        keys = [(spec.team, spec.submission_id) for spec in specs]
+        recorded = await store.jobs_by_submission(conn, set(keys))
+        gates = await intake.open_gates(
+            conn, {team for team, sid in keys if (team, sid) not in recorded}, self.config, now)
+        refused: list[tuple[int, Rejection]] = []
+        seen: set[tuple[str, str]] = set(recorded)
+        for position, key in enumerate(keys):
+            if key in seen:
+                continue
+            if (rejection := gates[key[0]].admit()) is not None:
+                refused.append((position, rejection))
+                continue
+            seen.add(key)
+        await intake.close_gates(conn, gates, now)
+        return refused
 
     def _resubmitted(self, reply: m.SubmitReply, spec: m.SubmitJob, command: Command,
                      now: datetime) -> dict[str, Any]:

@@ -193,7 +193,9 @@ class PullConsumer:
     """A partitioned consumer's filter (`rota.bus.partition`): the messages it is not for are
     acked unhandled."""
     family: str | None = None
-    """A partitioned durable's family: when new, it starts at their lowest ack floor."""
+    """The durables that read these messages before this one (a partitioned durable's family,
+    or the one it takes a share of the subjects from): when new, it starts after their lowest
+    ack floor."""
     filter_subjects: tuple[str, ...] = ()
     """The subjects under `subject` the handler wants; empty: all of them. The server leaves
     the others out of the durable (nats-server 2.10+, `filter_subjects`; an existing durable's

@@ -126,6 +126,33 @@ class Budget(_Strict):
     )
 
 
+class Intake(_Strict):
+    """How much one team may put in front of the scheduler: a bound on its waiting jobs and a
+    token bucket on its submissions, so that one team's flood is refused at the door instead of
+    filling the queue, the streams and the database for everyone."""
+
+    max_pending: int = Field(
+        10_000, ge=1, le=10_000_000,
+        description="Jobs of the team that may wait (state pending) at once; a submission past"
+        " it is refused with PENDING_LIMIT.")
+    submit_rate_per_s: float = Field(
+        100.0, gt=0, le=1_000_000,
+        description="New jobs the team may submit per second, on average; past it (and the"
+        " burst) a submission is refused with RATE_LIMITED.")
+    submit_burst: int = Field(
+        2_000, ge=1, le=10_000_000,
+        description="New jobs the team may submit at once (the bucket's size): a sweep of this"
+        " many is accepted whole.")
+
+
+class TeamIntake(_Strict):
+    """A team's own intake limits; a field left out takes the `intake:` section's."""
+
+    max_pending: int | None = Field(None, ge=1, le=10_000_000)
+    submit_rate_per_s: float | None = Field(None, gt=0, le=1_000_000)
+    submit_burst: int | None = Field(None, ge=1, le=10_000_000)
+
+
 class Team(_Strict):
     weight: float = Field(1.0, gt=0)
     quota: dict[Name, NonNegGpus] = Field(default_factory=dict)
@@ -141,6 +168,8 @@ class Team(_Strict):
     slack_channel: str | None = Field(None, max_length=80)
     email: str | None = Field(None, max_length=254)
     users: dict[Name, Contact] = Field(default_factory=dict)
+    intake: TeamIntake | None = Field(
+        None, description="This team's intake limits, over the `intake:` section's.")
 
 
 class PolicyWeights(_Strict):
@@ -198,6 +227,14 @@ class RotaConfig(_Strict):
     teams: dict[TeamName, Team]
     policy: Policy = Policy()
     preemption: Preemption = Preemption()
+    intake: Intake = Intake()
+
+    def intake_for(self, team: str) -> Intake:
+        """The intake limits of `team`: its own fields over the `intake:` section's."""
+        own = self.teams[team].intake if team in self.teams else None
+        if own is None:
+            return self.intake
+        return self.intake.model_copy(update=own.model_dump(exclude_none=True))
 
     def expanded_nodes(self) -> list[Node]:
         """Every node, pools expanded. Cached: services ask on every message and every cycle."""

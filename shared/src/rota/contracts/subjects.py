@@ -6,7 +6,8 @@ STREAM_CMD = "ROTA_CMD"
 STREAM_EVT = "ROTA_EVT"
 STREAM_CTL = "ROTA_CTL"
 
-SUBMIT_ALL = "rota.cmd.submit.*"
+SUBMIT_PREFIX = "rota.cmd.submit"
+SUBMIT_ALL = f"{SUBMIT_PREFIX}.*"
 CANCEL_ALL = "rota.cmd.cancel.*"
 RUN_START = "rota.cmd.run.start"
 RUN_STOP = "rota.cmd.run.stop"
@@ -43,7 +44,7 @@ PREEMPTION_PLANS = "rota.sys.preemption.plans"
 
 
 def submit(team: str) -> str:
-    return f"rota.cmd.submit.{team}"
+    return f"{SUBMIT_PREFIX}.{team}"
 
 
 def cancel(team: str) -> str:
