@@ -69,7 +69,21 @@ SCENARIOS: list[tuple[str, dict[str, Any], str | None, tuple[str, str] | None]] 
      ("INVALID_TEMPLATE", "kubernetes.pod_template (spec.template.spec)")),
     ("a toleration with a bad operator type",
      {"kubernetes": {"image": "train:1", "tolerations": [{"key": "gpu", "operator": 3}]}}, "nlp",
-     ("INVALID_TEMPLATE", "kubernetes.tolerations (spec.template.spec.tolerations.0.operator)")),
+     # The Job's path: Rota's own GPU toleration comes first.
+     ("INVALID_TEMPLATE", "kubernetes.tolerations (spec.template.spec.tolerations.1.operator)")),
+    ("a template that mounts the node's root",
+     {"kubernetes": {"image": "train:1", "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+                     "volume_mounts": [{"name": "root", "mountPath": "/host"}]}}, "nlp",
+     ("FORBIDDEN_TEMPLATE", "kubernetes.volumes.0.hostPath")),
+    ("a template on the node's network",
+     {"kubernetes": {"image": "train:1", "pod_template": {"spec": {"hostNetwork": True}}}}, "nlp",
+     ("FORBIDDEN_TEMPLATE", "kubernetes.pod_template.spec.hostNetwork")),
+    ("a template that reads Rota's auth Secret",
+     {"kubernetes": {"image": "train:1", "volumes": [{"name": "a", "secret": {"secretName": "rota-auth"}}]}},
+     "nlp", ("FORBIDDEN_TEMPLATE", "kubernetes.volumes.0.secret.secretName")),
+    ("a template that mounts its team's own claim",
+     {"kubernetes": {"image": "train:1", "volumes": [
+         {"name": "c", "persistentVolumeClaim": {"claimName": "nlp-checkpoints"}}]}}, "nlp", None),
 ]
 
 

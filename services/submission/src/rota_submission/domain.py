@@ -11,6 +11,7 @@ from rota.config import RotaConfig
 from rota.contracts import JobSpec, RackAffinity
 from rota.contracts.job import ANY_FLAVOR, TERMINAL_STATES
 from rota.k8s.manifests import TemplateError, check_template
+from rota.k8s.pod_policy import check_pod_policy
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,11 @@ def check_submission(spec: JobSpec, subject_team: str | None, config: RotaConfig
             check_template(spec)
         except TemplateError as exc:
             return Rejection("INVALID_TEMPLATE", exc.field, exc.message)
+        # Then what the team may not do with a valid one: reach the node, the namespace's
+        # Secrets, a service-account token (`rota.yaml`'s `kubernetes:` section).
+        forbidden = check_pod_policy(spec.kubernetes, spec.team, config.kubernetes)
+        if forbidden is not None:
+            return Rejection("FORBIDDEN_TEMPLATE", forbidden.field, forbidden.message)
     return None
 
 

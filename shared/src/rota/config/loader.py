@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from rota.config.kubernetes import policy_issues
 from rota.config.model import RotaConfig
 
 EXAMPLE_NAME = "example.rota.yaml"
@@ -56,7 +57,7 @@ def _issue_from(err: Any) -> ConfigIssue:
         return ConfigIssue(path, "is required")
     if kind == "extra_forbidden":
         return ConfigIssue(path, "unknown key")
-    if kind == "enum":
+    if kind in ("enum", "literal_error"):
         return ConfigIssue(path, f"must be one of {err['ctx']['expected']}")
     if kind in _RULES:
         return ConfigIssue(path, _RULES[kind](err.get("ctx", {})))
@@ -84,6 +85,8 @@ def semantic_issues(config: RotaConfig) -> list[ConfigIssue]:
     if len(names) != len(set(names)):
         issues.append(ConfigIssue("cluster.nodes", "node names must be unique"))
     issues.extend(_topology_issues(config))
+    issues.extend(ConfigIssue(path, rule) for path, rule in
+                  policy_issues(config.kubernetes, config.teams))
     capacity = config.capacity()
     for team_name, team in config.teams.items():
         for field in ("quota", "borrowing_limit", "lending_limit", "budgets"):

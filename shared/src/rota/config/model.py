@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.budget import Exhaustion, Period
+from rota.config.kubernetes import KubernetesPolicy
 from rota.contracts.common import Name, TeamName, Tier
 
 NonNegGpus = Annotated[int, Field(ge=0, le=1_000_000)]
@@ -228,6 +229,7 @@ class RotaConfig(_Strict):
     policy: Policy = Policy()
     preemption: Preemption = Preemption()
     intake: Intake = Intake()
+    kubernetes: KubernetesPolicy = KubernetesPolicy()
 
     def intake_for(self, team: str) -> Intake:
         """The intake limits of `team`: its own fields over the `intake:` section's."""
