@@ -1,4 +1,5 @@
-"""`rota migrate` against a real PostgreSQL: every service's schema, and safe to repeat."""
+"""`rota migrate` against a real PostgreSQL and NATS: every service's schema, the streams and
+the lease buckets, and safe to repeat."""
 
 from __future__ import annotations
 
@@ -39,7 +40,10 @@ def test_migrate_creates_every_schema_and_is_idempotent(
         for _ in range(2):
             result = CliRunner().invoke(app, ["migrate", "--json"])
             assert result.exit_code == 0, result.output
-            assert json.loads(result.stdout) == {"ok": True, "migrated": list(SERVICES)}
+            assert json.loads(result.stdout) == {
+                "ok": True, "migrated": list(SERVICES),
+                "streams": ["ROTA_CMD", "ROTA_EVT", "ROTA_CTL", "rota_ledger_lease",
+                            "rota_scheduler_lease"]}
     finally:
         get_settings.cache_clear()
     heads = asyncio.run(versions(endpoints.database_url))
