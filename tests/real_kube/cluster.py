@@ -1,6 +1,6 @@
 """A real Kubernetes control plane on loopback for the `real_kube` tier: etcd, kube-apiserver,
 kube-controller-manager and kube-scheduler of Kubernetes v1.37.2 with admission (PodSecurity,
-ServiceAccount, ResourceQuota, ...) and RBAC on, started by `kwokctl --runtime binary`; the
+ServiceAccount, ResourceQuota, ...), RBAC and API Priority and Fairness on, started by `kwokctl --runtime binary`; the
 kwok controller plays the kubelets of the GPU nodes after the stages of `stages.yaml`.
 
 The binaries come from `deploy/kube-dev/build.sh`, in `$ROTA_KUBE_CACHE/bin` (default
@@ -158,7 +158,9 @@ def start_cluster(workdir: Path, name: str = "rota") -> KubeCluster:
             "--etcd-binary", str(bin_dir / "etcd"),
             "--kube-admission", "--kube-authorization", "--secure-port",
             "--kube-feature-gates", FEATURE_GATES, "--kube-runtime-config", RUNTIME_CONFIG,
-            "--disable-qps-limits", "--config", str(STAGES), "--kubeconfig", str(kubeconfig),
+            # Not --disable-qps-limits: it turns API Priority and Fairness off, and with it the
+            # 429s a busy real API server answers.
+            "--config", str(STAGES), "--kubeconfig", str(kubeconfig),
             "--wait", "120s"]
     env = {**cluster.env(), "KWOK_KUBECTL_BINARY": str(bin_dir / "kubectl")}
     env.pop("KUBECONFIG", None)
