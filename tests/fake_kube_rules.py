@@ -82,8 +82,9 @@ def matches_fields(plural: str, obj: Obj, selector: str | None) -> bool:
 
 
 def pod_security_restricted(pod: Obj) -> str | None:
-    """What the `restricted` Pod Security Standard refuses in a pod (the checks a plain
-    container can fail), in the admission plugin's words; None when it passes."""
+    """What the `restricted` Pod Security Standard refuses in a pod (host namespaces,
+    privileged containers, host paths, and the checks a plain container fails), in the
+    admission plugin's words; None when it passes."""
     spec = pod["spec"]
     pod_context = spec.get("securityContext") or {}
     containers = [*(spec.get("initContainers") or []), *spec["containers"]]
@@ -95,6 +96,14 @@ def pod_security_restricted(pod: Obj) -> str | None:
         return ("container " if len(names) == 1 else "containers ") + ", ".join(f'"{n}"' for n in names)
 
     found: list[str] = []
+    shared = [f"{key}=true" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)]
+    if shared:
+        found.append(f"host namespaces ({', '.join(shared)})")
+    if bad := lacking(lambda sc: not sc.get("privileged")):
+        found.append(f"privileged ({named(bad)} must not set securityContext.privileged=true)")
+    host_paths = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
+    if host_paths:
+        found.append("hostPath volumes (" + ", ".join(f'volume "{n}"' for n in host_paths) + ")")
     if bad := lacking(lambda sc: sc.get("allowPrivilegeEscalation") is False):
         found.append(f"allowPrivilegeEscalation != false ({named(bad)} must set"
                      " securityContext.allowPrivilegeEscalation=false)")

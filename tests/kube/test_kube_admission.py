@@ -18,15 +18,17 @@ from tests.kube.harness import NS, make_backend, phases, record, until
 
 async def test_a_pod_refused_by_pod_security_fails_the_run_with_the_clusters_reason(
         fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any]) -> None:
+    """Rota hardens every run pod to `restricted`, but a template that bypassed the
+    submission's policy (here, on the node's network) is still refused by the cluster."""
     fake.enforce_pod_security(NS, "restricted")
     backend, reporter, _ = await make_backend(fake, tmp_path, backends)
-    run = record(workers=2)
+    run = record(workers=2, pod_template={"spec": {"hostNetwork": True}})
     await backend.start(run, "tok")
     await until(lambda: run.run_id in reporter.ended_runs)
     exit = reporter.ended_runs[run.run_id]
     assert not exit.lost, "a run the cluster will never admit must fail, not requeue"
     assert 'violates PodSecurity "restricted:latest"' in exit.detail
-    assert "allowPrivilegeEscalation != false" in exit.detail
+    assert "host namespaces (hostNetwork=true)" in exit.detail
     (event, *_) = fake.events_of(k.object_name(run.run_id))
     assert event["reason"] == "FailedCreate"  # what the executor read it from
     assert fake.pods_of(k.object_name(run.run_id)) == []

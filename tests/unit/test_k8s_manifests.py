@@ -10,6 +10,7 @@ from rota.contracts.job import JobSpec, WorkerPlacement
 from rota.k8s import manifests as k
 
 from tests.builders import spec_doc
+from tests.fake_kube_rules import pod_security_restricted
 
 RUN_ID = "0190a7b2-0000-7000-8000-00000000abcd"
 
@@ -118,3 +119,41 @@ def test_a_gpu_share_requests_no_whole_gpu_and_carries_its_fraction() -> None:
     env = env_of(run.job)
     assert (env["ROTA_GPU_SHARE"], env["ROTA_GPU_INDEX"], env["NVIDIA_VISIBLE_DEVICES"]) == ("0.5", "3", "3")
     assert "ROTA_GPU_SHARE" not in env_of(objects(spec()).job)
+
+
+def test_run_pods_are_restricted_and_carry_no_token() -> None:
+    template = objects(spec()).job["spec"]["template"]
+    pod = template["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"}}
+    assert "runAsUser" not in pod["securityContext"]  # the image's own non-root user
+    assert pod_security_restricted(template) is None
+
+
+def test_the_template_cannot_undo_the_hardening_of_any_container() -> None:
+    sidecar = {"name": "side", "image": "proxy:1"}
+    job = objects(spec(pod_template={"spec": {
+        "automountServiceAccountToken": True,
+        "securityContext": {"runAsNonRoot": False, "runAsUser": 1000, "fsGroup": 1000},
+        "initContainers": [{"name": "fetch", "image": "fetch:1"}],
+        "containers": [{"name": k.CONTAINER, "securityContext": {
+            "allowPrivilegeEscalation": True, "capabilities": {"add": ["NET_BIND_SERVICE"]},
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/train.json"}}},
+            sidecar]}})).job
+    k.check(job)
+    template = job["spec"]["template"]
+    pod = template["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["fsGroup"]) == (1000, 1000)
+    worker = pod["containers"][0]["securityContext"]
+    assert worker["allowPrivilegeEscalation"] is False
+    assert worker["capabilities"] == {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]}
+    assert worker["seccompProfile"] == {"type": "Localhost", "localhostProfile": "profiles/train.json"}
+    for other in (pod["containers"][1], pod["initContainers"][0]):
+        assert other["securityContext"]["allowPrivilegeEscalation"] is False, other["name"]
+        assert other["securityContext"]["capabilities"] == {"drop": ["ALL"]}, other["name"]
+    assert pod_security_restricted(template) is None

@@ -14,6 +14,13 @@ to tolerate (`kubernetes.tolerations`, or the pod template's).
 Nodes are matched by name (`matchFields` on `metadata.name`), never by their
 `kubernetes.io/hostname` label, which need not equal the name. A field requirement takes one
 value, so the template has one term per granted node.
+
+Every run pod is hardened to Pod Security Admission's `restricted` level, whatever its template
+says: no service-account token, non-root, the RuntimeDefault seccomp profile (or the template's
+Localhost one), and in every container no privilege escalation and every capability dropped.
+The uid is the image's (or the template's), as `restricted` asks for a non-root user, not a
+given one. What the template may not ask for at all is refused at submission
+(`rota.k8s.pod_policy`).
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ MASTER_PORT = 29500
 NOTICE_DIR = "/etc/rota/notice"
 RUN_SECRET_DIR = "/etc/rota/run"  # the run's NATS credentials, a file from its Secret
 CONTAINER = "worker"
+POD_SECURITY: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 class TemplateError(ValueError):
@@ -199,7 +210,31 @@ def pod_template(
     if extra and isinstance(extra, list) and isinstance(extra[0], dict):
         merged["spec"]["containers"][0] = _merge(container, extra[0])
         merged["spec"]["containers"] += copy.deepcopy(extra[1:])
+    _harden(merged["spec"])
     return merged
+
+
+def _harden(pod_spec: dict[str, Any]) -> None:
+    """Rota's security settings over the merged pod's and every container's, sidecars and
+    init containers too, so that `restricted` admits the pod and a template cannot undo them."""
+    pod_spec["automountServiceAccountToken"] = False
+    pod_spec["securityContext"] = _hardened(pod_spec.get("securityContext"), POD_SECURITY)
+    for key in ("initContainers", "containers"):
+        for container in pod_spec.get(key) or []:
+            if isinstance(container, dict):
+                container["securityContext"] = _hardened(container.get("securityContext"),
+                                                         CONTAINER_SECURITY)
+
+
+def _hardened(context: object, ours: Mapping[str, Any]) -> dict[str, Any]:
+    theirs = dict(context) if isinstance(context, Mapping) else {}
+    out = _merge(dict(ours), theirs)
+    profile = theirs.get("seccompProfile")
+    if isinstance(profile, Mapping) and profile.get("type") == "Localhost":
+        # A profile of the node's, which `restricted` admits; ours over it would leave its
+        # `localhostProfile` under a RuntimeDefault type, which the API refuses.
+        out["seccompProfile"] = copy.deepcopy(dict(profile))
+    return out
 
 
 def _share_env(share: float, gpu: int) -> list[dict[str, Any]]:
