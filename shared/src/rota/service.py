@@ -30,7 +30,7 @@ from rota.bus.batch import (
     batch_consumer,
     message_consumer,
 )
-from rota.bus.broker import make_broker, require_streams
+from rota.bus.broker import StreamLimits, make_broker, require_streams
 from rota.bus.deadletter import DeadLetters
 from rota.bus.partition import Partition, PartitionKey
 from rota.bus.query import answer_query
@@ -221,7 +221,8 @@ class RotaService:
             )
         self._engine = make_engine(endpoints.database_url)
         await self.broker.connect()
-        await require_streams(self.broker.connection.jetstream(), self.settings.stream_replicas)
+        await require_streams(self.broker.connection.jetstream(), self.settings.stream_replicas,
+                              StreamLimits.from_settings(self.settings))
         self.relay = OutboxRelay(
             self.outbox,
             self._engine,

@@ -44,6 +44,17 @@ class Settings(BaseSettings):
     outbox_batch_size: int = Field(100, ge=1, le=10_000)
     request_timeout_s: float = Field(5.0, gt=0)
     stream_replicas: int = Field(1, ge=1, le=5)
+    cmd_max_age_s: float = Field(
+        86_400.0, ge=60, description="How long ROTA_CMD keeps a command, handled or not: long "
+        "enough to outlive a restart of its consumers.")
+    cmd_max_msgs_per_subject: int = Field(
+        100_000, ge=1_000, description="Commands ROTA_CMD keeps per subject (a team's submits, "
+        "a team's cancels, every StartRun, every StopRun), the oldest going first: one team's "
+        "flood evicts only its own.")
+    evt_max_bytes: int | None = Field(
+        None, ge=1024**3, description="ROTA_EVT's size, if bounded (within the server's "
+        "JetStream store); full, it refuses new events (the outboxes keep them) rather than "
+        "forget the oldest, which replays need. Unset: as large as the server's store.")
     ack_wait_s: float = Field(30.0, gt=0, description="Redelivery after this long without an ack.")
     retry_delay_s: float = Field(2.0, ge=0, description="Delay before retrying a failed message.")
     max_deliver: int = Field(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from faststream.message import StreamMessage
 from faststream.nats import NatsBroker
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from rota.auth.senders import signature_headers
@@ -21,13 +22,39 @@ from rota.settings import Settings
 DUPLICATE_WINDOW_S = 2 * 60 * 60
 """JetStream drops a repeated `Nats-Msg-Id` inside this window; outbox relays retry well within it."""
 
-# Retention per stream: events are the replayable source of truth; commands and control
-# notices only need to outlive a restart of their consumers.
-_RETENTION: dict[str, tuple[RetentionPolicy, float | None]] = {
-    STREAM_CMD: (RetentionPolicy.LIMITS, 7 * 86_400.0),
-    STREAM_EVT: (RetentionPolicy.LIMITS, None),
-    STREAM_CTL: (RetentionPolicy.LIMITS, 7 * 86_400.0),
-}
+# Retention per stream. Events are the source of truth that a scheduler taking the lease
+# replays from the first one (as does any new durable): a job waiting for a month, or a
+# budget's year, needs its oldest events, and there is no snapshot to replay from instead, so
+# ROTA_EVT is never cut by age or count. It is bounded per message, and by size only where the
+# operator says so (`ROTA_EVT_MAX_BYTES`, within the server's store): full, it then refuses
+# new events (the outboxes keep them in PostgreSQL until there is room) rather than forget
+# old ones. What bounds its growth is the intake (a team's waiting jobs and submit rate).
+# Commands only need to outlive a restart of their consumers: kept a day, and at most
+# `cmd_max_msgs_per_subject` a subject, the oldest going first, so a team's flood (one
+# subject is one team's) evicts only that team's own commands, never another's.
+CTL_MAX_AGE_S = 7 * 86_400.0
+"""Control notices are kept a week, as long as services keep the ids of what they processed."""
+
+HEADER_ROOM_BYTES = 4096
+"""What a stored message may carry besides its body, which is at most `ROTA_MAX_MESSAGE_BYTES`:
+the dedup id, type, signature and trace headers. A body over the cap but within this room is
+still stored and answered (`PAYLOAD_TOO_LARGE`); one beyond is refused at publish."""
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """The bounds of the three streams. The admin who makes them and every service that checks
+    them must agree (`require_streams`): they come from the same `ROTA_*` settings."""
+
+    max_message_bytes: int = 64 * 1024
+    cmd_max_age_s: float = 86_400.0
+    cmd_max_msgs_per_subject: int = 100_000
+    evt_max_bytes: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> StreamLimits:
+        return cls(settings.max_message_bytes, settings.cmd_max_age_s,
+                   settings.cmd_max_msgs_per_subject, settings.evt_max_bytes)
 
 
 def make_broker(settings: Settings, url: str, *, name: str) -> NatsBroker:
@@ -52,14 +79,20 @@ async def raw_body(msg: StreamMessage[Any]) -> bytes:
     return msg.body
 
 
-def stream_config(name: str, replicas: int = 1) -> StreamConfig:
-    retention, max_age = _RETENTION[name]
+def stream_config(name: str, replicas: int = 1, limits: StreamLimits | None = None
+                  ) -> StreamConfig:
+    limits = limits or StreamLimits()
+    commands, events = name == STREAM_CMD, name == STREAM_EVT
     return StreamConfig(
         name=name,
         subjects=STREAM_SUBJECTS[name],
-        retention=retention,
+        retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
-        max_age=max_age,
+        max_age=(limits.cmd_max_age_s if commands else None if events else CTL_MAX_AGE_S),
+        max_msg_size=limits.max_message_bytes + HEADER_ROOM_BYTES,
+        max_msgs_per_subject=limits.cmd_max_msgs_per_subject if commands else -1,
+        max_bytes=(limits.evt_max_bytes or -1) if events else -1,
+        discard=DiscardPolicy.NEW if events else DiscardPolicy.OLD,
         duplicate_window=DUPLICATE_WINDOW_S,
         num_replicas=replicas,
         # A run reads the last notice on its own subject by a direct get, the one stream read
@@ -69,7 +102,7 @@ def stream_config(name: str, replicas: int = 1) -> StreamConfig:
 
 
 _MANAGED = ("subjects", "retention", "storage", "max_age", "duplicate_window", "num_replicas",
-            "allow_direct")
+            "allow_direct", "max_msg_size", "max_msgs_per_subject", "max_bytes", "discard")
 """The fields of a stream's config that `stream_config` decides."""
 
 
@@ -80,6 +113,8 @@ def _normal(name: str, value: Any) -> Any:
         return round(float(value or 0.0), 3)
     if name == "allow_direct":
         return bool(value)
+    if name in ("max_msg_size", "max_msgs_per_subject", "max_bytes"):
+        return -1 if value is None or value < 0 else value  # unset and -1 both: no limit
     return getattr(value, "value", value)
 
 
@@ -89,7 +124,8 @@ def out_of_date(current: StreamConfig, wanted: StreamConfig) -> list[str]:
             if _normal(name, getattr(current, name)) != _normal(name, getattr(wanted, name))]
 
 
-async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> list[str]:
+async def ensure_streams(js: JetStreamContext, replicas: int = 1,
+                         limits: StreamLimits | None = None) -> list[str]:
     """Create ROTA_CMD, ROTA_EVT and ROTA_CTL, or update one whose config is out of date;
     the names of those it created or updated. Managing streams is the admin's (the services'
     identities may not: `rota.auth.permissions.jetstream_subjects`), so `rota up` and
@@ -97,7 +133,7 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> list[str]:
     streams are already as wanted."""
     changed = []
     for name in STREAM_SUBJECTS:
-        config = stream_config(name, replicas)
+        config = stream_config(name, replicas, limits)
         try:
             current = (await js.stream_info(name)).config
         except NotFoundError:
@@ -117,12 +153,13 @@ class StreamsNotReady(RuntimeError):
     """A service found the streams missing or out of date and may not fix them itself."""
 
 
-async def require_streams(js: JetStreamContext, replicas: int = 1) -> None:
+async def require_streams(js: JetStreamContext, replicas: int = 1,
+                          limits: StreamLimits | None = None) -> None:
     """A service's start: the streams as `stream_config` makes them, made or updated here
     only where this identity may (a NATS without auth); otherwise an error that names the
     admin's step, rather than a service running against streams that are not there."""
     try:
-        await ensure_streams(js, replicas)
+        await ensure_streams(js, replicas, limits)
     except Exception as exc:
         raise StreamsNotReady(
             "the streams are missing or out of date, and this identity may not create or "

@@ -90,14 +90,15 @@ def migrate_all(database_url: str, services: tuple[str, ...] = SERVICES) -> list
 async def prepare_streams(settings: Settings, endpoints: Endpoints) -> list[str]:
     """The streams and the lease buckets, made or updated as the admin: the services'
     identities may not (`rota.auth.permissions.jetstream_subjects`). Their names."""
-    from rota.bus.broker import ensure_streams
+    from rota.bus.broker import StreamLimits, ensure_streams
     from rota.contracts.subjects import STREAM_SUBJECTS
     from rota.lease import ensure_lease_buckets
 
     nc = await nats.connect(endpoints.nats_url, connect_timeout=5,
                             **admin_options(settings, endpoints))
     try:
-        await ensure_streams(nc.jetstream(), settings.stream_replicas)
+        await ensure_streams(nc.jetstream(), settings.stream_replicas,
+                             StreamLimits.from_settings(settings))
         buckets = await ensure_lease_buckets(nc.jetstream(), settings)
     finally:
         await nc.close()
