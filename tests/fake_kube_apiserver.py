@@ -254,6 +254,9 @@ class FakeKubeApiServer(FakeCluster):
             if plural == "pods" and (refusal := self.admit_pod({
                     **body, "metadata": {**body["metadata"], "namespace": ns}})) is not None:
                 return _status(403, "Forbidden", refusal)
+            if request.query.get("dryRun") == "All":  # checked as a create would be, not stored
+                return web.json_response({**body, "metadata": {**body["metadata"], "namespace": ns}},
+                                         status=201, headers=_warning_headers(warnings))
             return web.json_response(self.create(plural, body, ns), status=201,
                                      headers=_warning_headers(warnings))
         selector, fields = request.query.get("labelSelector"), request.query.get("fieldSelector")

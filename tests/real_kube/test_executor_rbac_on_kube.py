@@ -1,6 +1,7 @@
 """The executor acting under the chart's own Role and ClusterRole, as its ServiceAccount (a
 token the real API server issued), so that RBAC is enforced by the server, not assumed: a run
-goes through its whole life, and what the chart does not grant is refused."""
+goes through its whole life (an executor restart that finds the run's Secret and Service gone
+included), and what the chart does not grant is refused."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from rota.k8s import manifests as k
 
 from tests.helm import template
 from tests.real_kube.backend import eventually, exit_pods, run_record, start_backend
@@ -55,15 +57,26 @@ async def test_the_executor_runs_a_job_with_only_the_charts_rbac(
     assert not can("create", "jobs", RELEASE_NS) and not can("create", "jobs", "default")
     assert not can("delete", "nodes") and can("watch", "nodes")
 
-    started = await start_backend(kubeconfig, RUNS_NS)
+    first = await start_backend(kubeconfig, RUNS_NS)
+    run = run_record([("h100-1", [6, 7])])
     try:
-        run = run_record([("h100-1", [6, 7])])
-        await started.backend.start(run, "token")
-        await eventually(lambda: started.backend.runs.get(run.run_id) is not None
-                         and started.backend.runs[run.run_id].started, 60, "the gang started")
-        exit_pods(kube_cluster, RUNS_NS, run.run_id, 0)
-        await eventually(lambda: run.run_id in started.reporter.ended_runs, 60, "the run ended")
-        assert started.reporter.ended_runs[run.run_id].code == 0, started.reporter.ended_runs[run.run_id]
-        assert started.reporter.pods_left_at_end[run.run_id] == 0
+        await first.backend.start(run, "token")
+        await eventually(lambda: first.backend.runs.get(run.run_id) is not None
+                         and first.backend.runs[run.run_id].started, 60, "the gang started")
     finally:
-        await started.close()
+        await first.close()
+    # While no executor runs, the run's Secret and Service go (as a crash between the creates
+    # would leave them): the next executor makes them again, with no right to read a Secret.
+    name = k.object_name(run.run_id)
+    kube_cluster.kubectl("delete", "secret", k.secret_name(run.run_id), "-n", RUNS_NS)
+    kube_cluster.kubectl("delete", "service", name, "-n", RUNS_NS)
+    second = await start_backend(kubeconfig, RUNS_NS)
+    try:
+        await second.backend.adopt(run)
+        kube_cluster.kubectl("get", f"secret/{k.secret_name(run.run_id)}", f"service/{name}", "-n", RUNS_NS)
+        exit_pods(kube_cluster, RUNS_NS, run.run_id, 0)
+        await eventually(lambda: run.run_id in second.reporter.ended_runs, 60, "the run ended")
+        assert second.reporter.ended_runs[run.run_id].code == 0, second.reporter.ended_runs[run.run_id]
+        assert second.reporter.pods_left_at_end[run.run_id] == 0
+    finally:
+        await second.close()

@@ -204,7 +204,8 @@ class KubeBackend(NodeTracking):
         never start) or its Service: whichever is missing is created now. A new Secret needs
         a new token; the old one was never seen by a pod."""
         run, name, uid = tracked.run, job["metadata"]["name"], job["metadata"]["uid"]
-        if not await self.calls.exists("Secret", k.secret_name(run.run_id)):
+        if not await self.calls.secret_exists(
+                k.owned_by(self._objects(run, "", with_creds=False).secret, name, uid)):
             objects = self._objects(run, await self.reporter.new_token(run.run_id))
             await self.calls.create_owned(k.owned_by(objects.secret, name, uid))
             log.warning("kubernetes run %s: its Secret was missing: created now", run.run_id)

@@ -134,9 +134,22 @@ class KubeCalls:
             if exc.status != 409:
                 raise
 
+    async def secret_exists(self, manifest: dict[str, Any]) -> bool:
+        """Whether the run's Secret exists, asked without reading it: a server-side dry-run
+        create meets 409 when it does. The executor may create and delete Secrets in the runs
+        namespace but never read one (the chart's Role), so `get` is not an option."""
+        name = manifest["metadata"]["name"]
+        try:
+            await self.call(f"dry-run create Secret {name}", self.core.create_namespaced_secret,
+                            self.namespace, manifest, dry_run="All")
+        except ApiException as exc:
+            if exc.status == 409:
+                return True
+            raise
+        return False
+
     async def exists(self, kind: str, name: str) -> bool:
-        read = {"Job": self.batch.read_namespaced_job, "Secret": self.core.read_namespaced_secret,
-                "Service": self.core.read_namespaced_service}[kind]
+        read = {"Job": self.batch.read_namespaced_job, "Service": self.core.read_namespaced_service}[kind]
         try:
             await self.call(f"read {kind} {name}", read, name, self.namespace)
         except ApiException as exc:
