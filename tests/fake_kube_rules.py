@@ -103,7 +103,8 @@ def pod_security_restricted(pod: Obj) -> str | None:
         found.append(f"privileged ({named(bad)} must not set securityContext.privileged=true)")
     host_paths = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
     if host_paths:
-        found.append("hostPath volumes (" + ", ".join(f'volume "{n}"' for n in host_paths) + ")")
+        found.append("restricted volume types (" + ", ".join(
+            f'volume "{n}" uses restricted volume type "hostPath"' for n in host_paths) + ")")
     if bad := lacking(lambda sc: sc.get("allowPrivilegeEscalation") is False):
         found.append(f"allowPrivilegeEscalation != false ({named(bad)} must set"
                      " securityContext.allowPrivilegeEscalation=false)")

@@ -106,20 +106,22 @@ async def test_a_pod_refused_by_admission_fails_the_run_with_the_clusters_reason
         kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-async def test_a_namespace_at_pod_security_restricted_refuses_a_privileged_template(
+async def test_a_namespace_at_pod_security_restricted_refuses_a_host_network_template(
         kube_cluster: KubeCluster) -> None:
+    """Rota hardens what it can override, but not `hostNetwork` (submission refuses it): a
+    template that got past submission is refused by admission, and the run fails with its
+    reason."""
     namespace = kube_cluster.namespace(f"rota-psa-{next(_names)}", labels={
         "pod-security.kubernetes.io/enforce": "restricted"})
     started = await start_backend(kube_cluster.kubeconfig, namespace, start_timeout_s=120)
     try:
-        run = run_record([("h100-1", [0])], kubernetes={
-            "pod_template": {"spec": {"containers": [{"name": k.CONTAINER,
-                                                      "securityContext": {"privileged": True}}]}}})
+        run = run_record([("h100-1", [0])], kubernetes={"pod_template": {"spec": {"hostNetwork": True}}})
         await started.backend.start(run, "token")
         await eventually(lambda: run.run_id in started.reporter.ended_runs, 90, "the run ended")
         exit = started.reporter.ended_runs[run.run_id]
         assert not exit.lost, exit
         assert "PodSecurity" in exit.detail and "restricted" in exit.detail, exit.detail
+        assert "hostNetwork=true" in exit.detail, exit.detail
     finally:
         await started.close()
         kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
