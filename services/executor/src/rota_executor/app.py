@@ -34,6 +34,7 @@ from rota_executor.credentials import RunMinter
 from rota_executor.kube import KubeBackend
 from rota_executor.local import LocalBackend
 from rota_executor.runs import Executor
+from rota_executor.runs_namespace import check_runs_namespace
 from rota_executor.sim import SimBackend
 
 log = logging.getLogger("rota.executor")
@@ -53,6 +54,7 @@ CONSUMERS = (
 async def make_backend(service: RotaService, executor: Executor) -> Backend:
     settings = service.settings
     if settings.executor == "kubernetes":
+        check_runs_namespace(settings.kube_namespace, in_cluster=settings.kubeconfig is None)
         nats_url = settings.kube_pods_nats_url or settings.nats_url or resolve(
             settings, need_database=False).nats_url
         return KubeBackend(
