@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,36 +19,26 @@ from rota.contracts.job import JobSpec, WorkerPlacement
 from rota.k8s import manifests as k
 from rota.k8s.api import kube_client, read_json
 from rota.k8s.inventory import Labels
-from rota_executor.backend import Checkpoint, Exit, RunRecord, WorkerProcess
+from rota_executor.backend import Exit, RunRecord
 from rota_executor.kube import KubeBackend
 
 from tests.builders import spec_doc
+from tests.kube.harness import RecordingReporter
 from tests.real_kube.cluster import GPU, KubeCluster
 
 _runs = itertools.count(1)
 
 
 @dataclass
-class RecordingReporter:
-    api: client.ApiClient
-    namespace: str
-    ended_runs: dict[str, Exit] = field(default_factory=dict)
-    pods_left_at_end: dict[str, int] = field(default_factory=dict)
-    node_reports: list[tuple[str, str | None]] = field(default_factory=list)
+class ApiRecordingReporter(RecordingReporter):
+    """The fast tier's recording Reporter, counting a run's pods left at its end from the real
+    API server."""
 
-    async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
-        pass
-
-    async def new_token(self, run_id: str) -> str:
-        return "fresh-token"
-
-    async def checkpointed(self, run: RunRecord, checkpoint: Checkpoint) -> None:
-        pass
-
-    async def node_changed(self, node: str, problem: str | None) -> None:
-        self.node_reports.append((node, problem))
+    api: client.ApiClient | None = None
+    namespace: str = ""
 
     async def ended(self, run_id: str, exit: Exit) -> None:
+        assert self.api is not None
         pods = await read_json(await client.CoreV1Api(self.api).list_namespaced_pod(
             self.namespace, label_selector=f"{k.LABEL_RUN}={run_id}", _preload_content=False))
         self.pods_left_at_end[run_id] = len(pods["items"])
@@ -58,7 +48,7 @@ class RecordingReporter:
 @dataclass
 class Started:
     backend: KubeBackend
-    reporter: RecordingReporter
+    reporter: ApiRecordingReporter
     task: asyncio.Task[None]
 
     async def close(self) -> None:
@@ -70,7 +60,7 @@ class Started:
 async def start_backend(kubeconfig: Path, namespace: str, *, grace_s: float = 3.0,
                         start_timeout_s: float = 60.0, **kwargs: Any) -> Started:
     api = await kube_client(kubeconfig, None)
-    reporter = RecordingReporter(await kube_client(kubeconfig, None), namespace)
+    reporter = ApiRecordingReporter(api=await kube_client(kubeconfig, None), namespace=namespace)
     backend = KubeBackend(reporter, SystemClock(), api, namespace=namespace,
                           nats_url="nats://unused:4222", gpu_resource=GPU,
                           start_timeout_s=start_timeout_s, grace_s=grace_s, poll_s=0.2,

@@ -17,7 +17,6 @@ import base64
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -27,9 +26,11 @@ from typing import Any
 
 from rota.k8s import manifests as k
 
+from tests.fake_kube_containers import LocalContainers
 from tests.real_kube.cluster import KubeCluster
 
 Pod = dict[str, Any]
+NOTICE_VOLUME = "rota-notice"  # the pod's downward-API volume, as rota.k8s.manifests names it
 
 
 @dataclass
@@ -38,14 +39,18 @@ class LocalKubelet:
     namespace: str
     root: Path
     cwd: Path
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by pod uid
+    containers: LocalContainers = field(init=False)
     pods_seen: dict[str, Pod] = field(default_factory=dict)  # by pod uid, as last seen
     last_seen_at: dict[str, float] = field(default_factory=dict)  # wall-clock seconds, by uid
     _termed: set[str] = field(default_factory=set)
     _reported: set[str] = field(default_factory=set)
-    _mounts: dict[str, dict[str, Path]] = field(default_factory=dict)  # uid -> mountPath -> here
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        # The fast tier's fake kubelet starts a pod's process the same way; only who decides
+        # when differs (here: KWOK's stages, read from the real API server).
+        self.containers = LocalContainers(root=self.root, cwd=self.cwd)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="kwok-kubelet", daemon=True)
@@ -55,9 +60,7 @@ class LocalKubelet:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        self.containers.kill_all()
 
     def logs(self) -> dict[str, str]:
         return {p.stem: p.read_text(errors="replace") for p in sorted(self.root.glob("*.log"))}
@@ -74,16 +77,18 @@ class LocalKubelet:
         pods = self.cluster.get("pods", "-n", self.namespace, "-l", f"{k.LABEL_MANAGED}={k.MANAGED_BY}")
         now = time.time()
         present: set[str] = set()
+        procs = self.containers.procs  # by pod name: an Indexed Job's pod names are unique
         for pod in pods["items"]:
-            uid = pod["metadata"]["uid"]
-            present.add(uid)
+            uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+            present.add(name)
             self.pods_seen[uid] = pod
             self.last_seen_at[uid] = now
             deleting = bool(pod["metadata"].get("deletionTimestamp"))
             phase = (pod.get("status") or {}).get("phase")
-            if uid not in self.procs and phase == "Running" and not deleting:
-                self._run(pod)
-            proc = self.procs.get(uid)
+            if name not in procs and phase == "Running" and not deleting:
+                self._write_notice(pod)
+                self.containers.run(pod, lambda _ns, secret: self._secret(secret))
+            proc = procs.get(name)
             if proc is None:
                 continue
             self._write_notice(pod)
@@ -92,13 +97,14 @@ class LocalKubelet:
                 os.killpg(proc.pid, signal.SIGTERM)
             if proc.poll() is not None and uid not in self._reported and not deleting:
                 self._reported.add(uid)
-                self.cluster.kubectl("annotate", "pod", pod["metadata"]["name"], "-n", self.namespace,
+                self.cluster.kubectl("annotate", "pod", name, "-n", self.namespace,
                                      f"rota.dev/kwok-exit={proc.returncode}", "--overwrite", check=False)
-        for uid, proc in self.procs.items():
-            if uid not in present and proc.poll() is None:
+        for name, proc in procs.items():
+            if name not in present and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)  # the grace ran out: the pod is gone
 
     def _secret(self, name: str) -> dict[str, str]:
+        """The Secret's data as a kubelet reads it: base64 `data` from the API server."""
         done = self.cluster.kubectl("get", "secret", name, "-n", self.namespace, "-o", "json", check=False)
         if done.returncode != 0:
             return {}
@@ -106,56 +112,8 @@ class LocalKubelet:
         return {key: base64.b64decode(value).decode() for key, value in data.items()}
 
     def _write_notice(self, pod: Pod) -> None:
-        here = self._mounts.get(pod["metadata"]["uid"], {}).get(k.NOTICE_DIR)
-        if here is not None:
-            value = (pod["metadata"].get("annotations") or {}).get(k.ANNOTATION_NOTICE, "")
-            (here / "notice").write_text(value)
-
-    def _run(self, pod: Pod) -> None:
-        uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
-        spec = pod["spec"]
-        container = spec["containers"][0]
-        volumes = {v["name"]: v for v in spec.get("volumes") or []}
-        mounts: dict[str, Path] = {}
-        for mount in container.get("volumeMounts") or []:
-            here = self.root / name / mount["name"]
-            here.mkdir(parents=True, exist_ok=True)
-            secret = (volumes.get(mount["name"]) or {}).get("secret")
-            if secret is not None:
-                data = self._secret(secret["secretName"])
-                for item in secret.get("items") or []:
-                    if item["key"] in data:
-                        (here / item["path"]).write_text(data[item["key"]])
-            mounts[mount["mountPath"]] = here
-        self._mounts[uid] = mounts
-        self._write_notice(pod)
-        env: dict[str, str] = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1",
-                               "HOME": str(self.root)}
-        annotations = pod["metadata"].get("annotations") or {}
-        for entry in container.get("env") or []:
-            source = entry.get("valueFrom") or {}
-            if "value" in entry:
-                env[entry["name"]] = entry["value"]
-            elif "fieldRef" in source:
-                key = source["fieldRef"]["fieldPath"].split("['")[1].rstrip("']")
-                env[entry["name"]] = annotations.get(key, "")
-            elif "secretKeyRef" in source:
-                ref = source["secretKeyRef"]
-                env[entry["name"]] = self._secret(ref["name"]).get(ref["key"], "")
-        checkpoints = self.root / "checkpoints"  # one volume shared by every run, as a PVC would be
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        mounts.setdefault(env.get("ROTA_CHECKPOINT_DIR", "/checkpoints"), checkpoints)
-        env = {key: self._local(mounts, value) for key, value in env.items()}
-        argv = [*(container.get("command") or []), *(container.get("args") or [])]
-        argv = [sys.executable if a == "python" else a for a in argv]
-        with (self.root / f"{name}.log").open("ab") as log:
-            self.procs[uid] = subprocess.Popen(argv, env=env, cwd=self.cwd, stdout=log,
-                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                               start_new_session=True)
-
-    @staticmethod
-    def _local(mounts: dict[str, Path], value: str) -> str:
-        for pod_path, here in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-            if value == pod_path or value.startswith(pod_path + "/"):
-                return str(here) + value[len(pod_path):]
-        return value
+        """The downward-API notice file, refreshed from the pod's annotation at every step."""
+        folder = self.root / pod["metadata"]["name"] / NOTICE_VOLUME
+        folder.mkdir(parents=True, exist_ok=True)
+        value = (pod["metadata"].get("annotations") or {}).get(k.ANNOTATION_NOTICE, "")
+        (folder / "notice").write_text(value)
