@@ -1,8 +1,8 @@
 """The chart's `helm template` output on a real kube-apiserver (the session's `kube_cluster`):
 every manifest accepted by a server-side dry run (schema, defaulting, admission), Rota's pods
-admitted by Pod Security Admission at the `restricted` level, and the executor's RBAC as the
-API server's authorizer answers for it. The first two also with the bundled NATS
-(`nats.enabled`), whose StatefulSet's pods must meet `restricted` as well."""
+(the migrate Job's among them) admitted by Pod Security Admission at the `restricted` level,
+and the executor's RBAC as the API server's authorizer answers for it. The first two also with
+the bundled NATS (`nats.enabled`), whose StatefulSet's pods must meet `restricted` as well."""
 
 from __future__ import annotations
 
@@ -60,7 +60,9 @@ def test_every_manifest_is_accepted_by_a_server_side_dry_run(kube_cluster: KubeC
                                                             request: pytest.FixtureRequest,
                                                             rendering: str) -> None:
     docs: list[dict[str, Any]] = request.getfixturevalue(rendering)
+    # `helm template` renders the hooks too: the migrate Job is among them.
     manifests = [d for d in docs if d["kind"] != "Namespace"]
+    assert [d["metadata"]["name"] for d in manifests if d["kind"] == "Job"] == [f"{RELEASE}-migrate"]
     done = kube_cluster.kubectl("apply", "--dry-run=server", "-f", "-",
                                 input=yaml.safe_dump_all(manifests), check=False)
     assert done.returncode == 0, done.stderr
@@ -95,7 +97,11 @@ def test_rotas_pods_are_admitted_at_the_restricted_pod_security_level(kube_clust
     # The ServiceAccount admission plugin wants the executor's account to exist.
     kube_cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
         [d for d in docs if d["kind"] == "ServiceAccount"]))
-    for component, workload in workloads(docs).items():
+    # The migrate Job's pod too: Helm makes hooks in the same namespace.
+    pods = {**workloads(docs), **{d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+                                  for d in docs if d["kind"] == "Job"}}
+    assert "migrate" in pods
+    for component, workload in pods.items():
         spec = _pod_spec(workload)
         done = kube_cluster.kubectl("create", "--dry-run=server", "-f", "-",
                                     input=_pod(f"psa-{component}", spec), check=False)

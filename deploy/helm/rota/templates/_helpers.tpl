@@ -11,6 +11,23 @@ otherwise `natsUrl`, which defaults to the Service `nats` in the release's names
 {{- end -}}
 {{- end -}}
 
+{{/*
+Where NATS and PostgreSQL are, and how many replicas Rota's streams have: one list for the
+services and the migrate Job alike, since a service stops at start unless the streams are as
+it would make them, and only the Job (as the admin) may make them.
+*/}}
+{{- define "rota.storeEnv" -}}
+- name: ROTA_NATS_URL
+  value: {{ include "rota.natsUrl" . | quote }}
+- name: ROTA_DATABASE_URL
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.database.urlSecret.name }}, key: {{ .Values.database.urlSecret.key }}}
+{{- if .Values.nats.enabled }}
+# JetStream allows at most 5 replicas of a stream.
+- {name: ROTA_STREAM_REPLICAS, value: {{ min (int .Values.nats.replicas) 5 | quote }}}
+{{- end }}
+{{- end -}}
+
 {{/* The namespace runs' Jobs, pods, Services and Secrets go to; never the release's own. */}}
 {{- define "rota.runsNamespace" -}}
 {{- if eq .Values.runsNamespace .Release.Namespace -}}
