@@ -29,13 +29,13 @@ FLOOD = 1500
 
 
 def config_doc() -> dict[str, Any]:
-    """The example cluster with teams of this module's own, so that no other module's jobs
+    """The example with teams of this module's own added, so that no other module's jobs
     count against their limits: `capped` may have 2 jobs waiting, `trickle` may submit 2 at
     once and then hardly any more, `flooder` and `patient` have room for the flood."""
     doc: dict[str, Any] = yaml.safe_load(
         (Path(config_package.__file__).parent / EXAMPLE_NAME).read_text())
-    team = {"quota": {"h100": 8}}
-    doc["teams"] = {
+    team: dict[str, Any] = {}  # no quota of their own: their jobs wait, as a flood's would
+    doc["teams"] |= {
         "capped": {**team, "intake": {"max_pending": 2}},
         "trickle": {**team, "intake": {"submit_burst": 2, "submit_rate_per_s": 0.0001}},
         "flooder": team, "patient": team,

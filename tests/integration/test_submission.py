@@ -125,8 +125,12 @@ def _invalid_body(case: str, sid: str) -> bytes:
     elif case == "oversized":
         doc["labels"] = {f"k{i}": "x" * 250 for i in range(32)}
         doc["name"] = "x" * 100
-        return json.dumps({"id": new_id(), "type": "SubmitJob", "occurred_at": "2026-01-01T00:00:00Z",
-                           "source": "test", "data": doc, "pad": "y" * 70_000}).encode()
+        # Over the 64 KiB cap, but within the streams' room for headers (a body beyond that
+        # is refused at publish: tests/integration/test_stream_limits.py).
+        head = {"id": new_id(), "type": "SubmitJob", "occurred_at": "2026-01-01T00:00:00Z",
+                "source": "test", "data": doc, "pad": ""}
+        pad = 66_000 - len(json.dumps(head))
+        return json.dumps({**head, "pad": "y" * pad}).encode()
     return json.dumps({"id": new_id(), "type": "SubmitJob", "occurred_at": "2026-01-01T00:00:00Z",
                        "source": "test", "data": doc}).encode()
 

@@ -76,6 +76,43 @@ def e2e(
     emit_json(figures)
 
 
+@bench_app.command("flood")
+@handled
+def flood(
+    count: Annotated[int, typer.Option(
+        "--flood", min=1, help="Commands team `flood` publishes as fast as JetStream acks.")] = 10_000,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """One team floods the front door while another submits a fitting job every second, with
+    the intake limits as shipped (sim executor, embedded servers under ROTA_HOME/bench): the
+    flood's accepted and refused commands and rates, and the other team's submit -> recorded
+    and submit -> granted p50/p99/max."""
+    from rota.bench.flood import CONFIG, run
+
+    base = get_settings()
+    home = base.home / "bench"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    stack = Stack(base.model_copy(update={"home": home}), CONFIG, Executor.sim,
+                  extra_env={"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
+                             "ROTA_SCHEDULER_DEBOUNCE_S": "0.02",
+                             "ROTA_OUTBOX_POLL_INTERVAL_S": "0.1"},
+                  say=lambda text: err_console.print(f"rota bench: {text}"))
+    with stopping_on_signals():
+        try:
+            stack.start()
+            assert stack.endpoints is not None
+            figures = asyncio.run(run(stack.endpoints.nats_url, flood=count,
+                                      creds=stack.endpoints.nats_creds,
+                                      progress=lambda t: err_console.print(f"rota bench: {t}")))
+        finally:
+            ignore_signals()
+            stack.stop()
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+    emit_json(figures)
+
+
 def embedded_server_pids(stack: Stack) -> dict[str, int]:
     """The embedded NATS server's and PostgreSQL postmaster's pids, for their CPU per job."""
     infra, out = stack.infra, {}
