@@ -138,7 +138,8 @@ class PolicyConfig:
     max_lost_gpu_s_per_plan: float | None = 0.0
     """Unsaved GPU-seconds a plan may destroy, whatever the preemptor's tier (None: no cap).
     With save-on-notice a resumable victim loses nothing, so by default no plan stops a job
-    that cannot checkpoint: it runs to its end."""
+    that cannot checkpoint: it runs to its end, unless it runs on borrowed GPUs whose owner
+    has waited its wait target for them (`victimrules.reclaims_at_any_loss`)."""
     preemption_delay_s: float = 0.0
     """How long after submission a job waits for GPUs to free themselves before it may stop
     anyone; a tier's `preemption_delay_s` overrides it."""

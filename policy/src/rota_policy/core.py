@@ -16,6 +16,7 @@ from rota_policy.engine import Cycle, Rules, run_cycle
 from rota_policy.model import PendingJob, Snapshot
 from rota_policy.preemption import PreemptionContext, victim_pool
 from rota_policy.shrink import shrink_plan
+from rota_policy.victimrules import wait_target_ends
 
 __all__ = ["ROTA_RULES", "schedule"]
 
@@ -35,7 +36,8 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     # quota that borrowers are using (reclaim). Most blocked jobs have neither.
     # The victim pool costs a pass over the running runs, so it is looked at last.
     misses = cy.planner_cache.fewest_missed
-    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.need, job.share)
+    waited = cy.now >= wait_target_ends(job, cy.config.tier(job.tier).long_wait_s)
+    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.need, job.share, waited)
     missed = misses.get(miss_key)
     if missed is not None and job.workers >= missed:
         return None

@@ -69,10 +69,12 @@ class Rules:
     a share is no victim and stops nobody (the baselines, whose searches count whole GPUs)."""
 
 
-MissKey = tuple[Tier, str, str, int, Need, int]
-"""A job's tier, team, flavor, GPUs per worker, topology need (rack affinity included) and
-share: what a failed search for victims depends on, but for the number of workers (a share
-may find room on a shared GPU where a whole GPU is not to be had, and the reverse)."""
+MissKey = tuple[Tier, str, str, int, Need, int, bool]
+"""A job's tier, team, flavor, GPUs per worker, topology need (rack affinity included), share
+and whether it has waited its wait target: what a failed search for victims depends on, but
+for the number of workers (a share may find room on a shared GPU where a whole GPU is not to
+be had, and the reverse; past its wait target a job may take back borrowers that cannot
+checkpoint)."""
 
 
 @dataclass(slots=True)

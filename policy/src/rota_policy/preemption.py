@@ -12,7 +12,9 @@ budget) is `victimpool`.
 
 Rota's victims get a notice and save before they stop, so a resumable victim loses nothing:
 its expected loss is 0 and only a victim that cannot checkpoint loses its run. No plan may
-destroy more than `max_lost_gpu_s_per_plan` (default 0), whatever the preemptor's tier.
+destroy more than `max_lost_gpu_s_per_plan` (default 0), whatever the preemptor's tier, but
+for borrowers taken back by a team that has waited its wait target for its own quota
+(`victimrules.reclaims_at_any_loss`): their loss counts in the plan's expected loss only.
 Selection is per node: each node's cheapest prefix of victims that frees a worker's GPUs,
 then the cheapest nodes (in the best rack, for rack-bound gangs).
 """
@@ -43,6 +45,7 @@ from rota_policy.victimrules import (
     WHY,
     below_within_cap,
     may_reclaim_for,
+    reclaims_at_any_loss,
     victim_category,
 )
 
@@ -182,10 +185,13 @@ def _must_lose_too_much(
     slot without such a run only from its free GPUs plus the allowed victims on it; if those
     slots are too few for the gang, there is no point in searching. (Most searches by
     non-production jobs under load end here: the runs they could stop cannot checkpoint.)"""
-    now, index = ctx.now, ctx.state.layout.index
+    now, index, quota = ctx.now, ctx.state.layout.index, ctx.quota
+    at_any_loss = reclaims_at_any_loss(job, ctx)
     allowed: dict[int, int] = {}
     for run, _, _ in picked:
-        if rota_loss(run, now) <= cap:
+        if rota_loss(run, now) <= cap or (
+            at_any_loss and run.team != job.team and quota.borrowing(run.team, job.flavor) >= run.demand
+        ):
             gpus_by_node(run, index, allowed)
     return _too_few_slots(job, ctx, allowed)
 
@@ -369,4 +375,20 @@ def _admissible(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionCo
     if any(gpus > quota.borrowing(team, job.flavor) for team, gpus in per_team.items()):
         return False
     cap = cfg.max_lost_gpu_s_per_plan
-    return cap is None or sum(c.loss for c in victims) <= cap
+    if cap is None:
+        return True
+    reclaimed = _reclaimed_teams(job, victims, ctx)
+    return sum(c.loss for c in victims if c.run.team not in reclaimed) <= cap
+
+
+def _reclaimed_teams(job: PendingJob, victims: Sequence[Candidate], ctx: PreemptionContext) -> set[str]:
+    """The other teams whose victims the loss cap does not count: when the job reclaims at any
+    loss (`victimrules.reclaims_at_any_loss`), those whose victims together hold no more than
+    the team borrows, so that only borrowed GPUs are taken back at a loss."""
+    if not reclaims_at_any_loss(job, ctx):
+        return set()
+    taken: dict[str, float] = {}
+    for c in victims:
+        if c.run.team != job.team:
+            taken[c.run.team] = taken.get(c.run.team, 0) + c.run.demand
+    return {team for team, gpus in taken.items() if gpus <= ctx.quota.borrowing(team, job.flavor)}

@@ -8,6 +8,7 @@ where a job would search (`walk._preempt`: the preemptor's delay).
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -18,13 +19,17 @@ from rota_policy.cycle import Cycle
 from rota_policy.decisions import Reason
 from rota_policy.model import PendingJob
 from rota_policy.victimpool import rota_loss, victim_pool
-from rota_policy.victimrules import may_reclaim_for, victim_category
+from rota_policy.victimrules import may_reclaim_for, victim_category, wait_target_ends
 
-__all__ = ["Borrowers", "clock", "delay_reason", "protected_borrowers", "reclaim_reason"]
+__all__ = ["Borrowed", "Borrowers", "clock", "delay_reason", "protected_borrowers", "reclaim_reason"]
 
-Borrowers = dict[str, list[tuple[float, int, str, Tier]]]
-"""Per flavor, borrowed runs that only their minimum runtime protects from being taken back:
-(when it ends, GPUs, team, tier), soonest first."""
+Borrowed = tuple[float, int, str, Tier]
+"""A borrowed run that may not be taken back yet: (when its minimum runtime ends, GPUs, team,
+tier)."""
+Borrowers = dict[str, tuple[list[Borrowed], list[Borrowed]]]
+"""Per flavor, borrowed runs that may not be taken back yet, soonest first: those that can
+checkpoint, which only their minimum runtime protects, and those that cannot, which the
+preemptor's wait target protects too (`victimrules.reclaims_at_any_loss`)."""
 
 
 def clock(epoch: float) -> str:
@@ -79,42 +84,62 @@ def protected_borrowers(cy: Cycle) -> Borrowers:
         if rule is None:
             continue
         until = run.started_at + rule.min_runtime_s
-        if (until > now and run.run_id not in cy.taken and run.tier is not Tier.production
-                and run.preemptions < rule.max_preemptions
+        # One that cannot checkpoint waits for the preemptor's wait target, which
+        # `reclaim_reason` knows: it is kept whatever its age.
+        if ((until > now or not run.resumable) and run.run_id not in cy.taken
+                and run.tier is not Tier.production and run.preemptions < rule.max_preemptions
                 and quota.borrowing(run.team, run.flavor) > 0):
-            out.setdefault(run.flavor, []).append((until, run.gpus, run.team, run.tier))
-    for runs in out.values():
-        runs.sort()
+            saving, losing = out.setdefault(run.flavor, ([], []))
+            (saving if run.resumable else losing).append((until, run.gpus, run.team, run.tier))
+    for saving, losing in out.values():
+        saving.sort()
+        losing.sort()
     return out
 
 
 def reclaim_reason(cy: Cycle, job: PendingJob, borrowers: Borrowers) -> tuple[float, Reason] | None:
     """For a job within its team's quota, short of GPUs because other teams borrowed them and
-    their runs are still under their queue's minimum runtime: when enough of them may be taken
-    back (not before the job's own preemption delay ends, plus the save), and a reason that
-    says so."""
-    f, team, quota, cfg = job.flavor, job.team, cy.quota, cy.config
+    their runs may not be taken back yet (under their queue's minimum runtime, or unable to
+    checkpoint before the job has waited its wait target): when enough of them may be (not
+    before the job's own preemption delay ends, plus the save), and a reason that says so."""
+    f, team, quota, cfg, now = job.flavor, job.team, cy.quota, cy.config, cy.now
     if quota.in_use(team, f) + job.gpus > quota.limits(team, f).quota or not cfg.preemption:
         return None
     if cy.budget.only_idle(team, f) is not None:
         return None  # past its budget it takes back nothing
     shielded = cfg.protection(job.tier).shielded_from
     allowed_at = cfg.preemption_allowed_at(job.tier, job.submitted_at)
+    target = cfg.tier(job.tier).long_wait_s
+    target_ends = wait_target_ends(job, target)
+    saving, losing = borrowers.get(f, ((), ()))
+    # One that cannot checkpoint comes back when the later of its minimum runtime and the
+    # job's wait target ends: in the same order as their minimum runtimes end.
+    unsaved = ((max(until, target_ends), gpus, other, tier, False) for until, gpus, other, tier in losing)
+    runs = heapq.merge(((until, gpus, other, tier, True) for until, gpus, other, tier in saving),
+                       (b for b in unsaved if b[0] > now))
     free = cy.state.free_total.get(f, 0)
-    got, lenders = free, Counter[str]()
-    for until, gpus, other, tier in borrowers.get(f, ()):
+    got, lenders, losing_gpus = free, Counter[str](), 0
+    for back_at, gpus, other, tier, saves in runs:
         if other == team or tier in shielded:
             continue
         got += gpus
         lenders[other] += gpus
+        losing_gpus += 0 if saves else gpus
         if got >= job.gpus:
-            when = max(until, allowed_at)
+            when = max(back_at, allowed_at)
             at = when + cfg.checkpoint_save_s
             teams = ", ".join(f"{n} GPUs to {t}" for t, n in sorted(lenders.items()))
-            ends = ("when the borrowers' minimum runtime ends" if until >= allowed_at
-                    else f"when queue {job.tier.value}'s preemption delay ends")
+            if back_at < allowed_at:
+                ends = f"when queue {job.tier.value}'s preemption delay ends"
+            elif saves or back_at > target_ends:
+                ends = "when the borrowers' minimum runtime ends"
+            else:
+                ends = f"when queue {job.tier.value}'s wait target of {target:g} s ends"
             message = (f"needs {job.gpus} {f} GPUs; {free} are free. Team {team} is within its quota"
                        f" and has lent {teams}: they can be taken back at {clock(when)}, {ends}")
+            if losing_gpus:
+                message += (f"; {losing_gpus} of those GPUs hold runs that cannot checkpoint, which then"
+                            " lose their work since they started")
             details = (("gpus", job.gpus), ("free", free), ("reclaimable_at", at))
             return at, Reason(Code.INSUFFICIENT_CAPACITY, message, details)
     return None

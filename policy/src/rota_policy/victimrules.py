@@ -10,6 +10,11 @@ borrowed is reclaimable. Experiment work is never guaranteed, so any higher tier
 nor is the work of a team past an `idle_only` GPU-hour budget, which ranks below every tier. A
 queue's `preemptible_by` may leave out the preemptor's tier. The reference victim search
 (`preemption`) and the early-exit one (`cheapest`) both ask `victim_category`.
+
+The loss cap keeps a run that cannot checkpoint from being stopped, except where its team
+borrowed the GPUs and their owner has waited its wait target for them (`reclaims_at_any_loss`):
+then, as Kueue reclaims borrowed quota, the borrower is taken back and loses its work; else a
+team could keep another's quota by marking its borrowing jobs as unable to resume.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ __all__ = [
     "WHY",
     "below_within_cap",
     "may_reclaim_for",
+    "reclaims_at_any_loss",
     "victim_category",
+    "wait_target_ends",
 ]
 
 LOWER_TIER, RECLAIM, LAST_RESORT = 0, 1, 2
@@ -86,3 +93,16 @@ def may_reclaim_for(job: PendingJob, ctx: PreemptionContext) -> bool:
     borrowed."""
     quota = ctx.quota
     return quota.in_use(job.team, job.flavor) + job.demand <= quota.limits(job.team, job.flavor).quota
+
+
+def wait_target_ends(job: PendingJob, long_wait_s: float) -> float:
+    """When `job` has waited its tier's wait target (`TierPolicy.long_wait_s`)."""
+    return job.submitted_at + long_wait_s
+
+
+def reclaims_at_any_loss(job: PendingJob, ctx: PreemptionContext) -> bool:
+    """Whether `job` takes back what other teams borrowed whatever the borrowers lose: it stays
+    within its team's quota and has waited its tier's wait target. The loss cap does not count
+    what such borrowers lose (`preemption._admissible`), but the plan's expected loss does."""
+    target = ctx.config.tier(job.tier).long_wait_s
+    return ctx.now >= wait_target_ends(job, target) and may_reclaim_for(job, ctx)

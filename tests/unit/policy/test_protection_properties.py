@@ -1,8 +1,10 @@
-"""Per-queue protection over random worlds (hypothesis): what no plan may ever do, and that a
-config which spells out the global values per queue decides exactly as one that does not."""
+"""Per-queue protection over random worlds (hypothesis): what no plan may ever do, that a
+config which spells out the global values per queue decides exactly as one that does not, and
+that work is lost only where a lender past its wait target takes back what others borrowed."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -77,3 +79,63 @@ def test_per_queue_values_equal_to_the_global_ones_decide_as_before(
         for t in Tier
     })  # fmt: skip
     assert POLICIES["rota"](snap, NOW, spelled) == POLICIES["rota"](snap, NOW, config)
+
+
+@st.composite
+def borrowed_worlds(draw: st.DrawFn) -> tuple[Snapshot, PolicyConfig]:
+    """Full nodes of runs that may or may not checkpoint, of teams that mostly borrow from the
+    first, and jobs that waited about their wait target (3600 s)."""
+    nodes = draw(st.integers(1, 4))
+    world = World(nodes=nodes)
+    for node in range(nodes):
+        while world.free[node]:
+            left = len(world.free[node])
+            world.run(
+                draw(st.sampled_from(TEAMS)), draw(st.sampled_from(TIERS)), node=node,
+                gpus=draw(st.sampled_from([g for g in (2, 4, 8) if g <= left] or [left])),
+                started=NOW - draw(st.sampled_from((400.0, 2_000.0, 20_000.0))),
+                resumable=draw(st.booleans()), end=NOW + 50_000,
+            )  # fmt: skip
+    jobs = [
+        gpu_jobs(draw(st.sampled_from(TEAMS)), draw(st.sampled_from(TIERS)), gpus=draw(st.sampled_from((2, 4, 8))),
+                 workers=draw(st.sampled_from((1, 1, 2))),
+                 submitted=NOW - draw(st.sampled_from((600.0, 3_599.0, 3_600.0, 20_000.0))), name=f"j{i}")[0]
+        for i in range(draw(st.integers(1, 4)))
+    ]  # fmt: skip
+    quotas = {TEAMS[0]: draw(st.sampled_from((8, 16, 32))), **{t: draw(st.sampled_from((0, 0, 8))) for t in TEAMS[1:]}}
+    cap = draw(st.sampled_from((0.0, 0.0, 5_000.0)))
+    return world.snapshot(jobs), team_config(quotas, max_lost_gpu_s_per_plan=cap)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(borrowed_worlds())
+def test_a_plan_loses_work_only_where_a_lender_past_its_wait_target_takes_back_borrowed_gpus(
+    world: tuple[Snapshot, PolicyConfig],
+) -> None:
+    """The loss cap counts every victim but other teams' borrowers taken back by a job that has
+    waited its wait target; those borrowers' loss is in the plan's expected loss, and together
+    they hold no more than their team borrows (counting the cycle's admissions)."""
+    snap, config = world
+    cap = config.max_lost_gpu_s_per_plan
+    assert cap is not None
+    d = POLICIES["rota"](snap, NOW, config)
+    pending = {j.job_id: j for q in snap.pending for j in q.jobs}
+    in_use: Counter[str] = Counter()
+    for run in snap.running:
+        in_use[run.team] += run.gpus
+    for admission in d.admissions:
+        in_use[pending[admission.job_id].team] += pending[admission.job_id].gpus
+    for plan in d.plans:
+        job = pending[plan.preemptor_job_id]
+        assert plan.expected_lost_gpu_s == sum(v.expected_lost_gpu_s for v in plan.victims)
+        if plan.expected_lost_gpu_s <= cap:
+            continue
+        assert NOW - job.submitted_at >= config.tier(job.tier).long_wait_s, plan
+        taken: Counter[str] = Counter()
+        lost: Counter[str] = Counter()
+        for v in plan.victims:
+            taken[v.team] += v.gpus
+            lost[v.team] += v.expected_lost_gpu_s
+        reclaimed = {t for t in taken if t != job.team and taken[t] <= in_use[t] - config.team(t).on("gpu").quota}
+        assert sum(gpu_s for t, gpu_s in lost.items() if t not in reclaimed) <= cap, plan
+        assert reclaimed, plan

@@ -8,6 +8,7 @@ did not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -39,6 +40,22 @@ _RECLAIM_PROD = (
 )  # fmt: skip
 # A production job short of GPUs behind a lower-tier run that ends too late for its wait target.
 _BEHIND_EXPERIMENT = cluster(1, Run("cv", "experiment", end=NOW + 7200, run_id="exp"))
+
+
+# Team cv has no quota: everything it runs is borrowed from nlp, here on runs that cannot
+# checkpoint. nlp's training job is within its quota; its wait target (`long_wait_s`) is 3600 s.
+_SQUATTER = cluster(1, Run("cv", "training", resumable=False, end=NOW + 7200, run_id="squatter"))
+_SQUATTER_LOSS = 8 * (NOW + 3600)  # 8 GPUs since it started at -3600: it cannot resume
+
+
+def _loses(gpu_s: float, why: str = "reclaim") -> Callable[[Decisions], None]:
+    def check(d: Decisions) -> None:
+        (plan,) = d.plans
+        assert plan.expected_lost_gpu_s == gpu_s
+        assert sum(v.expected_lost_gpu_s for v in plan.victims) == gpu_s
+        assert all(v.why == why and v.borrowed for v in plan.victims)
+
+    return check
 
 
 def _delay_says_until(d: Decisions) -> None:
@@ -134,6 +151,39 @@ ROWS = [
         team_config({"vision": 8, "nlp": 0}, preemption_delay_s=1000.0), victims=(),
         etas={"vision-prod-1x8": NOW + 1000 + SAVE},
         says={"vision-prod-1x8": "when queue production's preemption delay ends"}),
+    # ------------------------------------------------------------ reclaim at any loss (as Kueue)
+    Row("before its wait target, a lender does not stop a borrower that cannot checkpoint; says until when",
+        _SQUATTER, gpu_jobs("nlp", "training", submitted=NOW - 600), team_config({"nlp": 8, "cv": 0}),
+        victims=(), reasons={"nlp-trai-1x8": (Code.INSUFFICIENT_CAPACITY,)},
+        etas={"nlp-trai-1x8": NOW + 3000 + SAVE},
+        says={"nlp-trai-1x8": "has lent 8 GPUs to cv: they can be taken back at 1970-01-01 03:36:40 UTC,"
+                              " when queue training's wait target of 3600 s ends; 8 of those GPUs hold runs"
+                              " that cannot checkpoint"}),
+    Row("past its wait target, a lender takes back a borrower that cannot checkpoint, counting its loss",
+        _SQUATTER, gpu_jobs("nlp", "training", submitted=NOW - 3600), team_config({"nlp": 8, "cv": 0}),
+        victims=("squatter",), reasons={"nlp-trai-1x8": (Code.WAITING_FOR_PREEMPTION,)},
+        check=_loses(_SQUATTER_LOSS)),
+    Row("past its wait target, production takes back a lower-tier borrower that cannot checkpoint",
+        _SQUATTER, gpu_jobs("nlp", "production", submitted=NOW - 3600), team_config({"nlp": 8, "cv": 0}),
+        victims=("squatter",), check=_loses(_SQUATTER_LOSS, "lower_tier")),
+    Row("a borrower that can checkpoint is taken back before one that cannot",
+        cluster(2, Run("cv", "training", node=0, resumable=False, run_id="fragile"),
+                Run("cv", "training", node=1, started=NOW - 400, run_id="saver")),
+        gpu_jobs("nlp", "training", submitted=NOW - 3600), team_config({"nlp": 8, "cv": 0}),
+        victims=("saver",), check=_loses(0.0)),
+    Row("among borrowers that cannot checkpoint, the one that loses least is taken back",
+        cluster(2, Run("cv", "training", node=0, resumable=False, run_id="old"),
+                Run("cv", "training", node=1, resumable=False, started=NOW - 1000, run_id="young")),
+        gpu_jobs("nlp", "training", submitted=NOW - 3600), team_config({"nlp": 8, "cv": 0}),
+        victims=("young",), check=_loses(8 * 1000.0)),
+    Row("at any loss only borrowed GPUs: a team's in-quota work that cannot checkpoint keeps the loss cap",
+        cluster(2, Run("cv", node=0, resumable=False, run_id="cv-a"), Run("cv", node=1, resumable=False, run_id="cv-b")),
+        gpu_jobs("nlp", "training", workers=2, submitted=NOW - 3600), team_config({"nlp": 16, "cv": 8}),
+        victims=()),
+    Row("over its quota, a team takes back nothing that cannot checkpoint, however long it waited",
+        cluster(2, Run("nlp", "training", node=0, run_id="nlp-own"),
+                Run("cv", "training", node=1, resumable=False, run_id="squatter")),
+        gpu_jobs("nlp", "training", submitted=NOW - 86_400), team_config({"nlp": 8, "cv": 0}), victims=()),
 ]  # fmt: skip
 
 

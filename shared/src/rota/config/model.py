@@ -218,7 +218,8 @@ class Preemption(_Strict):
         0.0,
         ge=0,
         description="Unsaved GPU-seconds a plan may destroy, whatever the preemptor's tier"
-        " (None: any).",
+        " (None: any); borrowed GPUs taken back by a team that waited its wait target are"
+        " not counted.",
     )
 
 
