@@ -172,7 +172,7 @@ async def test_cancel_is_authorised_idempotent_and_recorded(
     job_id = (await api(nc, s.api_submit("nlp"), submit_job())).result["job_id"]
     foreign = await api(nc, s.api_cancel("vision"), m.CancelJob(job_id=job_id, team="vision"))
     assert not foreign.ok and foreign.error is not None
-    assert (foreign.error.code, foreign.error.field) == ("UNAUTHORISED", "job_id")
+    assert (foreign.error.code, foreign.error.field) == ("JOB_NOT_FOUND", "job_id")
     first = await api(nc, s.api_cancel("nlp"), m.CancelJob(job_id=job_id, team="nlp"))
     again = await api(nc, s.api_cancel("nlp"), m.CancelJob(job_id=job_id, team="nlp"))
     assert first.ok and again.ok

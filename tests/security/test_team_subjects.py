@@ -1,17 +1,26 @@
 """A team's attacks through its own subjects: a team's name is one subject token, a team's
 credentials name each subject in full, and the service reads the team as all that follows
-the API's own tokens, so no team speaks for another, for the platform, or into a void."""
+the API's own tokens, so no team speaks for another, for the platform, or into a void; nor
+does cancelling another team's job tell the team that the job exists."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from rota.auth.permissions import team_permissions
 from rota.bus.batch import subject_matches
 from rota.config import ConfigError, parse_config
+from rota.contracts import envelope
+from rota.contracts import messages as m
 from rota.contracts import subjects as s
+from rota.ids import new_id
+from rota.service import RotaService
+from rota_submission import commands, store
 from rota_submission.commands import Origin
 from rota_submission.domain import check_submission
 
@@ -93,3 +102,57 @@ def test_every_command_stream_subject_is_one_a_consumer_reads() -> None:
         kept = [p for p in team_permissions(team).publish
                 if any(subject_matches(f, p) for f in s.STREAM_SUBJECTS[s.STREAM_CMD])]
         assert kept and all(any(subject_matches(c, p) for c in consumed) for p in kept)
+
+
+@asynccontextmanager
+async def _transaction() -> AsyncIterator[object]:
+    yield object()
+
+
+class _Service:
+    """What `Commands.cancel` asks of its service, without servers: the job table is
+    `store.lock_job`'s, patched."""
+
+    settings = SimpleNamespace(max_message_bytes=64 * 1024)
+    clock = SimpleNamespace(now=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    engine = SimpleNamespace(begin=_transaction)
+    broker = relay = None
+
+
+async def test_cancelling_another_teams_job_answers_as_cancelling_no_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Get, why and trace answer JOB_NOT_FOUND for another team's job; cancel must too, word
+    for word but the id, or a team could probe which job ids exist. Nothing is cancelled."""
+    theirs, missing = new_id(), new_id()
+    jobs = {theirs: SimpleNamespace(job_id=theirs, team="nlp", state="running")}
+
+    async def lock_job(conn: object, job_id: str) -> object:
+        return jobs.get(job_id)
+
+    async def update_job(*args: object) -> None:
+        raise AssertionError("a job of another team was changed")
+
+    published: list[m.JobRejected] = []
+
+    async def publish(broker: object, env: Any, subject: str, **_: object) -> None:
+        published.append(env.data)
+
+    monkeypatch.setattr(store, "lock_job", lock_job)
+    monkeypatch.setattr(store, "update_job", update_job)
+    monkeypatch.setattr(commands, "publish", publish)
+    config = parse_config({"cluster": CLUSTER, "teams": {"nlp": {}, "vision": {}}}, source="rota.yaml")
+    handler = commands.Commands(cast(RotaService, _Service()), config)
+
+    async def cancel(job_id: str) -> m.ApiReply:
+        raw = envelope(m.CancelJob(job_id=job_id, team="vision"), source="test").to_bytes()
+        return await handler.cancel(raw, _origin(s.api_cancel("vision")))
+
+    answers = [await cancel(theirs), await cancel(missing)]
+    assert all(not a.ok and a.error is not None for a in answers)
+    errors = [a.error for a in answers if a.error is not None]
+    assert [(e.code, e.field, e.message) for e in errors] == [
+        ("JOB_NOT_FOUND", "job_id", f"no job {theirs}"), ("JOB_NOT_FOUND", "job_id", f"no job {missing}")]
+    # The rejections on the caller's feed say no more than the replies.
+    assert [(r.code, r.field, r.message.replace(r.job_id or "", "<id>"), r.team) for r in published] == [
+        ("JOB_NOT_FOUND", "job_id", "no job <id>", "vision")] * 2
