@@ -37,8 +37,9 @@ async def _submitted_events(nc: Client, since: int, submission_id: str) -> list[
 @pytest.mark.parametrize(
     "fault",
     [
-        # the job row is committed, the consumer dies before its ack: JetStream redelivers
-        "before_ack:submission-submit",
+        # the job row is committed, the consumer (team nlp's own durable) dies before its
+        # ack: JetStream redelivers
+        "before_ack:submission-team-nlp",
         # committed, but neither published nor acked: the relay must publish after restart
         "after_commit:submission",
         # published, but the outbox row is not marked: the relay re-sends the same Nats-Msg-Id
