@@ -311,7 +311,9 @@ def node_affinity_invalid(pod_spec: Obj, path: str) -> str | None:
 
 def tolerates(toleration: Obj, taint: Obj) -> bool:
     """The real rule: an effect, if given, must match; an empty key with Exists matches every
-    taint; Exists ignores the value, Equal (the default) compares it."""
+    taint; Exists ignores the value, Equal (the default) compares it. Written apart from Rota's
+    own `rota_executor.kube_pods._tolerates` on purpose: the fake models Kubernetes, and must not
+    agree with Rota by sharing its code."""
     if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
         return False
     if toleration.get("key") and toleration["key"] != taint.get("key"):
