@@ -21,8 +21,9 @@
   never created is created now, and a Secret or Service never created is created now. A Job
   found being deleted is a teardown in progress: its end is reported once its pods are gone.
 
-Tested against the in-repo fake API server (`tests/fake_kube_apiserver.py`), never against
-a real cluster here: see the README's "Kubernetes" section for what that leaves untested.
+Tested against the in-repo fake API server (`tests/fake_kube_apiserver.py`) and against a real
+control plane with KWOK nodes (`tests/real_kube/`): see docs/kubernetes.md for what that leaves
+untested.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         """SubmitJob: validate, authorise, record the jobs and their `JobSubmitted` atomically."""
         await commands.submit_batch([(msg.data, raw_origin(msg)) for msg in batch])
 
-    # A durable per team (README, "Intake"): each team's commands are read in its own order,
+    # A durable per team (docs/configuration.md, "Intake"): each team's commands are read in its own order,
     # side by side with every other team's, so no team's backlog holds another's up. The
     # shared durable takes the subjects of teams that `rota.yaml` does not name (to be
     # refused with UNKNOWN_TEAM) and acks the others' unread; a team's durable, when new,
