@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rota.auth.keys import AuthDir
 from rota.db.engine import async_url
 from rota.embedded import EmbeddedNats, EmbeddedPostgres, home_path
 from rota.endpoints import Endpoints
@@ -67,6 +68,18 @@ def endpoints(server_endpoints: Endpoints) -> Iterator[Endpoints]:
     finally:
         asyncio.run(_admin(server_endpoints.database_url, f'DROP DATABASE "{name}" WITH (FORCE)'))
 
+
+
+@pytest.fixture(scope="module")
+def secure_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedNats, AuthDir]]:
+    """An embedded nats-server in operator mode with Rota's identities (a fresh `AuthDir`), one
+    per test module: what the security tests attack."""
+    home = tmp_path_factory.mktemp("secure-nats")
+    auth = AuthDir(home / "auth").ensure()
+    embedded = EmbeddedNats(home, config=auth.server_conf)
+    embedded.start()
+    yield embedded, auth
+    embedded.stop()
 
 # ---------------------------------------------------------------- the real_kube tier
 

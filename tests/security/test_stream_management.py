@@ -5,7 +5,7 @@ consume its own streams, replay the events (the scheduler) and hold its lease.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -34,13 +34,8 @@ MANAGEMENT = ["$JS.API.STREAM.PURGE.ROTA_EVT", "$JS.API.STREAM.DELETE.ROTA_CMD",
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedNats, AuthDir]]:
-    home = tmp_path_factory.mktemp("least-privilege")
-    auth = AuthDir(home / "auth").ensure()
-    embedded = EmbeddedNats(home, config=auth.server_conf)
-    embedded.start()
-    yield embedded, auth
-    embedded.stop()
+def server(secure_nats: tuple[EmbeddedNats, AuthDir]) -> tuple[EmbeddedNats, AuthDir]:
+    return secure_nats
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ generated config, before any service or stream sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import contextlib
 from pathlib import Path
 
 import nats
@@ -22,13 +23,8 @@ from tests.integration.security.test_permissions import Identity
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedNats, AuthDir]]:
-    home = tmp_path_factory.mktemp("team-limits")
-    auth = AuthDir(home / "auth").ensure()
-    embedded = EmbeddedNats(home, config=auth.server_conf)
-    embedded.start()
-    yield embedded, auth
-    embedded.stop()
+def server(secure_nats: tuple[EmbeddedNats, AuthDir]) -> tuple[EmbeddedNats, AuthDir]:
+    return secure_nats
 
 
 async def _stored(url: str, auth: AuthDir, subject: str) -> int:
@@ -53,9 +49,16 @@ async def test_a_team_users_oversized_message_is_refused_by_the_server(
     await flushed(team.nc)
     assert team.errors == []
     await team.nc.publish(subject, b"x" * (512 * 1024))  # half the server's own maximum
-    with pytest.raises(ConnectionClosedError):  # the server closes the connection
+    # The server refuses it and closes the connection; the flush meets the close or, by
+    # timing, times out first, so what is awaited is the refusal and the close.
+    with contextlib.suppress(ConnectionClosedError, nats.errors.FlushTimeoutError):
         await flushed(team.nc)
-    assert "maximum payload" in str(team.nc.last_error)
+    for _ in range(50):
+        if "maximum payload" in str(team.nc.last_error).lower() and not team.nc.is_connected:
+            break
+        await asyncio.sleep(0.1)
+    assert "maximum payload" in str(team.nc.last_error).lower(), team.nc.last_error
+    assert not team.nc.is_connected
     assert await _stored(embedded.url, auth, subject) == before + 1
 
 
@@ -69,9 +72,15 @@ async def test_a_team_user_may_hold_only_so_many_subscriptions(
     assert team.nc is not None
     for _ in range(8):
         await team.nc.subscribe(team_feed("nlp"))
-    with pytest.raises(ConnectionClosedError):  # the server closes the connection
+    # The server answers the sixth with -ERR; whether it also closes the connection before
+    # the flush returns depends on timing, so the refusal itself is what is awaited.
+    with contextlib.suppress(ConnectionClosedError, nats.errors.FlushTimeoutError):
         await flushed(team.nc)
-    assert "maximum subscriptions" in str(team.nc.last_error)
+    for _ in range(50):
+        if "maximum subscriptions" in str(team.nc.last_error).lower():
+            break
+        await asyncio.sleep(0.1)
+    assert "maximum subscriptions" in str(team.nc.last_error).lower(), team.nc.last_error
 
 
 def test_team_credentials_name_their_limits_and_services_have_none(tmp_path: Path) -> None:

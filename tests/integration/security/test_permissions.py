@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -36,13 +36,8 @@ OTHER_RUN = "01a00000-0000-7000-8000-00000000b002"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedNats, AuthDir]]:
-    home = tmp_path_factory.mktemp("secure-nats")
-    auth = AuthDir(home / "auth").ensure()
-    embedded = EmbeddedNats(home, config=auth.server_conf)
-    embedded.start()
-    yield embedded, auth
-    embedded.stop()
+def server(secure_nats: tuple[EmbeddedNats, AuthDir]) -> tuple[EmbeddedNats, AuthDir]:
+    return secure_nats
 
 
 class Identity:
