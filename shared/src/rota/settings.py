@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     scheduler_debounce_s: float = Field(0.05, ge=0, description="Events this close share a cycle.")
     scheduler_lease_ttl_s: float = Field(6.0, ge=1, description="A standby leads this soon after.")
     scheduler_explain_interval_s: float = Field(
-        10.0, ge=0, description="Every pending job's reasons and ETA are refreshed this often, "
-        "500 jobs a cycle; new jobs are explained in the cycle that first sees them.")
+        10.0, ge=0, description="Every pending job's reasons and ETA are refreshed at least "
+        "this often, and again as soon as the cluster changed, 500 jobs a cycle; new jobs are "
+        "explained in the cycle that first sees them.")
     scheduler_explain_duty: float = Field(
         0.02, gt=0, le=1, description="At most this share of a core goes to refreshing every "
         "pending job: a deep queue is refreshed less often than the interval.")

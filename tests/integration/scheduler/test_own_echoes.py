@@ -42,7 +42,7 @@ async def test_only_the_echo_of_its_own_job_pending_is_skipped(
     _, again = _pending(nc, job_id, "QUOTA_EXCEEDED", 3)  # not remembered: read
     scheduler._take(again)
     assert job.pending_fingerprint is not None
-    assert job.pending_fingerprint[0] == ("QUOTA_EXCEEDED",)
+    assert job.pending_fingerprint.codes == ("QUOTA_EXCEEDED",)
     assert scheduler.last_seq == 3 and scheduler.dirty.is_set()
 
 

@@ -10,6 +10,7 @@ from rota.endpoints import Endpoints
 from rota.ids import new_id
 from rota_policy import Decisions, PolicyConfig, Snapshot
 from rota_scheduler import app
+from rota_scheduler.staleness import WaitPrint
 
 from tests.integration.scheduler.test_lease_during_cycle import _submitted, scheduler_on
 
@@ -28,7 +29,8 @@ async def test_a_deep_queue_is_refreshed_a_slice_per_cycle(
     waiting = [new_id() for _ in range(2 * app.REFRESH_SLICE + 10)]
     for job_id in waiting:
         scheduler._take(_submitted(nc, job_id))
-        scheduler.view.explained(scheduler.view.jobs[job_id], (("PRIORITY",), 0, False))
+        scheduler.view.explained(scheduler.view.jobs[job_id],
+                                 WaitPrint(("PRIORITY",), 0, None, 1, False, ()))
     epoch = 1_000_000.0
     for cycle in range(3):
         scheduler._decide(epoch + 3600.0 * cycle)  # an hour apart: every slice is due

@@ -57,3 +57,13 @@ def test_a_slice_fits_in_the_room_the_cycle_has_left() -> None:
     assert _take(refresh, 0.0, room=0) == []
     assert _take(refresh, 0.0, room=1) == ["a"]
     assert _take(refresh, 0.0, room=4) == ["b", "c", "d", "e"]
+
+
+def test_a_change_starts_the_next_pass_before_its_interval() -> None:
+    refresh = _pass(interval_s=10.0, slice_size=10)
+    assert refresh.take(0.0, lambda: JOBS, lambda job: True, 100, changes=1) == JOBS
+    assert refresh.take(1.0, lambda: JOBS, lambda job: True, 100, changes=1) == []  # nothing new
+    assert refresh.take(2.0, lambda: JOBS, lambda job: True, 100, changes=2) == JOBS  # a run ended
+    refresh.spent(2.0, cpu_s=1.0)  # the duty still holds: two seconds at half a core
+    assert refresh.take(3.0, lambda: JOBS, lambda job: True, 100, changes=3) == []
+    assert refresh.take(4.0, lambda: JOBS, lambda job: True, 100, changes=3) == JOBS

@@ -22,7 +22,8 @@ from rota.ids import new_id, stable_id
 from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
 from rota_policy.decisions import Grow
 
-from rota_scheduler.view import ETA_BUCKET_S, ClusterView, JobRecord
+from rota_scheduler.staleness import WaitPrint, staleness, text_hash
+from rota_scheduler.view import ClusterView, JobRecord
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Actions:
     outgoing: list[Outgoing] = field(default_factory=list)
     records: list[DecisionRecord] = field(default_factory=list)
     new_runs: list[NewRun] = field(default_factory=list)
-    fingerprints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    fingerprints: dict[str, WaitPrint] = field(default_factory=dict)
     stops: list[str] = field(default_factory=list)
     """Job ids whose run was told to stop (cancelled)."""
     held_back: list[str] = field(default_factory=list)
@@ -69,11 +70,17 @@ def placement_doc(slots: tuple[Slot, ...]) -> list[dict[str, Any]]:
              **({"gpu_share": share_fraction(s.share)} if s.share else {})} for s in slots]
 
 
-def fingerprint(explanation: PendingExplanation, overdue: bool) -> tuple[Any, ...]:
-    """What must change for a wait to be published again: its reasons, its ETA by a minute
-    or more, or its crossing its queue's long-wait threshold."""
-    eta = None if explanation.eta is None else int(explanation.eta // ETA_BUCKET_S)
-    return (tuple(r.code.value for r in explanation.reasons), eta, overdue)
+def fingerprint(explanation: PendingExplanation, overdue: bool) -> WaitPrint:
+    """What a published wait said, to tell whether a fresh explanation says something new."""
+    factors = explanation.factors
+    return WaitPrint(
+        codes=tuple(r.code.value for r in explanation.reasons),
+        text=text_hash(r.message for r in explanation.reasons),
+        eta=explanation.eta,
+        position=explanation.position,
+        overdue=overdue,
+        factors=(factors.queue, factors.age, factors.fairshare, factors.quota_headroom),
+    )
 
 
 def _iso(epoch: float | None) -> datetime | None:
@@ -94,10 +101,10 @@ def plan_actions(
     new_uuid: Callable[[], str] = new_id,
     pending_limit: int | None = None,
 ) -> Actions:
-    """The cycle's messages. Only explanations that changed are published, and at most
-    `pending_limit` of them: a restart or a burst that changes every ETA spreads over a few
-    cycles instead of one transaction of every pending job. Admissions, plans and stops are
-    never held back."""
+    """The cycle's messages. Only explanations that changed beyond their tolerance are
+    published (`staleness`), and at most `pending_limit` of them: a restart or a burst that
+    changes every ETA spreads over a few cycles instead of one transaction of every pending
+    job. Admissions, plans and stops are never held back."""
     actions = Actions()
     plan_of = {p.preemptor_job_id: p.plan_id for p in view.plans.values()}
     for admission in decisions.admissions:
@@ -162,38 +169,38 @@ def plan_actions(
             )
         )
     _grow_actions(view, decisions, actions, new_uuid)
-    for explanation in decisions.pending:
+    _explain_actions(view, decisions, actions, now, pending_limit)
+    for job in view.stops_needed():
+        actions.stops.append(job.job_id)
+        actions.outgoing.append(_stop_cancelled(view, job))
+        actions.records.append(DecisionRecord(job.job_id, "stop", "cancelled", {}, {"run_id": job.run_id}))
+    return actions
+
+
+def _explain_actions(view: ClusterView, decisions: Decisions, actions: Actions, now: float,
+                     pending_limit: int | None) -> None:
+    """A JobPending (and its decision record) for each explanation gone stale: never published
+    first, then the most changed, `pending_limit` at most; the rest are `held_back`."""
+    floor = factor_floor(view)
+    stale: list[tuple[float, int, PendingExplanation, WaitPrint]] = []
+    for order, explanation in enumerate(decisions.pending):
         waiting = view.jobs.get(explanation.job_id)
         if waiting is None:
             continue
         print_ = fingerprint(explanation, view.overdue(waiting, now))
-        if print_ == waiting.pending_fingerprint:
-            continue
-        if pending_limit is not None and len(actions.fingerprints) >= pending_limit:
-            actions.held_back.append(waiting.job_id)
-            continue
-        actions.fingerprints[waiting.job_id] = print_
-        job = waiting
+        change = staleness(waiting.pending_fingerprint, print_, now, floor)
+        if change > 0:
+            stale.append((change, order, explanation, print_))
+    stale.sort(key=lambda item: (-item[0], item[1]))  # stable: the policy's order among equals
+    if pending_limit is not None and len(stale) > pending_limit:
+        actions.held_back.extend(item[2].job_id for item in stale[pending_limit:])
+        stale = stale[:pending_limit]
+    for _, _, explanation, print_ in sorted(stale, key=lambda item: item[1]):
+        job = view.jobs[explanation.job_id]
+        actions.fingerprints[job.job_id] = print_
+        actions.outgoing.append(Outgoing(_pending(job, explanation), EVENT_SUBJECTS["JobPending"],
+                                         STREAM_EVT, job.job_id))
         factors = explanation.factors
-        event = m.JobPending(
-            job_id=job.job_id,
-            team=job.spec.team,
-            queue=job.spec.queue,
-            reasons=[
-                m.WaitReason(code=r.code, message=r.message, details=dict(r.details))
-                for r in explanation.reasons
-            ],
-            eta=_iso(explanation.eta),
-            position=explanation.position,
-            factors=m.ScoreFactors(
-                queue=factors.queue,
-                age=factors.age,
-                fairshare=factors.fairshare,
-                quota_headroom=factors.quota_headroom,
-                total=factors.total,
-            ),
-        )
-        actions.outgoing.append(Outgoing(event, EVENT_SUBJECTS["JobPending"], STREAM_EVT, job.job_id))
         actions.records.append(
             DecisionRecord(
                 job.job_id,
@@ -213,11 +220,34 @@ def plan_actions(
                 },
             )
         )
-    for job in view.stops_needed():
-        actions.stops.append(job.job_id)
-        actions.outgoing.append(_stop_cancelled(view, job))
-        actions.records.append(DecisionRecord(job.job_id, "stop", "cancelled", {}, {"run_id": job.run_id}))
-    return actions
+
+
+def factor_floor(view: ClusterView) -> float:
+    """The least move of a score factor worth publishing: 0.1% of the largest weight."""
+    weights = view.config.policy.weights
+    return 0.001 * max(weights.queue, weights.age, weights.fairshare, weights.quota_headroom, 1.0)
+
+
+def _pending(job: JobRecord, explanation: PendingExplanation) -> m.JobPending:
+    factors = explanation.factors
+    return m.JobPending(
+        job_id=job.job_id,
+        team=job.spec.team,
+        queue=job.spec.queue,
+        reasons=[
+            m.WaitReason(code=r.code, message=r.message, details=dict(r.details))
+            for r in explanation.reasons
+        ],
+        eta=_iso(explanation.eta),
+        position=explanation.position,
+        factors=m.ScoreFactors(
+            queue=factors.queue,
+            age=factors.age,
+            fairshare=factors.fairshare,
+            quota_headroom=factors.quota_headroom,
+            total=factors.total,
+        ),
+    )
 
 
 def _preemption(view: ClusterView, plan: PreemptionPlan, plan_id: str) -> Outgoing:

@@ -309,7 +309,7 @@ class Scheduler:
         Also returns the jobs asked about, other than those a refresh asked about again."""
         asked = next_to_explain(self.view, self.held_back, EXPLAINED_PER_CYCLE)
         again = self.refresh.take(epoch, self._pending_ids, self._still_pending,
-                                  EXPLAINED_PER_CYCLE - len(asked))
+                                  EXPLAINED_PER_CYCLE - len(asked), self.view.changes)
         self.refreshing = bool(again)
         decisions = schedule(self.view.snapshot(epoch, asked.union(again)), epoch, self.policy)
         # The queue gauges cost a pass over every job (0.2 s at 100,000 pending): only when

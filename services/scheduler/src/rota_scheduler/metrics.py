@@ -38,7 +38,7 @@ def observe_cycle(view: ClusterView, decisions: Decisions, now: float, *,
         pending: Counter[tuple[str, str, str]] = Counter()
         for job in view.pending_jobs():
             last = job.pending_fingerprint
-            reason = fresh.get(job.job_id) or (last[0][0] if last and last[0] else "UNEXPLAINED")
+            reason = fresh.get(job.job_id) or (last.codes[0] if last and last.codes else "UNEXPLAINED")
             pending[(job.spec.queue, job.spec.team, reason)] += 1
         metrics.QUEUE_PENDING.set_all({k: float(v) for k, v in pending.items()})
         metrics.RUNNING_JOBS.set_all(

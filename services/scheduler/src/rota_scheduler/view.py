@@ -25,10 +25,9 @@ from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
 from rota_scheduler.snapshot import SnapshotMemo, snapshot_of
+from rota_scheduler.staleness import WaitPrint, text_hash
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
-ETA_BUCKET_S = 60.0
-"""A JobPending is re-published when the ETA moves by a minute or more, not for jitter."""
 
 
 @dataclass
@@ -60,7 +59,8 @@ class JobRecord:
     preemptions: int = 0
     cancelled: bool = False
     stop_requested: bool = False
-    pending_fingerprint: tuple[Any, ...] | None = None
+    pending_fingerprint: WaitPrint | None = None
+    """What its last JobPending said (`rota_scheduler.staleness`); None: never explained."""
     requeued_at: float | None = None
     """When a preemption put it back in its queue; its wait restarts there (metrics)."""
     ran_s: float = 0.0
@@ -313,14 +313,19 @@ class ClusterView:
     def _on_JobPending(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)
         if job is not None:
-            eta = _epoch(data.get("eta"))
-            self.explained(job, (
-                tuple(r["code"] for r in data.get("reasons", [])),
-                None if eta is None else int(eta // ETA_BUCKET_S),
-                self.overdue(job, at),
+            reasons = data.get("reasons") or []
+            factors = data.get("factors") or {}
+            self.explained(job, WaitPrint(
+                codes=tuple(str(r["code"]) for r in reasons),
+                text=text_hash(str(r.get("message", "")) for r in reasons),
+                eta=_epoch(data.get("eta")),
+                position=int(data.get("position") or 0),
+                overdue=self.overdue(job, at),
+                factors=tuple(float(factors.get(k) or 0.0)
+                              for k in ("queue", "age", "fairshare", "quota_headroom")),
             ))
 
-    def explained(self, job: JobRecord, fingerprint: tuple[Any, ...]) -> None:
+    def explained(self, job: JobRecord, fingerprint: WaitPrint) -> None:
         """`job`'s wait was published with this fingerprint (`actions.fingerprint`)."""
         job.pending_fingerprint = fingerprint
         self.unexplained.pop(job.job_id, None)
