@@ -31,7 +31,7 @@ def test_a_long_wait_on_quota_is_diagnosed_as_a_quota_set_too_low() -> None:
     waiting.append(job("short", waited_s=10, reasons=["PRIORITY"]))
     [diagnosis] = views.diagnose(waiting, 3600, NOW)
     assert (diagnosis.cause, diagnosis.long_waiters) == ("quota_too_low", 3)
-    assert "QUOTA_EXCEEDED" in diagnosis.message
+    assert "over its team's quota" in diagnosis.message and "QUOTA_EXCEEDED" not in diagnosis.message
 
 
 def test_long_waits_another_flavor_would_end_now_are_diagnosed_as_a_flavor_list_too_narrow() -> None:
@@ -133,3 +133,18 @@ def test_fair_share_keeps_only_the_newest_points() -> None:
     for i in range(5):
         history.record(NOW + timedelta(seconds=i), {"nlp": 1})
     assert history.samples[0][0] == NOW + timedelta(seconds=2)
+
+
+def test_a_held_jobs_page_shows_the_reasons_in_words_and_when_the_hold_ends() -> None:
+    row = job("held", queue="production")
+    until = NOW + timedelta(minutes=5)
+    why = {"state": "pending", "position": 1, "eta": None, "factors": {}, "reasons": [
+        {"code": "PREEMPTION_HELD", "message": "its victim is protected until then",
+         "details": {"hold": "min_runtime", "hold_ends_at": until.timestamp()}}]}
+    trace = {"job": row, "trace_id": "ab" * 16, "preemptions": [], "timeline": []}
+    page = views.job_page(NLP, why, trace, [], jaeger_url=None, notifications_error=None, now=NOW)
+    [reason] = page.reasons
+    assert reason.title == "a rule holds it back from preempting" and reason.ends_at == until
+    queues = views.queues_page(NLP, [], [row], CONFIG, NOW + timedelta(hours=2))
+    [tier] = [t for t in queues.tiers if t.longest_waits]
+    assert tier.longest_waits[0].title  # the primary reason's words beside its code

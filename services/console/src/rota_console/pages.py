@@ -37,6 +37,8 @@ class WaitingJob(BaseModel):
     primary_reason: str
     message: str
     eta: datetime | None = None
+    title: str = ""
+    """The primary reason in a few words (`rota.waits.title`)."""
 
 
 class QueueDiagnosis(BaseModel):
@@ -67,6 +69,10 @@ class Reason(BaseModel):
     code: str
     message: str
     details: dict[str, Any] = {}
+    title: str = ""
+    """The code in a few words (`rota.waits.title`): what the page shows, with the message."""
+    ends_at: datetime | None = None
+    """When what holds the job ends, for a hold (`rota.waits.ends_at`)."""
 
 
 class Factor(BaseModel):

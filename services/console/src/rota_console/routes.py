@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pydantic import ValidationError
+from rota import waits
 from rota.contracts.envelope import first_error
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -33,6 +34,7 @@ from rota_console.reader import PLATFORM, ApiFailure, Viewer
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.globals["polyline"] = polyline
+templates.env.globals["plan_reason"] = waits.plan_reason
 
 STATUS = {"NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "AMBIGUOUS_ID": 400, "UNAUTHORISED": 403,
           "UNTRUSTED_PEER": 403, "UNAVAILABLE": 503, "INTERNAL": 502}

@@ -6,6 +6,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+from rota import waits
 from rota.config import RotaConfig
 from rota.contracts.common import TIER_ORDER, Tier
 from rota.units import gpu_count
@@ -81,6 +82,7 @@ def _waiting(job: dict[str, Any], now: datetime) -> WaitingJob:
                       name=job["name"], team=job["team"],
                       waited_s=max(0.0, (now - submitted).total_seconds()),
                       primary_reason=primary.get("code", "?"), message=primary.get("message", ""),
+                      title=waits.title(str(primary.get("code", "?"))),
                       eta=_time((job.get("wait") or {}).get("eta")))
 
 
@@ -97,7 +99,7 @@ def diagnose(waiting: list[dict[str, Any]], threshold_s: float,
     for (team, flavor), members in sorted(groups.items()):
         code, count = Counter(_primary(j).get("code", "?") for j in members).most_common(1)[0]
         cause = CAUSES.get(code, "capacity")
-        message = (f"{count} of {len(members)} long waiters wait on {code}" if cause != "capacity"
+        message = (f"{count} of {len(members)} long waiters: {waits.title(code)}" if cause != "capacity"
                    else f"{len(members)} long waiter(s): too few free {flavor} GPUs")
         # The scheduler notes, in a job's primary reason, a flavor it does not accept that
         # would start it now: when that holds for most long waiters, the list is the cause.
@@ -138,7 +140,7 @@ def job_page(viewer: Viewer, why: dict[str, Any], trace: dict[str, Any],
         viewer=viewer.team, generated_at=now, job=job, state=state,
         position=why.get("position"), eta=_time(why.get("eta")),
         summary=summary if isinstance(summary, str) else None,
-        reasons=[Reason.model_validate(r) for r in why.get("reasons") or []],
+        reasons=[Reason.model_validate(waits.for_people(r)) for r in why.get("reasons") or []],
         factors=factor_bars(why.get("factors")), timeline=timeline,
         preemptions=list(trace.get("preemptions") or []),
         notifications=[Notification.model_validate(n) for n in notifications],

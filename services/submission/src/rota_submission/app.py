@@ -131,7 +131,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
 
     routes: dict[str, Query] = {
         s.API_JOB_GET: query(m.GetJob, queries.get_job),
-        s.API_JOB_WHY: query(m.GetJob, queries.why_job),
+        s.API_JOB_WHY: query(m.GetJob, functools.partial(
+            queries.why_job, config=config, clock=service.clock)),
         s.API_JOB_TRACE: query(m.GetJob, queries.trace_job),
         s.API_JOBS_LIST: query(m.ListJobs, queries.list_jobs),
         s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, functools.partial(

@@ -7,7 +7,11 @@ the events say, no more.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from rota import waits
 
 Describe = Callable[[dict[str, Any], str], str]
 
@@ -31,15 +35,17 @@ def _victims(data: dict[str, Any]) -> str:
 
 def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
     if data.get("preemptor_job_id") == job_id:
-        return (f"preempt: {data['reason']}: {data['message']} — victims {_victims(data)},"
-                f" expected loss {data['expected_lost_gpu_seconds'] / 3600:.2f} GPU-h")
+        return (f"preempt ({waits.plan_reason(data.get('reason'))}): {data['message']} — victims"
+                f" {_victims(data)}, expected loss {data['expected_lost_gpu_seconds'] / 3600:.2f}"
+                " GPU-h")
     mine: dict[str, Any] = next(
         (v for v in data.get("victims", []) if v.get("job_id") == job_id), {})
     stops = f" (stops its {mine['gpu_share']:g} of one GPU)" if mine.get("gpu_share") else ""
     shrunk = (f"; shrunk to {mine['shrink_to']} workers, it restarts on the GPUs it keeps"
               if mine.get("shrink_to") else "")
     return (f"chosen as a victim for {data['preemptor_queue']} job"
-            f" {data['preemptor_job_id'][:13]}{stops}: {data['reason']}{shrunk}")
+            f" {data['preemptor_job_id'][:13]}{stops}: {waits.plan_reason(data.get('reason'))}"
+            f"{shrunk}")
 
 
 def _noticed(data: dict[str, Any], job_id: str) -> str:
@@ -60,10 +66,22 @@ def _preemption_completed(data: dict[str, Any], job_id: str) -> str:
 
 
 def _pending(data: dict[str, Any], job_id: str) -> str:
+    """A hold in the user's words: the primary reason's title and message, until when a hold
+    lasts, its position and its ETA (the codes stay in the decisions, for --json)."""
     reasons = data.get("reasons") or []
-    primary = f"{reasons[0]['code']}: {reasons[0]['message']}" if reasons else "waiting"
-    eta = f", ETA {data['eta']}" if data.get("eta") else ""
+    if reasons:
+        first = reasons[0]
+        ends = waits.ends_at(first)
+        until = f" (until {_utc(ends)})" if ends is not None else ""
+        primary = f"{waits.title(str(first['code']))}: {first['message']}{until}"
+    else:
+        primary = "waiting"
+    eta = f", ETA {data['eta']}" if data.get("eta") else ", no ETA"
     return f"hold: {primary} (position {data.get('position')}{eta})"
+
+
+def _utc(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 DESCRIBE: dict[str, Describe] = {
@@ -131,20 +149,34 @@ def timeline(rows: list[dict[str, Any]], job_id: str, *,
             for row in rows]
 
 
-def why(job: dict[str, Any]) -> dict[str, Any]:
-    """Every reason (primary first), the ETA and the score factors, or what the job is doing."""
+@dataclass(frozen=True)
+class AgeRule:
+    """The score's age factor as the scheduler's policy computes it (config `policy.weights.age`
+    and `policy.age_cap_s`): `why` shows it as of the question, not of the last JobPending."""
+
+    weight: float
+    cap_s: float
+
+
+def why(job: dict[str, Any], *, now: datetime | None = None,
+        age: AgeRule | None = None) -> dict[str, Any]:
+    """Every reason (primary first, each with its title and, for a hold, when it ends), the
+    ETA, the position and the score factors, or what the job is doing. With `now` and `age`,
+    the age factor (and the total) is the one at `now`: it grows with every second waited."""
     wait = job.get("wait") or {}
     state = job["state"]
     answer: dict[str, Any] = {"job_id": job["job_id"], "name": job["name"], "state": state,
-                              "queue": job["queue"], "team": job["team"]}
+                              "queue": job["queue"], "team": job["team"],
+                              "flavor": job.get("flavor")}
     if job.get("gpu_share"):
         answer["gpu_share"] = job["gpu_share"]
     if state == "pending":
-        answer.update(reasons=wait.get("reasons") or [], eta=wait.get("eta"),
-                      position=wait.get("position"), factors=wait.get("factors"))
-        if not answer["reasons"]:
-            answer["reasons"] = [{"code": "NOT_YET_SCHEDULED", "message":
-                                  "the scheduler has not considered this job yet", "details": {}}]
+        reasons = wait.get("reasons") or [{
+            "code": "NOT_YET_SCHEDULED", "message": "the scheduler has not considered this job yet",
+            "details": {}}]
+        answer.update(reasons=[waits.for_people(r) for r in reasons], eta=wait.get("eta"),
+                      position=wait.get("position"),
+                      factors=_factors_now(wait.get("factors"), job, now, age))
     else:
         answer["summary"] = {
             "admitted": "admitted: GPUs granted, the run is starting",
@@ -156,3 +188,16 @@ def why(job: dict[str, Any]) -> dict[str, Any]:
         }.get(state, state)
     answer["resume_from"] = job.get("resume_from")
     return answer
+
+
+def _factors_now(factors: dict[str, Any] | None, job: dict[str, Any], now: datetime | None,
+                 age: AgeRule | None) -> dict[str, Any] | None:
+    submitted = job.get("submitted_at")
+    if not factors or now is None or age is None or submitted is None:
+        return factors
+    if isinstance(submitted, str):
+        submitted = datetime.fromisoformat(submitted.replace("Z", "+00:00"))
+    fresh = waits.age_factor(age.weight, age.cap_s, (now - submitted).total_seconds())
+    published = float(factors.get("age") or 0.0)
+    return {**factors, "age": fresh,
+            "total": float(factors.get("total") or 0.0) + fresh - published}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rota.bus.query import api_error
+from rota.clock import Clock
 from rota.config import RotaConfig
 from rota.contracts import Tier
 from rota.contracts import messages as m
@@ -37,11 +38,16 @@ def _with_short_id(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "short_id": short_id(row["job_id"])}
 
 
-async def why_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:
+async def why_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None,
+                  config: RotaConfig | None = None, clock: Clock | None = None) -> m.ApiReply:
+    """The job's wait as last published, its age factor as of now (`explain.why`)."""
     job = await _one(engine, query.job_id, team)
     if isinstance(job, m.ApiReply):
         return job
-    return m.ApiReply(ok=True, result=explain.why(job))
+    rule = None if config is None else explain.AgeRule(config.policy.weights.age,
+                                                        config.policy.age_cap_s)
+    now = clock.now() if clock is not None else None
+    return m.ApiReply(ok=True, result=explain.why(job, now=now, age=rule))
 
 
 async def trace_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ import typer
 import yaml
 from rich.table import Table
 
+from rota import waits
 from rota.cli import record
 from rota.cli.client import call
 from rota.cli.columns import Column, Output, OutputOpt, age, print_table
@@ -161,7 +163,7 @@ def job_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     for row in rows:
         wait = row.get("wait") or {}
         reasons = wait.get("reasons") or []
-        why = reasons[0]["code"] if reasons else (row.get("detail") or "")
+        why = waits.title(reasons[0]["code"]) if reasons else (row.get("detail") or "")
         lines.append([
             short_id(row["job_id"]), row["name"], row["team"], row["queue"],
             f"{gpus_shown(row)} {row['flavor']}", row["state"], age(row["submitted_at"]), why,
@@ -222,8 +224,8 @@ def job(
             console.print(f"[bold]{key:>16}[/bold]  {untrusted(row[key])}", highlight=False)
     wait = row.get("wait") or {}
     for reason in wait.get("reasons") or []:
-        console.print(f"[bold]{'waiting':>16}[/bold]  {untrusted(reason['code'])}:"
-                      f" {untrusted(reason['message'])}")
+        console.print(f"[bold]{'waiting':>16}[/bold]  {untrusted(waits.title(reason['code']))}:"
+                      f" {untrusted(reason['message'])}", highlight=False)
     if wait.get("eta"):
         console.print(f"[bold]{'eta':>16}[/bold]  {untrusted(wait['eta'])}")
 
@@ -297,19 +299,48 @@ def why(
     if answer["state"] != "pending":
         console.print(f"  {untrusted(answer['summary'])}", highlight=False)
         return
+    print_wait(answer, datetime.now(UTC))
+
+
+def print_wait(answer: dict[str, Any], now: datetime) -> None:
+    """A pending job's reasons in the user's words (the codes are in --json), when each hold
+    ends, the ETA and the position, and the score as of now."""
     for i, reason in enumerate(answer["reasons"]):
         label = "because" if i == 0 else "also"
-        console.print(f"  {label:>7}  [bold]{untrusted(reason['code'])}[/bold]:"
-                      f" {untrusted(reason['message'])}",
-                      highlight=False)
-    console.print(untrusted(f"      eta  {answer.get('eta') or 'unknown'}"
-                            f"   (position {answer.get('position')})"), highlight=False)
+        code = str(reason.get("code", ""))
+        console.print(f"  {label:>7}  [bold]{untrusted(reason.get('title') or waits.title(code))}"
+                      f"[/bold]: {untrusted(reason['message'])}", highlight=False)
+        ends = _when(reason.get("ends_at"))
+        if ends is not None:
+            console.print(untrusted(f"    until  {_utc(ends)} ({waits.relative(ends, now)})"),
+                          highlight=False)
+    eta = _when(answer.get("eta"))
+    if eta is not None:
+        shown = f"{_utc(eta)} ({waits.relative(eta, now)})"
+    else:  # never a bare "unknown": the reason above says what it waits for
+        shown = f"not estimated: {waits.title(str(answer['reasons'][0].get('code', '')))}"
+    place = answer.get("position")
+    queue = f" in the {answer['flavor']} queue" if answer.get("flavor") else ""
+    console.print(untrusted(f"      eta  {shown}"
+                            + (f"   (position {place}{queue})" if place is not None else "")),
+                  highlight=False)
     factors = answer.get("factors") or {}
     if factors:
         console.print("    score  " + untrusted("  ".join(f"{k}={v:.1f}" for k, v in factors.items())),
                       highlight=False)
     if answer.get("resume_from"):
         console.print(f"   resume  {untrusted(answer['resume_from'])}", highlight=False)
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, str) and value:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return at if at.tzinfo else at.replace(tzinfo=UTC)
+    return None
+
+
+def _utc(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @handled

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rota import waits
 from rota.cli.client import request
 from rota.cli.output import CommandFailed, InvalidInput, console
 from rota.cli.untrusted import untrusted
@@ -58,7 +59,8 @@ def print_record(result: dict[str, Any]) -> None:
                                                      "PreemptionRequested"):
             extra = [_factors(pending.get("factors"))]
             if pending["decision"] == "hold":
-                extra += [f"{r['code']}: {r['message']}" for r in pending.get("reasons", [])[1:]]
+                extra += [f"also {waits.title(r['code'])}: {r['message']}"
+                          for r in pending.get("reasons", [])[1:]]
             for line in filter(None, extra):
                 console.print(f"  {'':23}  {'':<10}    {untrusted(line)}", highlight=False)
             pending = next(decisions, None)
@@ -78,13 +80,14 @@ def _print_preemptions(plans: list[dict[str, Any]]) -> None:
                                 for v in plan["victims"])
             console.print(untrusted(
                 f"  caused {plan['plan_id'][:13]} at {_t(plan['requested_at'])}:"
-                f" {plan['reason']} — victims {victims}; {plan['outcome'] or 'open'}"),
+                f" {waits.plan_reason(plan['reason'])} — victims {victims};"
+                f" {plan['outcome'] or 'open'}"),
                 highlight=False)
             continue
         lost = plan.get("lost_gpu_seconds")
         console.print(untrusted(
             f"  suffered {plan['plan_id'][:13]} for {plan.get('preemptor_queue')} job"
-            f" {str(plan['preemptor_job_id'])[:13]}: {plan['reason']}\n"
+            f" {str(plan['preemptor_job_id'])[:13]}: {waits.plan_reason(plan['reason'])}\n"
             f"    requested {_t(plan['requested_at'])}, noticed {_t(plan['noticed_at'])}"
             f" (deadline {_t(plan['deadline'])}), acked {_t(plan['acked_at'])}"
             f" with {plan.get('ack_checkpoint_uri') or 'no checkpoint'},"
