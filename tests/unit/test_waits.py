@@ -105,3 +105,66 @@ def test_rota_why_prints_words_not_codes_and_never_a_bare_unknown(
     jobs.print_wait(unknown, T0)
     out = capsys.readouterr().out
     assert "unknown" not in out and "not estimated: over its team's quota" in out
+
+
+def test_the_trace_shows_the_hold_between_the_submission_and_the_preemption() -> None:
+    """A production job that its queue's preemption delay holds back: its trace says so, and
+    until when, before the preemption it then makes (codes stay in the decisions)."""
+    import yaml
+    from rota.config import RotaConfig
+    from rota_policy import policy_config_from
+    from rota_scheduler.actions import plan_actions, record_sent
+    from rota_scheduler.view import ClusterView
+    from rota_submission.explain import timeline
+    from rota_submission.record import decisions
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "shared" / "src" / "rota" / "config"
+                          / "example.rota.yaml").read_text())
+    doc["queues"]["production"]["preemption_delay_s"] = 300
+    doc.setdefault("preemption", {})["max_lost_gpu_s_per_plan"] = None
+    config = RotaConfig.model_validate(doc)
+    policy = policy_config_from(config)
+    story = Story()
+    story.view = ClusterView(config)
+    rows: list[dict[str, Any]] = []
+
+    def cycle() -> list[Any]:
+        out = plan_actions(story.view, schedule(story.view.snapshot(story.now), story.now, policy),
+                           now=story.now, new_uuid=story.uuid)
+        record_sent(story.view, out, story.now)
+        messages = [item.message for item in out.outgoing]
+        for message in messages:
+            data = message.model_dump(mode="json")
+            story.event(type(message).__name__, **data)
+            rows.append({"type": type(message).__name__, "data": data, "source": "scheduler",
+                         "occurred_at": datetime.fromtimestamp(story.now, UTC)})
+        return messages
+
+    # Experiments fill the h100 nodes: vision's two (one borrowed node), research's, nlp's.
+    for team, user in (("vision", "carol"), ("vision", "carol"), ("research", "dave"),
+                       ("nlp", "bob")):
+        story.submit(team=team, user=user, queue="experiment", declared_runtime_s=36_000)
+    for message in cycle():
+        if type(message).__name__ == "AllocationProposed":
+            story.grant_and_start(message)
+    story.now += 3600  # past their minimum runtime
+    release = story.submit(team="nlp", user="alice", queue="production", declared_runtime_s=600)
+    rows.append({"type": "JobSubmitted", "data": {"spec": {"workers": 1, "gpus_per_worker": 8,
+                 "flavor": "h100", "queue": "production", "team": "nlp", "user": "alice"}},
+                 "source": "submission", "occurred_at": datetime.fromtimestamp(story.now, UTC)})
+    cycle()
+    story.now += 301
+    cycle()
+    mine = [r for r in rows if r["type"] == "JobSubmitted"
+            or r["data"].get("job_id") == release or r["data"].get("preemptor_job_id") == release]
+    lines = [entry["summary"] for entry in timeline(mine, release)]
+    held = next(i for i, line in enumerate(lines)
+                if line.startswith("hold:") and "held back: its queue waits before it preempts" in line)
+    preempt = next(i for i, line in enumerate(lines) if line.startswith("preempt ("))
+    assert lines[0].startswith("submitted") and 0 < held < preempt, lines
+    allowed_at = datetime.fromtimestamp(story.now - 1, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"(until {allowed_at})" in lines[held] and "PREEMPTION_DELAYED" not in lines[held]
+    record = decisions(mine, release)  # the codes, for --json
+    first_hold = next(i for i, d in enumerate(record) if d["decision"] == "hold")
+    assert "PREEMPTION_DELAYED" in [r["code"] for r in record[first_hold]["reasons"]]
+    assert first_hold < [d["decision"] for d in record].index("preempt")

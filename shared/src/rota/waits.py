@@ -27,6 +27,10 @@ TITLES: dict[str, str] = {
     "NOT_YET_SCHEDULED": "not looked at yet",
 }
 
+HOLDS = frozenset({"PREEMPTION_HELD", "PREEMPTION_DELAYED"})
+"""Codes of the rules that hold a job back from preempting: `rota trace` names them on the
+hold's line even when another reason comes first."""
+
 HOLD_ENDS = ("hold_ends_at", "preemption_allowed_at", "expected_free_at", "resets_at")
 """Details that say, as epoch seconds, when what holds a job ends, in the order they are read:
 a minimum runtime or wait target (`PREEMPTION_HELD`), a preemption delay (`PREEMPTION_DELAYED`),

@@ -66,18 +66,20 @@ def _preemption_completed(data: dict[str, Any], job_id: str) -> str:
 
 
 def _pending(data: dict[str, Any], job_id: str) -> str:
-    """A hold in the user's words: the primary reason's title and message, until when a hold
-    lasts, its position and its ETA (the codes stay in the decisions, for --json)."""
+    """A hold in the user's words: the primary reason's title and message, then any rule that
+    holds the job back from preempting and until when, its position and its ETA (the codes
+    stay in the decisions, for --json)."""
     reasons = data.get("reasons") or []
-    if reasons:
-        first = reasons[0]
-        ends = waits.ends_at(first)
-        until = f" (until {_utc(ends)})" if ends is not None else ""
-        primary = f"{waits.title(str(first['code']))}: {first['message']}{until}"
-    else:
-        primary = "waiting"
+    said = [_reason(reasons[0])] if reasons else ["waiting"]
+    said += [f"held back: {_reason(r)}" for r in reasons[1:] if r.get("code") in waits.HOLDS]
     eta = f", ETA {data['eta']}" if data.get("eta") else ", no ETA"
-    return f"hold: {primary} (position {data.get('position')}{eta})"
+    return f"hold: {'; '.join(said)} (position {data.get('position')}{eta})"
+
+
+def _reason(reason: dict[str, Any]) -> str:
+    ends = waits.ends_at(reason)
+    until = f" (until {_utc(ends)})" if ends is not None else ""
+    return f"{waits.title(str(reason.get('code', '')))}: {reason.get('message', '')}{until}"
 
 
 def _utc(at: datetime) -> str:

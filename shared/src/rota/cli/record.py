@@ -59,8 +59,8 @@ def print_record(result: dict[str, Any]) -> None:
                                                      "PreemptionRequested"):
             extra = [_factors(pending.get("factors"))]
             if pending["decision"] == "hold":
-                extra += [f"also {waits.title(r['code'])}: {r['message']}"
-                          for r in pending.get("reasons", [])[1:]]
+                extra += [f"also {waits.title(r['code'])}: {r['message']}"  # holds: on its line
+                          for r in pending.get("reasons", [])[1:] if r["code"] not in waits.HOLDS]
             for line in filter(None, extra):
                 console.print(f"  {'':23}  {'':<10}    {untrusted(line)}", highlight=False)
             pending = next(decisions, None)
