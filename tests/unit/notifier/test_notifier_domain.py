@@ -63,6 +63,8 @@ def test_long_wait_key_is_one_per_job_wait_and_threshold() -> None:
     assert first.dedup_key == later.dedup_key == f"long_wait:{job.job_id}:0:3600"
     assert first.context["reason_code"] == "QUOTA_EXCEEDED"
     assert first.context["other_reasons"] == ["PRIORITY"]
+    assert first.context["reason_title"] == "over its team's quota"  # what the templates show
+    assert first.context["other_titles"] == ["behind other jobs in its queue"]
 
 
 def test_start_notifies_only_after_a_long_wait_and_resume_always() -> None:

@@ -108,6 +108,19 @@ def test_every_kind_renders(kind: str, extra: dict[str, Any], expected: str) -> 
     assert out.text and out.html.startswith("<!doctype html>") and out.slack
 
 
+def test_a_long_wait_says_its_reasons_in_words_and_no_bare_unknown() -> None:
+    ctx = notice_context() | {"kind": "long_wait", "waited_s": 4000, "threshold_s": 3600,
+                              "reason_code": "QUOTA_EXCEEDED", "reason_title": "over its team's quota",
+                              "reason_message": "at quota", "position": 2, "eta": None,
+                              "other_reasons": ["PRIORITY"],
+                              "other_titles": ["behind other jobs in its queue"]}
+    out = Renderer().render("long_wait", ctx, NOW)
+    for text in (out.subject, out.text, out.html, out.slack):
+        assert "QUOTA_EXCEEDED" not in text and "unknown" not in text
+    assert "over its team's quota: at quota" in out.text
+    assert "behind other jobs in its queue" in out.text and "not estimated" in out.text
+
+
 def test_operator_templates_override_and_a_broken_one_falls_back(tmp_path: Path) -> None:
     (tmp_path / "run_failed.subject.j2").write_text("[ACME] {{ job_name }} broke")
     (tmp_path / "preemption_noticed.subject.j2").write_text("{{ no_such_value }}")

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
+from rota import waits
 from rota.budget import WARN_FRACTION, reset_text
 from rota.config import RotaConfig
 from rota.contracts import Envelope
@@ -165,6 +166,9 @@ def notices(
             "reason_message": primary.message, "position": data.position,
             "eta": data.eta.isoformat() if data.eta else None,
             "other_reasons": [r.code.value for r in data.reasons[1:]],
+            # The same in words (rota.waits), which the shipped templates show.
+            "reason_title": waits.title(primary.code.value),
+            "other_titles": [waits.title(r.code.value) for r in data.reasons[1:]],
         }
         # Once per job, wait (episode) and threshold, however often the scheduler re-explains.
         key = f"long_wait:{data.job_id}:{job.episode}:{int(threshold)}"
