@@ -98,7 +98,8 @@ class PendingExplanation:
     """Every reason that applies, the primary one first; never empty."""
     eta: float | None
     position: int
-    """0-based place in the flavor's queue order across all tiers."""
+    """1-based place in the flavor's queue order across all tiers, unique within it: the job
+    first in line is 1; jobs admitted this cycle take no place."""
     factors: ScoreBreakdown
 
     @property

@@ -16,11 +16,21 @@ from collections.abc import Callable, Sequence
 from rota_policy.cycle import Cycle
 from rota_policy.model import PendingJob, PendingQueue, expected_ends
 
-__all__ = ["EXACT_DEPTH", "DeepQueues", "Eta"]
+__all__ = ["EXACT_DEPTH", "DeepQueues", "Eta", "scaled_end"]
 
 EXACT_DEPTH = 128
 
 OrderKey = tuple[float, float, str]
+
+
+def scaled_end(started_at: float, declared_end: float, now: float, scale: float) -> float:
+    """When a run is expected to end: its declared runtime scaled by what the caller observed
+    (`Snapshot.runtime_scale`). Past its scaled estimate it is one of the longer runs for what
+    it declared, so what is left of its declared runtime is what it is likely to use, scaled."""
+    end = started_at + (declared_end - started_at) * scale
+    if end < now:
+        end = now + (declared_end - now) * scale if declared_end > now else now
+    return end
 
 
 class Eta:
@@ -39,11 +49,7 @@ class Eta:
         releases = self.releases
         live = [run for run in cy.snapshot.running if run.run_id not in taken]
         for run, declared in zip(live, expected_ends(live, now, default), strict=True):
-            end = run.started_at + (declared - run.started_at) * scale
-            if end < now:
-                # Past its scaled estimate: it is one of the longer runs for what it declared,
-                # so what is left of its declared runtime is what it is likely to use, scaled.
-                end = now + (declared - now) * scale if declared > now else now
+            end = scaled_end(run.started_at, declared, now, scale)
             found = releases.get(run.flavor)
             if found is None:
                 releases[run.flavor] = [(end, run.gpus)]

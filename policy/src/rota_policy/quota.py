@@ -123,24 +123,30 @@ class QuotaBook:
                 lim.quota + lim.borrowing_limit,
             )
         if self._protected:
-            kept_back = sum(
-                max(0, other.unlendable - self.in_use(name, flavor))
-                for name, fl, other in self._protected
-                if fl == flavor and name != team
-            )
+            kept_back = self.kept_back(team, flavor)
             room = self._capacity.get(flavor, 0) - kept_back
             short = self.total(flavor) - released + gpus - room
             if short > 0:
+                # With nothing kept back the flavor is simply full: say so, not "0 kept back".
+                held = (f"other teams' lending limits keep {kept_back} of their idle GPUs back" if kept_back
+                        else f"all {self._capacity.get(flavor, 0)} {flavor} GPUs are in use or promised")
                 return QuotaCheck(
                     False,
                     borrowed,
                     f"insufficient unused quota to borrow for {flavor}: {short}"
                     f" more needed (team {team} would borrow {after - lim.quota} above its quota of"
-                    f" {lim.quota}; other teams' lending limits keep {kept_back} of their idle GPUs"
-                    " back); it starts once GPUs in use are freed, or within its quota",
+                    f" {lim.quota}; {held}); it starts once GPUs in use are freed, or within its quota",
                     room,
                 )
         return QuotaCheck(True, borrowed)
+
+    def kept_back(self, team: str, flavor: str) -> float:
+        """The idle quota of `flavor` that other teams' lending limits keep from `team`."""
+        return sum(
+            max(0, other.unlendable - self.in_use(name, flavor))
+            for name, fl, other in self._protected
+            if fl == flavor and name != team
+        )
 
     def add(self, team: str, flavor: str, gpus: float) -> None:
         key = (team, flavor)

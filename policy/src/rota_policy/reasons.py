@@ -3,29 +3,34 @@
 Every pending job asked about gets every reason that applies, the primary one first, each with
 a message that gives the numbers. The ETA comes from list-scheduling the queue in policy order
 against the expected ends of running work (declared or estimated runtimes, scaled by what the
-caller has observed); gangs are counted in GPUs, not shapes. Jobs that can never start, or
-whose start depends on another team's usage (quota), get no ETA rather than a wrong one.
+caller has observed); gangs are counted in GPUs, then, for a wait on a shape (fragmentation, a
+level a gang needs whole), no earlier than one node or domain has room (`eta_shape`). A quota
+wait's ETA is when the team's own runs free enough of its quota (`eta_quota`); the rules that
+hold a preemptor back say so, with when they end (`holds`, `protection`). A job that can never
+start gets no ETA but a named blocker (`details.blocker`) in its reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.block import NO_ETA, Block
 from rota_policy.budget_reasons import block_of, budget_details, budget_start, idle_only_reasons
 from rota_policy.cycle import Cycle
-from rota_policy.decisions import DetailValue, Diagnosis, PendingExplanation, Reason, ScoreBreakdown
+from rota_policy.decisions import Diagnosis, PendingExplanation, Reason, ScoreBreakdown
 from rota_policy.diagnosis import diagnose, wider_flavor
 from rota_policy.eta import EXACT_DEPTH, DeepQueues, Eta
+from rota_policy.eta_quota import QuotaEta, QuotaWait, ReleaseCurve
+from rota_policy.eta_shape import ShapeEta, fragmentation
+from rota_policy.holds import Holds
 from rota_policy.ladder import admission_block, choose
-from rota_policy.layout import Layout
-from rota_policy.model import PendingJob, PendingQueue, Restart
+from rota_policy.model import PendingJob, PendingQueue
 from rota_policy.ordering import QueueWalk, submit_key, tier_queues
-from rota_policy.placement import ClusterState
-from rota_policy.protection import Borrowers, delay_reason, protected_borrowers, reclaim_reason
+from rota_policy.protection import Borrowers, clock, delay_reason, protected_borrowers, reclaim_reason
+from rota_policy.wording import elastic, in_one, more, need_of, over_flavors, restarting, with_wider
 
 __all__ = ["explain"]
 
@@ -58,6 +63,11 @@ class _Shared:
 
     details: dict[tuple[int, int, int], Details]
     capacity_reasons: dict[tuple[str, str, int, int], Reason]
+    quota: QuotaEta
+    shape: ShapeEta
+    holds: Holds
+    waits: dict[str, QuotaWait] = field(default_factory=dict)
+    """Quota waits booked in the exact walk, for the explanations of the jobs asked about."""
     protected: Borrowers | None = None
     """Borrowed runs that only their minimum runtime protects (`protection.reclaim_reason`)."""
 
@@ -80,20 +90,12 @@ class _Shared:
         return found
 
 
-def _need(job: PendingJob) -> str:
-    """What the job asks for, as its reasons say it: "2x8", "8", or a GPU share, "0.5 of one"
-    (DECISIONS 66)."""
-    if job.share:
-        return f"{job.demand:g} of one"
-    return f"{job.workers}x{job.gpus_per_worker}" if job.workers > 1 else f"{job.gpus}"
-
-
 def _reasons(
     cy: Cycle, shared: _Shared, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
 ) -> tuple[Reason, ...]:
     f, g, state = job.flavor, job.gpus, cy.state
     free, cap = state.free_total.get(f, 0), state.layout.capacity.get(f, 0)
-    need = _need(job)
+    need = need_of(job)
     if block is None:
         # No turn recorded a block (the walk never reached it, or it was not asked about):
         # the ladder answers now; a job that could start waits only on those ahead of it.
@@ -103,12 +105,14 @@ def _reasons(
     details = shared.base(g, free, cap) + ((("gpu_share", job.demand),) if job.share else ())
     if code is Code.NO_MATCHING_FLAVOR:
         offered = ", ".join(sorted(state.layout.flavors)) or "none"
-        msg = block.detail or f"no node offers flavor {f}; the cluster has {offered}"
+        msg = block.detail or f"no node offers flavor {f}; the cluster has {offered}: it can never start"
+        details += (("blocker", "no_matching_flavor"),)
     elif code is Code.EXCEEDS_CLUSTER:
         msg = (
-            f"needs {need} {f} GPUs{_in_one(state.layout, job)}; the cluster"
+            f"needs {need} {f} GPUs{in_one(state.layout, job)}; the cluster"
             f" has {cap} on nodes of at most {state.layout.max_node.get(f, 0)}: it can never start"
         )
+        details += (("blocker", "exceeds_cluster"),)
     elif code is Code.QUOTA_EXCEEDED:
         msg = block.detail or f"team {job.team} is at its {f} quota"
         details += (("in_use", cy.quota.in_use(job.team, f)), ("quota", cy.quota.limits(job.team, f).quota))
@@ -150,23 +154,6 @@ def _reasons(
     return tuple(out) if not cy.budget.idle_only else (*out, *idle_only_reasons(cy, job))
 
 
-def _restarting(restart: Restart, reason: Reason) -> Reason:
-    """A job restarting at another size says which and at what size (DECISIONS 81, 82)."""
-    return Reason(reason.code, reason.message, (
-        *reason.details, ("restart", "grow" if restart.grow else "shrink"),
-        ("restart_workers", len(restart.target))))
-
-
-def _elastic(job: PendingJob, reason: Reason) -> Reason:
-    """An elastic gang's primary reason says that it is about its min (DECISIONS 71)."""
-    return Reason(
-        reason.code,
-        f"{reason.message} (elastic, {job.workers} to {job.workers_max} workers: it starts at the"
-        f" largest size that fits once {job.workers} do; its ETA is for {job.workers})",
-        (*reason.details, ("workers_min", job.workers), ("workers_max", job.workers_max)),
-    )
-
-
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
     queues = cy.snapshot.pending
     if cy.rules.order == "submit":
@@ -205,7 +192,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     shallow = {j.flavor for j in targets}
     stop = bool(shallow)
     eta = Eta(cy)
-    shared = _Shared({}, {})
+    shared = _Shared({}, {}, QuotaEta(cy, ReleaseCurve(cy)), ShapeEta(cy), Holds(cy))
     position: dict[str, int] = {}
     gpus_ahead: dict[str, int] = {}
     done: dict[tuple[object, str, str], int] = {}
@@ -224,7 +211,12 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             position[f] = pos + 1
             gpus_ahead[f] = ahead_gpus + job.gpus
             block = block_of(cy, job)
-            start = _start(cy, eta, job, block.code if block is not None else None)
+            start = _start(cy, eta, shared.shape, job, block.code if block is not None else None)
+            if block is not None and block.code is Code.QUOTA_EXCEEDED and not job.fallback:
+                # Booked for the jobs behind it as deep as the list schedule is exact.
+                wait = shared.quota.start(job, book=eta.depth.get(f, 0) < EXACT_DEPTH)
+                if remaining is None or job.job_id in remaining:
+                    shared.waits[job.job_id] = wait
             if remaining is None:
                 out.append((job, _explanation(cy, shared, job, block, start, pos, ahead_gpus)))
             elif job.job_id in remaining:
@@ -244,15 +236,27 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     return tuple(ex for _, ex in out), diagnose(cy, out)
 
 
-def _start(cy: Cycle, eta: Eta, job: PendingJob, code: Code | None) -> float | None:
-    """The job's ETA in the exact walk, from the block its turn gave it."""
+def _start(cy: Cycle, eta: Eta, shape: ShapeEta, job: PendingJob, code: Code | None) -> float | None:
+    """The job's ETA in the exact walk, from the block its turn gave it: a wait on a shape
+    starts no earlier than one node or domain has room for it."""
     if code is Code.WAITING_FOR_PREEMPTION:
         return eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, cy.now))
     if code is Code.BUDGET_EXHAUSTED:
         return budget_start(cy, job)  # nor does it take GPUs ahead of others in the schedule
     if code in NO_ETA:
         return None
-    return eta.start_any(job) if job.fallback else eta.start(job)
+    if job.fallback:
+        return eta.start_any(job)
+    start = eta.start(job)
+    if start is not None and _on_shape(cy, job, code):
+        fits = shape.start(job)
+        start = start if fits is None else max(start, fits)
+    return start
+
+
+def _on_shape(cy: Cycle, job: PendingJob, code: Code | None) -> bool:
+    """Whether the job's wait is on a shape: fragmentation, or a level it needs whole."""
+    return code is Code.FRAGMENTATION or cy.state.layout.chain(job.need)[1]
 
 
 def _explanation(
@@ -269,39 +273,63 @@ def _explanation(
         on, block = _flavor_of_block(cy, job, block)
     reasons = _reasons(cy, shared, on, block, pos, ahead_gpus)
     if job.fallback:
-        reasons = _over_flavors(job, on.flavor, reasons)
+        reasons = over_flavors(job, on.flavor, reasons)
     restart = cy.restarting.get(job.job_id)
     if restart is not None and reasons[0].code is Code.WAITING_FOR_PREEMPTION:
-        reasons = (_restarting(restart, reasons[0]), *reasons[1:])
+        reasons = (restarting(restart, reasons[0]), *reasons[1:])
     elif job.elastic:
-        reasons = (_elastic(job, reasons[0]), *reasons[1:])
-    if reasons[0].code in NO_ETA:
+        reasons = (elastic(job, reasons[0]), *reasons[1:])
+    code = reasons[0].code
+    if code is Code.QUOTA_EXCEEDED:
+        wait = shared.waits.pop(job.job_id, None) or shared.quota.start(on, book=False)
+        start = wait.eta
+        reasons = (more(reasons[0], wait.message, wait.details), *reasons[1:])
+    elif code in NO_ETA:
         start = None
-    else:
-        if reasons[0].code is Code.INSUFFICIENT_CAPACITY and cy.rules.planner is not None:
-            if shared.protected is None:
-                shared.protected = protected_borrowers(cy)
-            reclaim = reclaim_reason(cy, on, shared.protected)
-            if reclaim is not None:
-                at, reason = reclaim
-                reasons = (reason, *reasons[1:])
-                start = at if start is None else min(start, at)
-        delayed = delay_reason(cy, on, start)
-        if delayed is not None:
-            start, reason = delayed
-            reasons = (reasons[0], reason, *reasons[1:])
+    elif code is Code.FRAGMENTATION and not job.fallback:
+        fits = shared.shape.start(on)
+        if fits is not None:
+            reasons = (more(reasons[0], f"one node should have room for it by {clock(fits)}",
+                             (("eta_basis", "one_node_frees"),)), *reasons[1:])
+    if code not in (Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER):
+        start, reasons = _holds(cy, shared, on, start, reasons, pos)
     wider = wider_flavor(cy, job, reasons[0].code, start)
     if wider is not None:
-        reasons = (_with_wider(reasons[0], *wider), *reasons[1:])
-    return PendingExplanation(job.job_id, reasons, start, pos, _factors(cy, job))
+        reasons = (with_wider(reasons[0], *wider), *reasons[1:])
+    return PendingExplanation(job.job_id, reasons, start, pos + 1, _factors(cy, job))
 
 
-def _with_wider(reason: Reason, flavor: str, within: bool) -> Reason:
-    """The primary reason, telling that a flavor the job does not list would start it now."""
-    how = "within its team's quota" if within else "by borrowing"
-    message = f"{reason.message}; it would start now on {flavor} ({how}) if it accepted {flavor}"
-    details = (*reason.details, ("wider_flavor", flavor), ("wider_within_quota", "yes" if within else "no"))
-    return Reason(reason.code, message, details)
+def _holds(
+    cy: Cycle, shared: _Shared, on: PendingJob, start: float | None, reasons: tuple[Reason, ...], pos: int
+) -> tuple[float | None, tuple[Reason, ...]]:
+    """The rules that hold a preemptor back, as the reasons after the primary one, and the ETA
+    they imply: borrowed runs its team may take back, its queue's preemption delay, its
+    victims' minimum runtime or preemption budget, its wait target."""
+    code = reasons[0].code
+    reclaim = None
+    if code is Code.INSUFFICIENT_CAPACITY and cy.rules.planner is not None:
+        if shared.protected is None:
+            shared.protected = protected_borrowers(cy)
+        reclaim = reclaim_reason(cy, on, shared.protected)
+        if reclaim is not None:
+            at, reason = reclaim
+            reasons = (reason, *reasons[1:])
+            start = at if start is None else min(start, at)
+    delayed = delay_reason(cy, on, start)
+    if delayed is not None:
+        start, reason = delayed
+        return start, (reasons[0], reason, *reasons[1:])
+    if reclaim is None:
+        held = shared.holds.victims(on, code, pos, start)
+        if held is not None:
+            ends, reason = held
+            if ends is not None:
+                start = ends if start is None else min(start, ends)
+            return start, (reasons[0], reason, *reasons[1:])
+    waits = shared.holds.wait_target(on, code, start)
+    if waits is not None:
+        reasons = (reasons[0], waits, *reasons[1:])
+    return start, reasons
 
 
 def _flavor_of_block(cy: Cycle, job: PendingJob, block: Block | None) -> tuple[PendingJob, Block | None]:
@@ -315,18 +343,6 @@ def _flavor_of_block(cy: Cycle, job: PendingJob, block: Block | None) -> tuple[P
         hold = cy.plan_holds.get(job.job_id)
         flavor = hold.flavor if hold is not None else job.flavor
     return job.on(flavor), block
-
-
-def _over_flavors(job: PendingJob, flavor: str, reasons: tuple[Reason, ...]) -> tuple[Reason, ...]:
-    """The primary reason of a multi-flavor job says that no flavor it accepts admits it, and
-    which one the numbers are about."""
-    first = reasons[0]
-    accepts = ", ".join(job.flavors)
-    message = f"none of its flavors ({accepts}) can start it now; on {flavor}: {first.message}"
-    if first.code is Code.WAITING_FOR_PREEMPTION:
-        message = f"on {flavor} (it accepts {accepts}): {first.message}"
-    details = (*first.details, ("flavor", flavor), ("flavors", "|".join(job.flavors)))
-    return (Reason(first.code, message, details), *reasons[1:])
 
 
 def _deep(
@@ -362,38 +378,3 @@ def _deep(
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
         out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
     return out
-
-
-def _in_one(layout: Layout, job: PendingJob) -> str:
-    """" in one <level>" for a job bound to a level, else ""."""
-    levels, hard = layout.chain(job.need)
-    return f" in one {levels[-1]}" if hard else ""
-
-
-def fragmentation(
-    state: ClusterState, job: PendingJob, need: str, free: int
-) -> tuple[str, tuple[tuple[str, DetailValue], ...]]:
-    """FRAGMENTATION's message: which level blocks the job, the domain of that level with the
-    most room, and how the free room is spread (Kueue's "insufficient unused quota" style)."""
-    f = job.flavor
-    levels, hard = state.layout.chain(job.need)
-    if not hard:
-        return f"{free} {f} GPUs are free, but not as {need} on the nodes", ()
-    level = levels[-1]
-    domains, counts, per = state.layout.domains(level), state.counts(), job.gpus_per_worker
-    room: dict[str, int] = {}
-    nodes = 0
-    for n in state.layout.flavor_nodes.get(f, []):
-        slots = counts[n] // per
-        if slots:
-            room[domains[n]] = room.get(domains[n], 0) + slots
-            nodes += 1
-    if not room:
-        return f"{free} {f} GPUs are free, but no node has {per} free for one worker", (("level", level),)
-    best, most = max(room.items(), key=lambda kv: (kv[1], kv[0]))
-    msg = (
-        f"needs {need} {f} GPUs in one {level}; the {level} with the most room, {best}, seats"
-        f" {most} of {job.workers} workers; {nodes} node(s) with room for a worker are spread"
-        f" across {len(room)} {level}(s)"
-    )
-    return msg, (("level", level), ("best_domain", best), ("best_domain_workers", most))

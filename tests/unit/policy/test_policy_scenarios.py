@@ -67,7 +67,7 @@ def _breakdown_sums(d: Decisions) -> None:
     exp, train = explanation(d, "nlp-expe-1x8").factors, explanation(d, "nlp-trai-1x8").factors
     assert exp.queue < train.queue
     assert train.total == pytest.approx(train.queue + train.age + train.fairshare + train.quota_headroom)
-    assert explanation(d, "nlp-trai-1x8").position == 0
+    assert explanation(d, "nlp-trai-1x8").position == 1  # 1-based: the first in line is 1
 
 
 def _borrowed_16(d: Decisions) -> None:
@@ -203,9 +203,10 @@ ROWS: list[Row] = [
     Row("score breakdown: queue weight follows the tier and total is the sum", cluster(1, Run("nlp", "production")),
         gpu_jobs("nlp", "experiment") + gpu_jobs("nlp", "training"), team_config({"nlp": 8}), check=_breakdown_sums),
     # ------------------------------------------------------------ quotas
+    # Its ETA: when its team's own run frees the quota (started at -3600, the default 14400 s runtime).
     Row("borrowing limit: no borrowing beyond it, even on an idle cluster", cluster(4, Run("nlp", "training")),
         gpu_jobs("nlp"), team_config({"nlp": 8}, borrowing={"nlp": 0}),
-        admits=(), reasons={"nlp-trai-1x8": (Code.QUOTA_EXCEEDED,)}, no_eta=("nlp-trai-1x8",)),
+        admits=(), reasons={"nlp-trai-1x8": (Code.QUOTA_EXCEEDED,)}, etas={"nlp-trai-1x8": NOW + 800}),
     Row("borrowing: idle GPUs above the quota are lent, and reported as borrowed", cluster(4),
         gpu_jobs("nlp", workers=3), team_config({"nlp": 8, "cv": 16}), admits=("nlp-trai-3x8",), check=_borrowed_16),
     Row("lending limit: the unlendable part of an idle quota is kept back", cluster(4),

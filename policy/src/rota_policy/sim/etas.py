@@ -6,7 +6,8 @@ A replay cannot know a start before it happens, so the second moment comes from 
 `BEFORE_START_S` before its start; a second, identical pass asks the policy about the job then.
 
 Two estimators at each moment: the policy's own ETA, and what `squeue --start` would print
-(`squeue.squeue_start`), from the same state.
+(`squeue.squeue_start`), from the same state. With the policy's ETA, the primary reason it gave
+at submission, and whether a reason named what blocks a job with no ETA (`details.blocker`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class EtaLog:
         self.before_start: dict[str, float | None] = {}
         self.squeue_at_submit: dict[str, float | None] = {}
         self.squeue_before_start: dict[str, float | None] = {}
+        self.code_at_submit: dict[str, str] = {}
+        """The primary reason code each job got at submission."""
+        self.blocker_at_submit: set[str] = set()
+        """The jobs that got no ETA at submission but a reason that names their blocker."""
         self._asked = probes is not None
         self._due = sorted((t, job_id) for job_id, t in (probes or {}).items())
         self._next = 0
@@ -88,10 +93,16 @@ class EtaLog:
     ) -> None:
         """After the cycle at `now` is applied: `new` are the jobs it saw first, `pending` the
         jobs still waiting, `state` the free GPUs, runs and queues the squeue estimate reads."""
-        etas = {ex.job_id: ex.eta for ex in decisions.pending}
+        explained = {ex.job_id: ex for ex in decisions.pending}
+        etas = {job_id: ex.eta for job_id, ex in explained.items()}
         fresh = [job_id for job_id in new if job_id in pending]
         for job_id in fresh:
             self.at_submit[job_id] = etas.get(job_id)
+            ex = explained.get(job_id)
+            if ex is not None:
+                self.code_at_submit[job_id] = ex.primary.value
+                if ex.eta is None and any(r.detail("blocker") is not None for r in ex.reasons):
+                    self.blocker_at_submit.add(job_id)
         probed = [job_id for job_id in self._probing if job_id in pending]
         for job_id in probed:
             self.before_start[job_id] = etas.get(job_id)

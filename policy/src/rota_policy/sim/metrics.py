@@ -23,6 +23,13 @@ eta_before_start  the same, for the ETA of the last cycle 10 minutes or more bef
           ETA probes (a second pass, `replay_run(..., eta_probes=True)`)
 squeue_eta_*  the same two, for what `squeue --start` would have printed (`sim.squeue`);
           None, too, without ETA probes
+eta_waited_eta_or_blocker  the share of the jobs that waited 60 s or more that had, at
+          submission, an ETA or a reason naming what blocks them (`details.blocker`)
+eta_by_reason  the same figures per primary reason code at submission, over the jobs that waited
+          60 s or more (None for a code no such job had; NONE: jobs the policy did not explain at
+          submission, as one that started at once and was stopped later): jobs, coverage, eta_or_blocker,
+          p50 / p90 at submission, before_start p50 / p90, squeue p50 / p90 at submission and
+          squeue coverage (the last four None without ETA probes)
 eta       median over jobs of |ETA at submit - actual start| / max(actual wait, 60 s)
 gpu_shares  only on a cluster with a shareable flavor: the jobs asking for a share and their
           average wait, the GPU-hours held (a shared GPU whole), the completed jobs per GPU-hour
@@ -40,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rota.contracts.common import TIER_ORDER
+from rota.contracts.messages import WaitReasonCode
 
 from rota_policy.sim.simjob import SimJob
 from rota_policy.sim.simulator import Simulator
@@ -61,7 +69,7 @@ METRIC_KEYS = (
     "squeue_eta_waited_p90_rel_error", "squeue_eta_waited_within_25pct",
     "squeue_eta_waited_coverage", "squeue_eta_before_start_p50_rel_error",
     "squeue_eta_before_start_p90_rel_error", "squeue_eta_before_start_within_25pct",
-    "squeue_eta_before_start_coverage",
+    "squeue_eta_before_start_coverage", "eta_waited_eta_or_blocker", "eta_by_reason",
 )  # fmt: skip
 
 
@@ -263,7 +271,47 @@ def _eta_quality(sim: Simulator) -> dict[str, Any]:
     out |= _none_unless(log.squeue, _summary("squeue_eta_waited", s_errors, waited, coverage=True))
     sb_errors, _ = _waited_errors(sim.jobs, before(log.squeue_before_start, log.squeue_at_submit))
     summary = _summary("squeue_eta_before_start", sb_errors, waited, coverage=True)
-    return out | _none_unless(log.squeue and probed, summary)
+    out |= _none_unless(log.squeue and probed, summary)
+    waited_jobs = [j for j in sim.jobs if j.first_start is not None and j.first_start - j.t.submit >= 60.0]
+    told = sum(1 for j in waited_jobs
+               if log.at_submit.get(j.t.job_id) is not None or j.t.job_id in log.blocker_at_submit)
+    out["eta_waited_eta_or_blocker"] = told / len(waited_jobs) if waited_jobs else 0.0
+    out["eta_by_reason"] = _by_reason(sim, waited_jobs, before(log.before_start, log.at_submit),
+                                      before(log.squeue_before_start, log.squeue_at_submit))
+    return out
+
+
+def _by_reason(
+    sim: Simulator, waited: list[SimJob], before: Callable[[str], float | None],
+    squeue_before: Callable[[str], float | None],
+) -> dict[str, dict[str, Any] | None]:
+    """`eta_by_reason`: the ETA figures per primary reason code at submission."""
+    log = sim.etas
+    groups: dict[str, list[SimJob]] = {}
+    for j in waited:
+        groups.setdefault(log.code_at_submit.get(j.t.job_id, "NONE"), []).append(j)
+    out: dict[str, dict[str, Any] | None] = {}
+    for code in (*(c.value for c in WaitReasonCode), "NONE"):
+        jobs = groups.get(code)
+        if not jobs:
+            out[code] = None
+            continue
+        errors, n = _waited_errors(jobs, log.at_submit.get)
+        b_errors, _ = _waited_errors(jobs, before)
+        s_errors, _ = _waited_errors(jobs, log.squeue_at_submit.get)
+        told = sum(1 for j in jobs if log.at_submit.get(j.t.job_id) is not None
+                   or j.t.job_id in log.blocker_at_submit)
+        figures: dict[str, Any] = {
+            "jobs": n, "coverage": len(errors) / n, "eta_or_blocker": told / n,
+            "p50": _percentile(errors, 0.5), "p90": _percentile(errors, 0.9),
+        }
+        figures |= _none_unless(log.probed, {"before_start_p50": _percentile(b_errors, 0.5),
+                                             "before_start_p90": _percentile(b_errors, 0.9)})
+        figures |= _none_unless(log.squeue, {"squeue_p50": _percentile(s_errors, 0.5),
+                                             "squeue_p90": _percentile(s_errors, 0.9),
+                                             "squeue_coverage": len(s_errors) / n})
+        out[code] = figures
+    return out
 
 
 def _none_unless(measured: bool, figures: dict[str, Any]) -> dict[str, Any]:

@@ -191,6 +191,10 @@ class WaitReasonCode(StrEnum):
     RESERVED_FOR_HIGHER_PRIORITY = "RESERVED_FOR_HIGHER_PRIORITY"
     PREEMPTION_DELAYED = "PREEMPTION_DELAYED"
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    PREEMPTION_HELD = "PREEMPTION_HELD"
+    """A rule holds the job back from preempting: its victims' minimum runtime or preemption
+    budget, or its queue's wait target (`details.hold` says which, `details.hold_ends_at` until
+    when, where it ends)."""
 
 
 class WaitReason(OpenModel):
