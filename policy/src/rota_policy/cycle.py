@@ -133,6 +133,8 @@ class Cycle:
         """Waiting jobs that restart at another size on GPUs held for them (`restarts`); each
         is also in `planned` and `plan_holds`, as a preemptor with a plan in flight is."""
         self.plan_ready_at: dict[str, float] = {}
+        self.preemptors: list[PendingJob] = []
+        """The jobs behind this cycle's `plans`, in order: their quota is taken (explain's ETAs)."""
         """Per preemptor, when its victims are expected to have saved and stopped."""
         self.abandoned: list[str] = []
         self.deferred: dict[str, float] = {}
@@ -309,6 +311,7 @@ class Cycle:
 
     def accept_plan(self, job: PendingJob, plan: PreemptionPlan) -> None:
         self.plans.append(plan)
+        self.preemptors.append(job)
         self.plan_ready_at[job.job_id] = self.now + self.config.checkpoint_save_s
         self.taken.update(v.run_id for v in plan.victims)
         self.quota.add(job.team, job.flavor, job.demand)

@@ -95,7 +95,7 @@ class QuotaEta:
         if found is None:
             cy = self.cy
             now, scale, save = cy.now, cy.snapshot.runtime_scale, cy.config.checkpoint_save_s
-            own = [r for r in cy.runs_by_flavor.get(flavor, ()) if r.team == team]
+            own = [r for r in cy.snapshot.running if r.team == team and r.flavor == flavor]
             ends = expected_ends(own, now, cy.config.default_runtime_s)
             heap = [
                 (now + save if r.run_id in cy.taken else scaled_end(r.started_at, end, now, scale), r.demand,
@@ -104,6 +104,15 @@ class QuotaEta:
             ]
             heap.extend((now + cy.runtime(j) * scale, j.demand, _what(j.tier.value, j.job_id))
                         for j in cy.admitted_jobs if j.team == team and j.flavor == flavor)
+            # Preemptors of the team whose plans hold quota: they run from their victims' save.
+            default = cy.config.default_runtime_s * scale
+            started = {a.job_id for a in cy.admissions}
+            heap.extend((cy.plan_ready_at.get(job_id, now) + default, hold.gpus, f"your team's job {job_id}")
+                        for job_id, hold in cy.plan_holds.items()
+                        if hold.team == team and hold.flavor == flavor and job_id not in started)
+            heap.extend((cy.plan_ready_at.get(j.job_id, now) + cy.runtime(j) * scale, j.demand,
+                         _what(j.tier.value, j.job_id))
+                        for j in cy.preemptors if j.team == team and j.flavor == flavor)
             heapq.heapify(heap)
             found = self._teams[key] = _TeamClock(cy.quota.in_use(team, flavor), limit, now, heap)
         return found
@@ -156,7 +165,7 @@ class QuotaEta:
         if last:
             message = f"{last} should end by {clock(quota_at)}, which frees enough of team {team}'s {f} quota"
             details: tuple[tuple[str, int | float | str], ...] = (
-                ("eta_basis", "own_runs_end"), ("blocker", last.rsplit(" ", 1)[-1]))
+                ("eta_basis", "own_runs_end"), ("held_by", last.rsplit(" ", 1)[-1]))
         else:
             message = f"team {team}'s {f} quota allows it once the jobs ahead of it have run"
             details = (("eta_basis", "own_runs_end"),)

@@ -110,8 +110,9 @@ def fragmentation(
     nodes_of = state.layout.flavor_nodes.get(f, [])
     most = max((counts[n] for n in nodes_of), default=0)
     if not hard:
+        spread = "on one node" if job.workers == 1 else f"on each of {job.workers} nodes"
         msg = (f"{free} {f} GPUs are free, but the most free on one node is {most} and it needs"
-               f" {job.gpus_per_worker} on each of {job.workers} node(s){split_hint(job, most)}")
+               f" {job.gpus_per_worker} {spread}{split_hint(job, most)}")
         return msg, (("most_free_on_one_node", most),)
     level = levels[-1]
     domains, per = state.layout.domains(level), job.gpus_per_worker

@@ -289,8 +289,10 @@ def _explanation(
     elif code is Code.FRAGMENTATION and not job.fallback:
         fits = shared.shape.start(on)
         if fits is not None:
-            reasons = (more(reasons[0], f"one node should have room for it by {clock(fits)}",
-                             (("eta_basis", "one_node_frees"),)), *reasons[1:])
+            level = reasons[0].detail("level")
+            where = f"one {level}" if isinstance(level, str) else "one node"
+            reasons = (more(reasons[0], f"{where} should have room for it by {clock(fits)}",
+                            (("eta_basis", "one_node_frees"),)), *reasons[1:])
     if code not in (Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER):
         start, reasons = _holds(cy, shared, on, start, reasons, pos)
     wider = wider_flavor(cy, job, reasons[0].code, start)
@@ -317,8 +319,9 @@ def _holds(
             start = at if start is None else min(start, at)
     delayed = delay_reason(cy, on, start)
     if delayed is not None:
-        start, reason = delayed
-        return start, (reasons[0], reason, *reasons[1:])
+        # Over its quota, only its own runs it stops give it room: the delay's end is no ETA.
+        start = start if code is Code.QUOTA_EXCEEDED else delayed[0]
+        return start, (reasons[0], delayed[1], *reasons[1:])
     if reclaim is None:
         held = shared.holds.victims(on, code, pos, start)
         if held is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rota.config import load_config
 from rota.contracts.common import Tier
+from rota.contracts.messages import WaitReasonCode
 from rota_policy import PendingJob, RunningRun
 from rota_policy.sim.etas import probe_times
 from rota_policy.sim.replay import find_scenario, replay_run
@@ -81,7 +82,18 @@ def test_a_replay_with_eta_probes_decides_as_one_without(tmp_path: Path) -> None
     assert plain["eta_before_start_p50_rel_error"] is None
     assert probed["eta_before_start_p50_rel_error"] is not None
     assert probed["squeue_eta_before_start_coverage"] is not None
-    measured = {k for k, v in plain.items() if v is not None and k != "wall_s"}
+    measured = {k for k, v in plain.items() if v is not None and k not in ("wall_s", "eta_by_reason")}
     assert {k: plain[k] for k in measured} == {k: probed[k] for k in measured}
     assert plain["squeue_eta_waited_p50_rel_error"] is None
     assert plain["eta_waited_jobs"] > 0 and 0.0 < probed["squeue_eta_waited_coverage"] <= 1.0
+    # Per reason code: the same jobs, the probes' figures only with probes, every code present.
+    by_plain, by_probed = plain["eta_by_reason"], probed["eta_by_reason"]
+    assert set(by_plain) == set(by_probed) == {c.value for c in WaitReasonCode} | {"NONE"}
+    groups = {code: figures for code, figures in by_probed.items() if figures is not None}
+    assert sum(f["jobs"] for f in groups.values()) == probed["eta_waited_jobs"]
+    for code, figures in groups.items():
+        assert {k: v for k, v in by_plain[code].items() if v is not None} == {
+            k: figures[k] for k, v in by_plain[code].items() if v is not None}
+        assert figures["before_start_p50"] is not None and figures["squeue_p50"] is not None
+        assert figures["coverage"] <= figures["eta_or_blocker"] <= 1.0
+    assert probed["eta_waited_coverage"] <= probed["eta_waited_eta_or_blocker"] <= 1.0

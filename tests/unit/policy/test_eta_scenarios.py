@@ -94,7 +94,7 @@ ROWS: list[Row] = [
                 racks=2),
         gpu_jobs("nlp", "training", workers=2, rack="required", submitted=NOW), team_config({"nlp": 16, "cv": 16}),
         reasons={"nlp-trai-2x8": (Code.FRAGMENTATION,)}, etas={"nlp-trai-2x8": NOW + 1000},
-        says={"nlp-trai-2x8": "one node should have room for it by"}),
+        says={"nlp-trai-2x8": "one rack should have room for it by"}),
     # ------------------------------------------------------------ holds
     Row("hold: a preemptor over quota whose only victim is inside its minimum runtime says until when",
         cluster(1, Run("nlp", "experiment", started=NOW - 100, run_id="young")),
