@@ -168,3 +168,24 @@ def test_the_trace_shows_the_hold_between_the_submission_and_the_preemption() ->
     first_hold = next(i for i, d in enumerate(record) if d["decision"] == "hold")
     assert "PREEMPTION_DELAYED" in [r["code"] for r in record[first_hold]["reasons"]]
     assert first_hold < [d["decision"] for d in record].index("preempt")
+
+
+def test_what_an_eta_rests_on_and_why_there_is_none_are_said_in_words(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    quota = {"code": "QUOTA_EXCEEDED", "message": "your team's training job X should end by T",
+             "details": {"eta_basis": "own_runs_end", "held_by": "x"}}
+    answer = why(_pending(wait={"reasons": [quota], "position": 1,
+                                "eta": (T0 + timedelta(minutes=30)).isoformat()}))
+    jobs.print_wait(answer, T0)
+    said = " ".join(capsys.readouterr().out.split())  # as printed, whatever the wrap
+    assert "(in 30m), when its team's own runs end and free its quota" in said
+    never = {"code": "QUOTA_EXCEEDED", "message": "asks for 64",
+             "details": {"blocker": "quota_limit",
+                         "blocker_reason": "it asks for more than its team's quota and borrowing limit"}}
+    jobs.print_wait(why(_pending(wait={"reasons": [never], "position": 1})), T0)
+    assert ("not estimated: it asks for more than its team's quota and borrowing limit"
+            in " ".join(capsys.readouterr().out.split()))
+    assert waits.no_eta([{"code": "EXCEEDS_CLUSTER", "details": {"blocker": "exceeds_cluster"}}]) \
+        == "exceeds_cluster"
+    line = describe("JobPending", {"reasons": [never], "position": 1, "eta": None}, "j")
+    assert line.endswith("no ETA: it asks for more than its team's quota and borrowing limit)")

@@ -31,10 +31,18 @@ HOLDS = frozenset({"PREEMPTION_HELD", "PREEMPTION_DELAYED"})
 """Codes of the rules that hold a job back from preempting: `rota trace` names them on the
 hold's line even when another reason comes first."""
 
-HOLD_ENDS = ("hold_ends_at", "preemption_allowed_at", "expected_free_at", "resets_at")
+HOLD_ENDS = ("hold_ends_at", "preemption_allowed_at", "resets_at")
 """Details that say, as epoch seconds, when what holds a job ends, in the order they are read:
-a minimum runtime or wait target (`PREEMPTION_HELD`), a preemption delay (`PREEMPTION_DELAYED`),
-a budget's new period (`BUDGET_EXHAUSTED`)."""
+a victim's minimum runtime (`PREEMPTION_HELD`), a preemption delay (`PREEMPTION_DELAYED`), a
+budget's new period (`BUDGET_EXHAUSTED`). A wait-target hold has none: it lasts until the
+job's ETA, when running work should free the GPUs."""
+
+ETA_BASES: dict[str, str] = {
+    "own_runs_end": "when its team's own runs end and free its quota",
+    "gpus_in_use_freed": "when GPUs in use are freed",
+    "one_node_frees": "when one node frees enough GPUs together",
+}
+"""What an ETA rests on (the primary reason's `details.eta_basis`), in words."""
 
 
 def title(code: str) -> str:
@@ -62,6 +70,23 @@ def for_people(reason: Mapping[str, Any]) -> dict[str, Any]:
     ends = ends_at(reason)
     return {**reason, "title": title(str(reason.get("code", ""))),
             "ends_at": ends.isoformat() if ends else None}
+
+
+def eta_basis(reasons: list[Mapping[str, Any]]) -> str | None:
+    """What the job's ETA rests on, in words, when its primary reason says."""
+    details = (reasons[0].get("details") or {}) if reasons else {}
+    basis = details.get("eta_basis")
+    return ETA_BASES.get(str(basis), str(basis).replace("_", " ")) if basis else None
+
+
+def no_eta(reasons: list[Mapping[str, Any]]) -> str:
+    """Why a job has no ETA, never a bare "unknown": the blocker the scheduler named (a job
+    that can never start as it is), else the primary reason's title."""
+    if not reasons:
+        return "not looked at yet"
+    details = reasons[0].get("details") or {}
+    blocker = details.get("blocker_reason") or details.get("blocker")
+    return str(blocker) if blocker else title(str(reasons[0].get("code", "")))
 
 
 def age_factor(weight: float, cap_s: float, waited_s: float) -> float:

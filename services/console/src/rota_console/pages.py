@@ -101,6 +101,10 @@ class Notification(BaseModel):
 class JobPage(Page):
     job: dict[str, Any]
     state: str
+    eta_basis: str | None = None
+    """What the ETA rests on, in words (`rota.waits.eta_basis`)."""
+    no_eta: str | None = None
+    """Why a pending job has no ETA, in words (`rota.waits.no_eta`)."""
     position: int | None = None
     eta: datetime | None = None
     summary: str | None = None

@@ -139,6 +139,9 @@ def job_page(viewer: Viewer, why: dict[str, Any], trace: dict[str, Any],
     return JobPage(
         viewer=viewer.team, generated_at=now, job=job, state=state,
         position=why.get("position"), eta=_time(why.get("eta")),
+        eta_basis=waits.eta_basis(why.get("reasons") or []),
+        no_eta=(waits.no_eta(why.get("reasons") or [])
+                if state == "pending" and not why.get("eta") else None),
         summary=summary if isinstance(summary, str) else None,
         reasons=[Reason.model_validate(waits.for_people(r)) for r in why.get("reasons") or []],
         factors=factor_bars(why.get("factors")), timeline=timeline,

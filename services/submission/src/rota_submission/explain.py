@@ -72,7 +72,7 @@ def _pending(data: dict[str, Any], job_id: str) -> str:
     reasons = data.get("reasons") or []
     said = [_reason(reasons[0])] if reasons else ["waiting"]
     said += [f"held back: {_reason(r)}" for r in reasons[1:] if r.get("code") in waits.HOLDS]
-    eta = f", ETA {data['eta']}" if data.get("eta") else ", no ETA"
+    eta = f", ETA {data['eta']}" if data.get("eta") else f", no ETA: {waits.no_eta(reasons)}"
     return f"hold: {'; '.join(said)} (position {data.get('position')}{eta})"
 
 

@@ -316,9 +316,10 @@ def print_wait(answer: dict[str, Any], now: datetime) -> None:
                           highlight=False)
     eta = _when(answer.get("eta"))
     if eta is not None:
-        shown = f"{_utc(eta)} ({waits.relative(eta, now)})"
+        basis = waits.eta_basis(answer["reasons"])
+        shown = f"{_utc(eta)} ({waits.relative(eta, now)})" + (f", {basis}" if basis else "")
     else:  # never a bare "unknown": the reason above says what it waits for
-        shown = f"not estimated: {waits.title(str(answer['reasons'][0].get('code', '')))}"
+        shown = f"not estimated: {waits.no_eta(answer['reasons'])}"
     place = answer.get("position")
     queue = f" in the {answer['flavor']} queue" if answer.get("flavor") else ""
     console.print(untrusted(f"      eta  {shown}"
