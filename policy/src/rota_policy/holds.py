@@ -20,26 +20,10 @@ from rota_policy.cycle import Cycle
 from rota_policy.decisions import Reason
 from rota_policy.model import PendingJob, RunningRun
 from rota_policy.protection import clock
-from rota_policy.victimpool import OVER_BUDGET, rota_loss, victim_pool
+from rota_policy.victimpool import OVER_BUDGET, rota_loss
 from rota_policy.victimrules import may_reclaim_for, victim_category, wait_target_ends
 
-__all__ = ["Holds", "stoppable_gpus"]
-
-
-def stoppable_gpus(cy: Cycle, job: PendingJob) -> int:
-    """GPUs of the runs that a search for `job` could stop now, each within the loss cap."""
-    f, cfg, ctx = job.flavor, cy.config, cy.preemption
-    may_reclaim = may_reclaim_for(job, ctx)
-    shielded = cfg.protection(job.tier).shielded_from
-    borrowing: dict[str, float] = {}
-    cap, now = cfg.max_lost_gpu_s_per_plan, cy.now
-    return sum(
-        run.gpus
-        for run, rank in victim_pool(ctx, f)
-        if run.run_id not in ctx.taken
-        and (cap is None or rota_loss(run, now) <= cap)
-        and victim_category(job, run, rank, may_reclaim, borrowing, cy.quota, shielded) is not None
-    )
+__all__ = ["Holds"]
 
 
 def _who(run: RunningRun, team: str) -> str:
