@@ -1,7 +1,10 @@
 """Explanations stay fresh: after the cluster changes (a flavor fills up, a run ends), `rota
-why` (the API the CLI uses) and the console's job page agree with a fresh explanation within
-two scheduler cycles, on the whole stack (`rota up`'s `Stack`, embedded NATS and PostgreSQL,
-the `sim` executor, the example config).
+why` (the API the CLI uses), the console's job page and the explanation the scheduler published
+(the read model's, which `rota jobs`, the notifier and `rota trace` read) agree with a fresh
+explanation within two scheduler cycles, on the whole stack (`rota up`'s `Stack`, embedded NATS
+and PostgreSQL, the `sim` executor, the example config). `rota why` and the console are fresh
+because the scheduler's leader explains the job on request; the published one because the
+scheduler republishes what changed beyond its tolerance.
 
 A fresh explanation is what a new scheduler would say: the test folds the event stream into a
 `ClusterView` of its own, as a new leader does, and asks the policy about the job. Cycles are
@@ -32,7 +35,7 @@ from rota.contracts import parse_any
 from rota.contracts import subjects as s
 from rota.settings import Settings
 from rota_policy import PendingExplanation, policy_config_from, schedule
-from rota_scheduler.staleness import eta_tolerance_s
+from rota_scheduler.staleness import TIME_IN_WORDS, eta_tolerance_s, words
 from rota_scheduler.view import ClusterView
 
 from tests.builders import spec_doc
@@ -108,10 +111,17 @@ class Fold:
 def disagreement(shown: dict[str, Any], fresh: PendingExplanation, now: float) -> str | None:
     """What `shown` (an answer of `rota why`, or the console's page) says that a fresh
     explanation does not, within the tolerance the scheduler republishes by; None if nothing."""
-    reasons = [(r["code"], r["message"]) for r in shown.get("reasons") or []]
-    expected = [(r.code.value, r.message) for r in fresh.reasons]
+    reasons = [(r["code"], TIME_IN_WORDS.sub("<time>", r["message"]))
+               for r in shown.get("reasons") or []]
+    expected = [(r.code.value, TIME_IN_WORDS.sub("<time>", r.message)) for r in fresh.reasons]
     if reasons != expected:
         return f"reasons {reasons} != fresh {expected}"
+    # A time in the words is held to the ETA's tolerance, as the scheduler republishes by.
+    _, shown_times = words(r["message"] for r in shown["reasons"])
+    _, fresh_times = words(r.message for r in fresh.reasons)
+    for old, new in zip(shown_times, fresh_times, strict=True):
+        if abs(old - new) > eta_tolerance_s(old, now):
+            return f"a time in the words is {old - new:+.0f} s from fresh, beyond its tolerance"
     if shown.get("position") != fresh.position:
         return f"position {shown.get('position')} != fresh {fresh.position}"
     eta = shown.get("eta")
@@ -175,7 +185,14 @@ async def test_why_and_the_console_agree_with_a_fresh_explanation_within_two_cyc
             for job_id in waiting:
                 fresh = fold.explain(job_id, now)
                 why = await request(live.settings, s.API_JOB_WHY, m.GetJob(job_id=job_id))
+                assert why["fresh"] is True  # the scheduler's leader explained it on request
                 assert disagreement(why, fresh, now) is None, (change, disagreement(why, fresh, now))
+                # What the scheduler published: the read model, which `rota jobs`, the
+                # notifier and `rota trace` read, is as fresh without being asked.
+                row = await request(live.settings, s.API_JOB_GET, m.GetJob(job_id=job_id))
+                published = row["wait"]
+                assert disagreement(published, fresh, now) is None, (
+                    change, "published", disagreement(published, fresh, now))
                 page = (await web.get(f"/jobs/{job_id}", params={"format": "json"})).json()
                 assert disagreement(page, fresh, now) is None, (change, disagreement(page, fresh, now))
                 positions.append(why["position"])

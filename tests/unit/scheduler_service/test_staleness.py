@@ -14,6 +14,7 @@ from rota_scheduler.staleness import (
     eta_tolerance_s,
     staleness,
     text_hash,
+    words,
 )
 
 from tests.unit.scheduler_service.test_view_and_actions import POLICY, Story, of
@@ -55,6 +56,19 @@ def test_words_position_and_the_score_each_count_and_rank() -> None:
     assert WORDS > PLACE > SCORE > 0
 
 
+def test_a_time_in_the_words_is_held_to_the_etas_tolerance_not_compared_as_text() -> None:
+    def said(at: str) -> WaitPrint:
+        text, times = words([f"your team's training job X should end by {at}, which frees"])
+        return _print(text=text, times=times)
+
+    published = said("2027-01-15 12:00:00 UTC")
+    now = 1_800_010_800.0  # 2027-01-15 11:00 UTC: an hour before, so 6 minutes' tolerance
+    assert staleness(published, said("2027-01-15 12:00:02 UTC"), now, 1.0) == 0.0  # slides
+    assert staleness(published, said("2027-01-15 12:07:00 UTC"), now, 1.0) > 0.0  # past 6 min
+    text, _ = words(["no time here"])
+    assert staleness(published, _print(text=text), now, 1.0) == WORDS
+
+
 def test_the_job_behind_an_admitted_one_is_published_with_its_new_position() -> None:
     story = Story()
     running = [story.submit(workers=4, team="nlp", user="alice", declared_runtime_s=3600)]
@@ -77,8 +91,9 @@ def test_the_job_behind_an_admitted_one_is_published_with_its_new_position() -> 
 
 def test_the_age_factor_is_published_again_as_it_grows_but_not_every_cycle() -> None:
     story = Story()
-    story.submit(workers=4, team="nlp", user="alice")
-    story.cycle()
+    story.submit(workers=4, team="nlp", user="alice", declared_runtime_s=100 * 3600)
+    [running] = of(story.cycle(), m.AllocationProposed)
+    story.grant_and_start(running)
     waiting = story.submit(workers=4, team="nlp", user="alice", queue="experiment")
     [first] = of(story.cycle(), m.JobPending)
     ages = [first.factors.age]

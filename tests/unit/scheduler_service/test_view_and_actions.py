@@ -87,8 +87,9 @@ def test_a_wait_crossing_its_queues_long_wait_threshold_is_published_again() -> 
     """So that the notifier, which tells the owner of a long wait, hears of it: its reason and
     ETA alone may not change for hours."""
     story = Story()
-    story.submit(workers=4, team="nlp", user="alice")
-    story.cycle()
+    story.submit(workers=4, team="nlp", user="alice", declared_runtime_s=36_000)
+    [running] = of(story.cycle(), m.AllocationProposed)
+    story.grant_and_start(running)  # started: its end, and so the ETA, stays put
     blocked = story.submit(workers=4, team="nlp", user="alice")  # training: 3,600 s
     assert [p.job_id for p in of(story.cycle(), m.JobPending)] == [blocked]
     story.now += 3_599

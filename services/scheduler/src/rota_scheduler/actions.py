@@ -22,7 +22,7 @@ from rota.ids import new_id, stable_id
 from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
 from rota_policy.decisions import Grow
 
-from rota_scheduler.staleness import WaitPrint, staleness, text_hash
+from rota_scheduler.staleness import WaitPrint, staleness, words
 from rota_scheduler.view import ClusterView, JobRecord
 
 
@@ -73,13 +73,15 @@ def placement_doc(slots: tuple[Slot, ...]) -> list[dict[str, Any]]:
 def fingerprint(explanation: PendingExplanation, overdue: bool) -> WaitPrint:
     """What a published wait said, to tell whether a fresh explanation says something new."""
     factors = explanation.factors
+    text, times = words(r.message for r in explanation.reasons)
     return WaitPrint(
         codes=tuple(r.code.value for r in explanation.reasons),
-        text=text_hash(r.message for r in explanation.reasons),
+        text=text,
         eta=explanation.eta,
         position=explanation.position,
         overdue=overdue,
         factors=(factors.queue, factors.age, factors.fairshare, factors.quota_headroom),
+        times=times,
     )
 
 
@@ -198,7 +200,7 @@ def _explain_actions(view: ClusterView, decisions: Decisions, actions: Actions, 
     for _, _, explanation, print_ in sorted(stale, key=lambda item: item[1]):
         job = view.jobs[explanation.job_id]
         actions.fingerprints[job.job_id] = print_
-        actions.outgoing.append(Outgoing(_pending(job, explanation), EVENT_SUBJECTS["JobPending"],
+        actions.outgoing.append(Outgoing(pending_event(job, explanation), EVENT_SUBJECTS["JobPending"],
                                          STREAM_EVT, job.job_id))
         factors = explanation.factors
         actions.records.append(
@@ -228,7 +230,8 @@ def factor_floor(view: ClusterView) -> float:
     return 0.001 * max(weights.queue, weights.age, weights.fairshare, weights.quota_headroom, 1.0)
 
 
-def _pending(job: JobRecord, explanation: PendingExplanation) -> m.JobPending:
+def pending_event(job: JobRecord, explanation: PendingExplanation) -> m.JobPending:
+    """The JobPending that says `explanation` of `job`."""
     factors = explanation.factors
     return m.JobPending(
         job_id=job.job_id,

@@ -31,7 +31,7 @@ from rota.bus.batch import forged
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, Envelope, envelope, parse_any
 from rota.contracts import messages as m
-from rota.contracts.subjects import EVENT_SUBJECTS, LEDGER_ALLOCATIONS, STREAM_EVT
+from rota.contracts.subjects import EVENT_SUBJECTS, LEDGER_ALLOCATIONS, SCHEDULER_WHY, STREAM_EVT
 from rota.ids import new_id
 from rota.retention import prune_periodically
 from rota.service import RotaService, stop_tasks
@@ -47,6 +47,7 @@ from rota_scheduler.actions import (
     record_sent,
     start_run,
 )
+from rota_scheduler.asking import Questions
 from rota_scheduler.budgets import BudgetReporter
 from rota_scheduler.heap import FrozenHeap
 from rota_scheduler.lease import Lease
@@ -115,6 +116,9 @@ class Scheduler:
         commit, and with a deep queue they were most of what the scheduler read."""
         self.held_back: set[str] = set()
         """Jobs whose changed explanation is still to publish (`plan_actions`' `pending_limit`)."""
+        self.questions = Questions(self.view, self.dirty.set,
+                                   max_bytes=settings.max_message_bytes)
+        """`rota why` asked afresh (`rota_scheduler.asking`), answered by the next cycle."""
         self.budgets = BudgetReporter()
         self.heap = FrozenHeap(settings.scheduler_gc_sweep_s)
 
@@ -176,10 +180,16 @@ class Scheduler:
         lost = asyncio.Event()
         keeper = asyncio.create_task(lease.keep(lost), name="scheduler-lease")
         self.heap.start()
+        questions = None
         try:
             await self._rebuild()
+            # Only the leader, once its view is whole, answers `rota why` afresh.
+            questions = await self.service.broker.connection.subscribe(
+                SCHEDULER_WHY, cb=self.questions.on_request)
             await self._loop(lost)
         finally:
+            if questions is not None:
+                await questions.unsubscribe()
             self.heap.stop()
             keeper.cancel()
             await lease.release()
@@ -253,8 +263,9 @@ class Scheduler:
     async def _cycle(self, now: datetime, epoch: float) -> None:
         await self._start_granted(now)
         self._held = []
+        wanted = self.questions.take()
         try:
-            decisions, actions, asked = await asyncio.to_thread(self._decide, epoch)
+            decisions, actions, asked = await asyncio.to_thread(self._decide, epoch, wanted)
         except asyncio.CancelledError:
             raise  # the thread may still be reading the view: events stay held, we are stopping
         except Exception:
@@ -265,6 +276,7 @@ class Scheduler:
                 self.view.plans.pop(plan_id, None)
             self.view.restarts.pop(job_id, None)  # its GPUs went to another: it starts anywhere
         await self._fold_held()
+        self.questions.answer(wanted, decisions, epoch)
         backlog = (self.held_back - {e.job_id for e in decisions.pending}) | set(actions.held_back)
         if backlog or len(asked) >= EXPLAINED_PER_CYCLE:
             self.dirty.set()  # more to explain: the next cycle comes after the debounce
@@ -303,7 +315,8 @@ class Scheduler:
                 await asyncio.sleep(0)
         self._held = None
 
-    def _decide(self, epoch: float) -> tuple[Decisions, Actions, frozenset[str]]:
+    def _decide(self, epoch: float, wanted: frozenset[str] = frozenset()
+                ) -> tuple[Decisions, Actions, frozenset[str]]:
         """Phases 2-3 and the plan of 4, in a worker thread: nothing else touches the view
         meanwhile (`on_event` holds events back), and the snapshot is a copy the policy owns.
         Also returns the jobs asked about, other than those a refresh asked about again."""
@@ -311,7 +324,8 @@ class Scheduler:
         again = self.refresh.take(epoch, self._pending_ids, self._still_pending,
                                   EXPLAINED_PER_CYCLE - len(asked), self.view.changes)
         self.refreshing = bool(again)
-        decisions = schedule(self.view.snapshot(epoch, asked.union(again)), epoch, self.policy)
+        decisions = schedule(self.view.snapshot(epoch, asked.union(again, wanted)), epoch,
+                             self.policy)
         # The queue gauges cost a pass over every job (0.2 s at 100,000 pending): only when
         # something changed, and within `GAUGE_DUTY` of a core.
         self.gauges_owed |= self.view.changes != self.observed_changes or bool(decisions.pending)

@@ -3,7 +3,9 @@
 A job's JobPending is what `rota why`, the console, the notifier and `rota trace` read, so it
 is published again whenever a fresh explanation says something a user would read differently:
 
-- its reason codes, or the words of any reason (who blocks it, until when, what to do);
+- its reason codes, or the words of any reason (who blocks it, what to do); a time written in
+  the words ("until 2026-12-07 10:31:00 UTC") is held to the ETA's tolerance instead, so that
+  a time that slides with the clock (a run overrunning its estimate) is not news every cycle;
 - its position in its flavor's queue;
 - whether it has waited past its queue's long-wait threshold;
 - its ETA, appearing, vanishing, or moving by more than `eta_tolerance_s`:
@@ -20,8 +22,10 @@ publish only so many (`plan_actions`' `pending_limit`) publishes the most change
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 ETA_MIN_TOLERANCE_S = 60.0
 """An ETA that moves by this much or less is not published again, however close it is."""
@@ -41,6 +45,9 @@ TIME = 1.0
 SCORE = 0.5
 """Only a score factor moved."""
 
+TIME_IN_WORDS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?: UTC|Z|[+-]\d{2}:\d{2})")
+"""A time as the policy writes one in a reason (`rota_policy.protection.clock`), or ISO 8601."""
+
 
 @dataclass(frozen=True, slots=True)
 class WaitPrint:
@@ -48,18 +55,37 @@ class WaitPrint:
 
     codes: tuple[str, ...]
     text: int
-    """A digest of the reasons' messages (`text_hash`): the view keeps one per pending job."""
+    """A digest of the reasons' messages without their times (`words`): the view keeps one
+    per pending job."""
     eta: float | None
     position: int
     overdue: bool
     factors: tuple[float, ...]
     """queue, age, fairshare, quota_headroom."""
+    times: tuple[float, ...] = ()
+    """The times written in the reasons' messages, in order (epoch seconds)."""
 
 
 def text_hash(messages: Iterable[str]) -> int:
     """The reasons' words, digested. Only compared within one process (which folds its view
     from the stream itself), so Python's per-process string hash will do."""
     return hash(tuple(messages))
+
+
+def words(messages: Iterable[str]) -> tuple[int, tuple[float, ...]]:
+    """The reasons' messages as compared: a digest of their words with each time taken out,
+    and those times (epoch seconds)."""
+    texts, times = [], []
+    for message in messages:
+        for found in TIME_IN_WORDS.findall(message):
+            times.append(_epoch(found))
+        texts.append(TIME_IN_WORDS.sub("<time>", message))
+    return text_hash(texts), tuple(times)
+
+
+def _epoch(text: str) -> float:
+    iso = text.replace(" UTC", "+00:00").replace("Z", "+00:00").replace(" ", "T", 1)
+    return datetime.fromisoformat(iso).timestamp()
 
 
 def eta_tolerance_s(published_eta: float, now: float) -> float:
@@ -79,11 +105,17 @@ def staleness(published: WaitPrint | None, fresh: WaitPrint, now: float, factor_
         return WORDS
     if published.position != fresh.position or (published.eta is None) != (fresh.eta is None):
         return PLACE
+    if len(published.times) != len(fresh.times):
+        return WORDS
+    pairs = list(zip(published.times, fresh.times, strict=True))
     if published.eta is not None and fresh.eta is not None:
-        moved = abs(fresh.eta - published.eta)
-        tolerance = eta_tolerance_s(published.eta, now)
-        if moved > tolerance:
-            return TIME + min(moved / tolerance, 100.0) / 101.0
+        pairs.append((published.eta, fresh.eta))
+    moved_most = 0.0
+    for old, new in pairs:
+        moved = abs(new - old) / eta_tolerance_s(old, now)
+        moved_most = max(moved_most, moved)
+    if moved_most > 1.0:
+        return TIME + min(moved_most, 100.0) / 101.0
     for old, new in zip(published.factors, fresh.factors, strict=False):
         if abs(new - old) > max(FACTOR_TOLERANCE_SHARE * abs(old), factor_floor):
             return SCORE

@@ -25,7 +25,7 @@ from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
 from rota_scheduler.snapshot import SnapshotMemo, snapshot_of
-from rota_scheduler.staleness import WaitPrint, text_hash
+from rota_scheduler.staleness import WaitPrint, words
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
 
@@ -315,14 +315,16 @@ class ClusterView:
         if job is not None:
             reasons = data.get("reasons") or []
             factors = data.get("factors") or {}
+            text, times = words(str(r.get("message", "")) for r in reasons)
             self.explained(job, WaitPrint(
                 codes=tuple(str(r["code"]) for r in reasons),
-                text=text_hash(str(r.get("message", "")) for r in reasons),
+                text=text,
                 eta=_epoch(data.get("eta")),
                 position=int(data.get("position") or 0),
                 overdue=self.overdue(job, at),
                 factors=tuple(float(factors.get(k) or 0.0)
                               for k in ("queue", "age", "fairshare", "quota_headroom")),
+                times=times,
             ))
 
     def explained(self, job: JobRecord, fingerprint: WaitPrint) -> None:

@@ -6,6 +6,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
@@ -116,6 +117,9 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         except Exception as exc:  # recorded already: a redelivery would feed nothing again
             log.warning("team feeds: %d event(s) not handed on: %s", len(fed), exc)
 
+    async def ask_scheduler(job_id: str) -> dict[str, Any] | None:
+        return await queries.ask_scheduler(service.broker.connection, job_id)
+
     def query(model: type[BaseModel], run: Callable[..., Awaitable[m.ApiReply]]) -> Query:
         async def handle(raw: bytes, team: str | None) -> m.ApiReply:
             return await run(service.engine, parse(raw, model, max_bytes=max_bytes).data,
@@ -132,7 +136,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     routes: dict[str, Query] = {
         s.API_JOB_GET: query(m.GetJob, queries.get_job),
         s.API_JOB_WHY: query(m.GetJob, functools.partial(
-            queries.why_job, config=config, clock=service.clock)),
+            queries.why_job, config=config, clock=service.clock, ask=ask_scheduler)),
         s.API_JOB_TRACE: query(m.GetJob, queries.trace_job),
         s.API_JOBS_LIST: query(m.ListJobs, queries.list_jobs),
         s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, functools.partial(

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from rota.bus.query import api_error
 from rota.clock import Clock
 from rota.config import RotaConfig
-from rota.contracts import Tier
+from rota.contracts import Tier, envelope
 from rota.contracts import messages as m
+from rota.contracts.subjects import SCHEDULER_WHY
 from rota.ids import short_id
 from rota.tracing import trace_id_hex
 from rota.units import gpu_count
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_submission import explain, record, store
+
+log = logging.getLogger("rota.submission.queries")
 
 
 async def get_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:
@@ -38,16 +47,49 @@ def _with_short_id(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "short_id": short_id(row["job_id"])}
 
 
+FRESH_WITHIN_S = 3.0
+"""How long `rota why` waits for the scheduler's fresh explanation (it answers within 2 s, or
+says it could not) before it shows the published one."""
+
+AskScheduler = Callable[[str], Awaitable[dict[str, Any] | None]]
+
+
+async def ask_scheduler(nc: Client, job_id: str) -> dict[str, Any] | None:
+    """The scheduler's leader's explanation of a pending job, made in its next cycle
+    (`rota_scheduler.asking`); None when no leader answers in time or the job no longer waits
+    there, and the read model's published explanation is what there is."""
+    request = envelope(m.GetJob(job_id=job_id), source="submission").to_bytes()
+    try:
+        raw = await nc.request(SCHEDULER_WHY, request, timeout=FRESH_WITHIN_S)
+        reply = m.ApiReply.model_validate(json.loads(raw.data)["data"])
+    except (NoRespondersError, NatsTimeout, TimeoutError, ValueError, KeyError) as exc:
+        log.info("rota why %s: no fresh explanation from the scheduler (%s)", job_id,
+                 type(exc).__name__)
+        return None
+    result = reply.result if reply.ok else None
+    return result if isinstance(result, dict) and result.get("pending") else None
+
+
 async def why_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None,
-                  config: RotaConfig | None = None, clock: Clock | None = None) -> m.ApiReply:
-    """The job's wait as last published, its age factor as of now (`explain.why`)."""
+                  config: RotaConfig | None = None, clock: Clock | None = None,
+                  ask: AskScheduler | None = None) -> m.ApiReply:
+    """The job's wait as the scheduler explains it now (`ask`), else as it last published it;
+    its age factor as of now (`explain.why`)."""
     job = await _one(engine, query.job_id, team)
     if isinstance(job, m.ApiReply):
         return job
+    fresh = await ask(job["job_id"]) if ask is not None and job["state"] == "pending" else None
+    if fresh is not None:
+        job = {**job, "wait": {k: fresh.get(k) for k in ("reasons", "eta", "position", "factors")}}
     rule = None if config is None else explain.AgeRule(config.policy.weights.age,
                                                         config.policy.age_cap_s)
     now = clock.now() if clock is not None else None
-    return m.ApiReply(ok=True, result=explain.why(job, now=now, age=rule))
+    answer = explain.why(job, now=now, age=rule)
+    if job["state"] == "pending":
+        # Whether the scheduler explained it just now, or this is what it last published.
+        answer["explained_at"] = fresh.get("explained_at") if fresh is not None else None
+        answer["fresh"] = fresh is not None
+    return m.ApiReply(ok=True, result=answer)
 
 
 async def trace_job(engine: AsyncEngine, query: m.GetJob, *, team: str | None) -> m.ApiReply:

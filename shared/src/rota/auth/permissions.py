@@ -18,6 +18,7 @@ from rota.contracts.subjects import (
     RUN_PROTOCOL,
     RUN_START,
     RUN_STOP,
+    SCHEDULER_WHY,
     STREAM_CMD,
     STREAM_CTL,
     STREAM_EVT,
@@ -73,8 +74,9 @@ SERVICE_REQUESTS: dict[str, tuple[str, ...]] = {
     # The scheduler reconciles its view with the ledger's allocations at start.
     "scheduler": ("rota.sys.ledger.allocations",),
     "preemption": ("rota.ctl.run.*",),
-    # Each team's live feed of its own jobs' events (rota_submission.feed).
-    "submission": (f"{FEED_PREFIX}.>",),
+    # Each team's live feed of its own jobs' events (rota_submission.feed), and `rota why`
+    # asked of the scheduler afresh (rota_scheduler.asking).
+    "submission": (f"{FEED_PREFIX}.>", SCHEDULER_WHY),
 }
 
 SERVICE_STREAMS: dict[str, tuple[str, ...]] = {

@@ -68,9 +68,11 @@ RECEIVED: list[Received] = [
              "rota.api.job.get.{team}, scoped to that team.", JOB_ROW),
     Received(s.API_JOB_WHY, m.GetJob,
              "Why a job waits: every wait reason (primary first), the ETA and the score "
-             "factors. Also on rota.api.job.why.{team}.",
-             "{job_id, name, state, queue, team, resume_from}, and for a pending job "
-             "reasons [{code, message, details}], eta, position, factors; else summary"),
+             "factors, as the scheduler explains it now when its leader answers in time (fresh), "
+             "else as it last published it. Also on rota.api.job.why.{team}.",
+             "{job_id, name, state, queue, team, flavor, resume_from}, and for a pending job "
+             "reasons [{code, message, details, title, ends_at}], eta, position (1-based), "
+             "factors (age as of now), fresh, explained_at; else summary"),
     Received(s.API_JOB_TRACE, m.GetJob,
              "A job's decision record. Also on rota.api.job.trace.{team}.",
              "{job, timeline [{at, type, source, summary, data}], decisions, preemptions, "
@@ -90,6 +92,11 @@ RECEIVED: list[Received] = [
     Received(s.PREEMPTION_PLANS, m.ListPreemptions, "Answered by the preemption coordinator.",
              "a list of plans {plan_id, preemptor_job_id, preemptor_queue, preemptor_team, "
              "state, reason, message, created_at, updated_at, completed_at, victims [...]}"),
+    Received(s.SCHEDULER_WHY, m.GetJob,
+             "Answered by the scheduler's leader once its next cycle has explained the job "
+             "(the submission service asks it for rota.api.job.why).",
+             "{pending: true, job_id, team, queue, reasons, eta, position, factors, "
+             "explained_at} (a JobPending's fields), or {pending: false, state}"),
     Received(s.LEDGER_ALLOCATIONS, m.ListAllocations,
              "Answered by the ledger: allocations per run (the scheduler's rebuild).",
              "{allocations: [...], truncated}"),

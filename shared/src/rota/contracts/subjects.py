@@ -41,6 +41,8 @@ SYS_DEADLETTER = "rota.sys.deadletter"
 NOTIFICATIONS_LIST = "rota.sys.notifier.list"
 LEDGER_ALLOCATIONS = "rota.sys.ledger.allocations"
 PREEMPTION_PLANS = "rota.sys.preemption.plans"
+SCHEDULER_WHY = "rota.sys.scheduler.why"
+"""The scheduler's leader explains a pending job afresh, for `rota why` (rota_scheduler.asking)."""
 
 
 def submit(team: str) -> str:
