@@ -128,3 +128,24 @@ def test_convert_trace_json_counts_what_the_rules_made(tmp_path: Path) -> None:
     assert doc["shares"] == sum(1 for r in rows if r.split(",")[4] == "0.5") > 0
     assert doc["elastic"] == sum(1 for r in rows if "-" in r.split(",")[3])
     assert set(doc["quotas"]) and all(set(q) <= {"a100", "v100", "t4"} for q in doc["quotas"].values())
+
+
+def test_the_replay_table_gives_each_reasons_eta_figures_a_row() -> None:
+    from rich.console import Console
+    from rota.cli.replay import _table
+
+    results = [{"policy": "rota", "jobs": 10, "eta_by_reason": {
+                    "QUOTA_EXCEEDED": {"coverage": 1.0, "p50": 0.25}, "FRAGMENTATION": None}},
+               {"policy": "kueue", "jobs": 10, "eta_by_reason": {
+                    "QUOTA_EXCEEDED": None, "FRAGMENTATION": {"coverage": 0.5, "p50": 0.75}}}]
+    console = Console(width=200, record=True)
+    console.print(_table(results, "t"))
+    lines = console.export_text().splitlines()
+
+    def cells(name: str) -> list[str]:
+        row = next(line for line in lines if f" {name} " in line)
+        return [cell for cell in row.replace("│", " ").split()][1:]
+
+    assert cells("eta_by_reason.QUOTA_EXCEEDED.p50") == ["0.2500", "-"]
+    assert cells("eta_by_reason.FRAGMENTATION.coverage") == ["-", "0.5000"]
+    assert cells("jobs") == ["10", "10"]

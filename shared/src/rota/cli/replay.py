@@ -42,20 +42,29 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    """Nested figures (`eta_by_reason.QUOTA_EXCEEDED.p50`) as one row each."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, inner in value.items():
+        out.update(_flat(inner, f"{prefix}.{key}"))
+    return out
+
+
 def _table(results: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=title)
     table.add_column("metric")
     for r in results:
         table.add_column(str(r["policy"]), justify="right")
-    for key in results[0]:
-        if key == "policy":
-            continue
-        first = results[0][key]
-        if isinstance(first, dict):
-            for sub in first:
-                table.add_row(f"{key}.{sub}", *(_fmt(r[key][sub]) for r in results))
-        else:
-            table.add_row(key, *(_fmt(r[key]) for r in results))
+    flat = [{k: v for key, value in r.items() if key != "policy" for k, v in _flat(value, key).items()}
+            for r in results]
+    rows: dict[str, None] = {}
+    for figures in flat:  # in the first result's order, then what only others have
+        rows.update(dict.fromkeys(figures))
+    for row in rows:
+        # A figure a policy has none of (a reason it never gave, a None): "-".
+        table.add_row(row, *(_fmt(f[row]) if f.get(row) is not None else "-" for f in flat))
     return table
 
 
