@@ -42,7 +42,11 @@ class Eta:
         self.free: dict[str, int] = dict(cy.state.free_total)
         self.clock: dict[str, float] = {}
         self.depth: dict[str, int] = {}
-        self.releases: dict[str, list[tuple[float, int]]] = {}
+        self.releases: dict[str, list[tuple[float, int, str]]] = {}
+        """Per flavor, a heap of (when, GPUs back, the running job whose end it is if that end
+        assumes the default runtime, else "")."""
+        self.assumed = ""
+        """After `start`: the job, declared with no runtime, whose assumed end set the ETA."""
         scale = self.scale
         now = cy.now
         taken, default = cy.taken, cy.config.default_runtime_s
@@ -50,13 +54,15 @@ class Eta:
         live = [run for run in cy.snapshot.running if run.run_id not in taken]
         for run, declared in zip(live, expected_ends(live, now, default), strict=True):
             end = scaled_end(run.started_at, declared, now, scale)
+            release = (end, run.gpus, "" if run.expected_end is not None else run.job_id)
             found = releases.get(run.flavor)
             if found is None:
-                releases[run.flavor] = [(end, run.gpus)]
+                releases[run.flavor] = [release]
             else:
-                found.append((end, run.gpus))
+                found.append(release)
         for job in cy.admitted_jobs:
-            self.releases.setdefault(job.flavor, []).append((now + cy.runtime(job) * scale, job.gpus))
+            ends = (now + cy.runtime(job) * scale, job.gpus, _label(job))
+            self.releases.setdefault(job.flavor, []).append(ends)
         for heap in self.releases.values():
             heapq.heapify(heap)
 
@@ -72,16 +78,18 @@ class Eta:
             return clock
         heap = self.releases.setdefault(f, [])
         free = self.free.get(f, 0)
+        assumed = ""
         while free < g and heap:
-            t, back = heapq.heappop(heap)
+            t, back, label = heapq.heappop(heap)
             free += back
             if t > clock:
-                clock = t
+                clock, assumed = t, label
         if free < g:
             return None
+        self.assumed = assumed
         self.free[f] = free - g
         self.clock[f] = clock
-        heapq.heappush(heap, (clock + runtime, g))
+        heapq.heappush(heap, (clock + runtime, g, ""))  # a run yet to start is named by its own wait
         return clock
 
     def start_any(self, job: PendingJob) -> float | None:
@@ -106,7 +114,7 @@ class Eta:
         # multi-flavor job asks this of each flavor, and sorting all of them cost more.
         events = self.releases.get(flavor, []).copy()
         while events:
-            t, back = heapq.heappop(events)
+            t, back, _ = heapq.heappop(events)
             free += back
             clock = max(clock, t)
             if free >= gpus:
@@ -118,8 +126,15 @@ class Eta:
         queue ahead of it: they are its own, held for it and taken from no one else's turn."""
         f = job.flavor
         self.depth[f] = self.depth.get(f, 0) + 1
-        heapq.heappush(self.releases.setdefault(f, []), (at + self.cy.runtime(job) * self.scale, job.gpus))
+        ends = (at + self.cy.runtime(job) * self.scale, job.gpus, "")
+        heapq.heappush(self.releases.setdefault(f, []), ends)
         return at
+
+
+def _label(job: PendingJob) -> str:
+    """A started job's label in the releases: its id if its end assumes the default runtime."""
+    est = job.runtime_estimate_s
+    return "" if est is not None and est > 0 else job.job_id
 
 
 class DeepQueues:

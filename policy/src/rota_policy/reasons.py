@@ -68,6 +68,8 @@ class _Shared:
     holds: Holds
     waits: dict[str, QuotaWait] = field(default_factory=dict)
     """Quota waits booked in the exact walk, for the explanations of the jobs asked about."""
+    assumed: dict[str, str] = field(default_factory=dict)
+    """Per job asked about, the job with no declared runtime whose assumed end set its ETA."""
     protected: Borrowers | None = None
     """Borrowed runs that only their minimum runtime protects (`protection.reclaim_reason`)."""
 
@@ -211,7 +213,10 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
             position[f] = pos + 1
             gpus_ahead[f] = ahead_gpus + job.gpus
             block = block_of(cy, job)
+            eta.assumed = ""
             start = _start(cy, eta, shared.shape, job, block.code if block is not None else None)
+            if eta.assumed and (remaining is None or job.job_id in remaining):
+                shared.assumed[job.job_id] = eta.assumed
             if block is not None and block.code is Code.QUOTA_EXCEEDED and not job.fallback:
                 # Booked for the jobs behind it as deep as the list schedule is exact.
                 wait = shared.quota.start(job, book=eta.depth.get(f, 0) < EXACT_DEPTH)
@@ -293,6 +298,11 @@ def _explanation(
             where = f"one {level}" if isinstance(level, str) else "one node"
             reasons = (more(reasons[0], f"{where} should have room for it by {clock(fits)}",
                             (("eta_basis", "one_node_frees"),)), *reasons[1:])
+    assumed = shared.assumed.pop(job.job_id, "")
+    if assumed and start is not None:
+        default = cy.config.default_runtime_s
+        reasons = (more(reasons[0], f"its ETA assumes that job {assumed}, which declared no runtime, runs"
+                        f" the default {default:g} s", (("eta_assumes", assumed),)), *reasons[1:])
     if code not in (Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER):
         start, reasons = _holds(cy, shared, on, start, reasons, pos)
     wider = wider_flavor(cy, job, reasons[0].code, start)

@@ -160,3 +160,13 @@ def test_no_internal_names_leak_into_reasons() -> None:
         d = POLICIES[row.policy](replace(snapshot), NOW, row.config)
         seen.extend(r.message for ex in d.pending for r in ex.reasons)
     assert seen and not [m for m in seen if "rota:" in m or "lower_tier" in m or "last_resort" in m]
+
+
+def test_an_eta_that_rests_on_a_run_with_no_declared_runtime_names_it() -> None:
+    world = cluster(1, Run("cv", "training", started=NOW - 100, run_id="open-ended"))
+    row = Row("behind a run with no declared runtime", world, gpu_jobs("nlp", "training", submitted=NOW),
+              team_config({"nlp": 0, "cv": 8}, preemption=False),
+              etas={"nlp-trai-1x8": NOW - 100 + team_config().default_runtime_s},
+              says={"nlp-trai-1x8": "its ETA assumes that job job-open-ended, which declared no runtime"})
+    d = run_row(row)
+    assert explanation(d, "nlp-trai-1x8").reasons[0].detail("eta_assumes") == "job-open-ended"
