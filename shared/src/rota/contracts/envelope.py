@@ -46,6 +46,8 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "GrowCompleted": m.GrowCompleted,
     "NodeWithdrawn": m.NodeWithdrawn,
     "NodeRestored": m.NodeRestored,
+    "NodeDrainRequested": m.NodeDrainRequested,
+    "NodeDrainCancelled": m.NodeDrainCancelled,
 }
 CONTROL_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionNotice": m.PreemptionNotice,
@@ -58,6 +60,9 @@ QUERY_TYPES: dict[str, type[BaseModel]] = {
     "ListNotifications": m.ListNotifications,
     "ListPreemptions": m.ListPreemptions,
     "ListAllocations": m.ListAllocations,
+    "ListNodes": m.ListNodes,
+    "DrainNode": m.DrainNode,
+    "UndrainNode": m.UndrainNode,
     "ListDeadLetters": m.ListDeadLetters,
     "ApiReply": m.ApiReply,
 }
