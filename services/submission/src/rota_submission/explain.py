@@ -30,6 +30,8 @@ def _victims(data: dict[str, Any]) -> str:
 
 
 def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
+    if data.get("node"):  # a drain's plan: no job preempts, the node is drained
+        return f"drain: {data['message']}; told to checkpoint and stop, no preemption budget spent"
     if data.get("preemptor_job_id") == job_id:
         return (f"preempt: {data['reason']}: {data['message']} — victims {_victims(data)},"
                 f" expected loss {data['expected_lost_gpu_seconds'] / 3600:.2f} GPU-h")
@@ -45,6 +47,9 @@ def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
 def _noticed(data: dict[str, Any], job_id: str) -> str:
     then = (f"save a checkpoint, stop and restart with {data['shrink_to']} workers"
             if data.get("shrink_to") else "checkpoint and stop")
+    if data.get("reason") == "drain":
+        return (f"notice sent: {then} by {data['deadline']} (grace {data['grace_s']:.0f} s) for"
+                f" the drain of node {data.get('node') or '?'}")
     return (f"notice sent: {then} by {data['deadline']} (grace {data['grace_s']:.0f} s) for a"
             f" {data['preemptor_queue']} job")
 
@@ -142,6 +147,8 @@ def why(job: dict[str, Any]) -> dict[str, Any]:
     if state == "pending":
         answer.update(reasons=wait.get("reasons") or [], eta=wait.get("eta"),
                       position=wait.get("position"), factors=wait.get("factors"))
+        if job.get("detail") and str(job["detail"]).startswith("requeued by a drain"):
+            answer["requeued"] = job["detail"]
         if not answer["reasons"]:
             answer["reasons"] = [{"code": "NOT_YET_SCHEDULED", "message":
                                   "the scheduler has not considered this job yet", "details": {}}]
@@ -149,7 +156,8 @@ def why(job: dict[str, Any]) -> dict[str, Any]:
         answer["summary"] = {
             "admitted": "admitted: GPUs granted, the run is starting",
             "running": f"running since {job.get('started_at')} (attempt {job.get('attempts')})",
-            "preempting": "being preempted: told to checkpoint and stop",
+            "preempting": (job["detail"] if str(job.get("detail") or "").startswith("drain")
+                           else "being preempted: told to checkpoint and stop"),
             "finished": f"finished at {job.get('ended_at')}",
             "failed": f"failed at {job.get('ended_at')}: {job.get('detail') or ''}".rstrip(": "),
             "cancelled": f"cancelled: {job.get('detail') or ''}".rstrip(": "),

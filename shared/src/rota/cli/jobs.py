@@ -310,6 +310,8 @@ def why(
                       highlight=False)
     if answer.get("resume_from"):
         console.print(f"   resume  {untrusted(answer['resume_from'])}", highlight=False)
+    if answer.get("requeued"):
+        console.print(f"    drain  {untrusted(answer['requeued'])}", highlight=False)
 
 
 @handled

@@ -91,7 +91,7 @@ RECEIVED: list[Received] = [
              "Admin only: end a node's drain. Publishes NodeDrainCancelled.", "{node}"),
     Received(s.SCHEDULER_NODES, m.ListNodes,
              "Answered by the active scheduler: each node's state and its runs.",
-             "{nodes: [{node, flavor, gpus, state (ready | draining | drained | withdrawn),"
+             "{nodes: [{node, flavor, gpus, state (ready | draining | drained | lost),"
              " deadline, reason, runs [{run_id, job_id, team, gpus, expected_end, draining}]}]}"),
     Received(s.NOTIFICATIONS_LIST, m.ListNotifications, "Answered by the notifier.",
              "a list of notifications (kind, channel, recipient, status, created_at, sent_at, "

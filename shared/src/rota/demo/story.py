@@ -128,7 +128,7 @@ class Story:
         elif type_ == "RunCheckpointed" and data.get("notice_id"):
             self.acks[data["run_id"]] = data["checkpoint_uri"]
         elif type_ == "RunStopped" and job is not None:
-            job.state = "requeued" if data["reason"] == "preempted" else "stopped"
+            job.state = "requeued" if data["reason"] in ("preempted", "drained") else "stopped"
             self.stopped_at[data["run_id"]] = t
         elif type_ in ("RunFinished", "RunFailed") and job is not None:
             job.state = "finished" if type_ == "RunFinished" else "failed"
