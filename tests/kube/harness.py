@@ -30,6 +30,7 @@ class RecordingReporter:
     ended_runs: dict[str, Exit] = field(default_factory=dict)
     pods_left_at_end: dict[str, int] = field(default_factory=dict)
     node_reports: list[tuple[str, str | None]] = field(default_factory=list)
+    drain_reports: list[tuple[str, float | None, str]] = field(default_factory=list)
     fake: FakeKubeApiServer | None = None
 
     async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
@@ -43,6 +44,9 @@ class RecordingReporter:
 
     async def node_changed(self, node: str, problem: str | None) -> None:
         self.node_reports.append((node, problem))
+
+    async def node_drain(self, node: str, deadline_s: float | None, reason: str) -> None:
+        self.drain_reports.append((node, deadline_s, reason))
 
     async def ended(self, run_id: str, exit: Exit) -> None:
         assert self.fake is not None

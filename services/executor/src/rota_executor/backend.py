@@ -100,6 +100,10 @@ class Reporter(Protocol):
         """A node was withdrawn (`problem`: why), or is usable again (None)."""
         ...
 
+    async def node_drain(self, node: str, deadline_s: float | None, reason: str) -> None:
+        """A node is drained (a cordon) with `deadline_s` from now, or its drain ends (None)."""
+        ...
+
 
 class Backend(Protocol):
     name: str
