@@ -31,6 +31,7 @@ class RecordingReporter:
     pods_left_at_end: dict[str, int] = field(default_factory=dict)
     node_reports: list[tuple[str, str | None]] = field(default_factory=list)
     drain_reports: list[tuple[str, float | None, str]] = field(default_factory=list)
+    eviction_reports: list[tuple[str, str, str, str, bool]] = field(default_factory=list)
     fake: FakeKubeApiServer | None = None
 
     async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
@@ -47,6 +48,10 @@ class RecordingReporter:
 
     async def node_drain(self, node: str, deadline_s: float | None, reason: str) -> None:
         self.drain_reports.append((node, deadline_s, reason))
+
+    async def run_eviction(self, run_id: str, job_id: str, node: str, pod: str,
+                           requester: str, *, withdrawn: bool) -> None:
+        self.eviction_reports.append((run_id, node, pod, requester, withdrawn))
 
     async def ended(self, run_id: str, exit: Exit) -> None:
         assert self.fake is not None

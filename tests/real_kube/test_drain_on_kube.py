@@ -135,3 +135,52 @@ def test_kubectl_drain_of_one_gang_node_checkpoints_moves_the_gang_and_completes
         assert time.monotonic() < deadline, "the uncordon did not end the drain"
         time.sleep(0.5)
     rota(env, "cancel", gang["job_id"])
+
+
+def test_an_eviction_request_for_a_gang_pod_checkpoints_and_moves_the_gang(
+        stack: None, env: dict[str, str], kube_cluster: KubeCluster, kubelet: LocalKubelet,
+        tmp_path: Path) -> None:
+    """The same through an EvictionRequest (lifecycle.k8s.io/v1alpha1, the alpha gate on): Rota
+    is its pods' eviction responder, reads the request, and stops the gang after its checkpoint;
+    the target pod goes with its Job, never evicted."""
+    gang = rota(env, "submit", "-f", str(gang_file(tmp_path, "evicted")))
+    wait_for(env, gang["job_id"], {"running"}, 120)
+    time.sleep(3)
+    timeline = rota(env, "trace", gang["job_id"])["timeline"]
+    first_run = next(e["data"]["run_id"] for e in timeline if e["type"] == "RunStarted")
+    pods = kube_cluster.get("pods", "-n", NAMESPACE, "-l", f"{k.LABEL_RUN}={first_run}")["items"]
+    assert len(pods) == 4
+    target = pods[0]
+    assert target["spec"]["evictionResponders"] == [{"name": "rota.dev/executor", "priority": 10000}]
+    kube_cluster.apply([{
+        "apiVersion": "lifecycle.k8s.io/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": "evict-gang-pod", "namespace": NAMESPACE},
+        "spec": {"target": {"pod": {"name": target["metadata"]["name"],
+                                    "uid": target["metadata"]["uid"]}},
+                 "requester": "maintenance.example.com/drainer", "intent": "Eviction"}}])
+
+    deadline = time.monotonic() + 180
+    moved = rota(env, "job", gang["job_id"])
+    while moved["attempts"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        moved = rota(env, "job", gang["job_id"])
+    assert moved["attempts"] == 2, moved
+    timeline = rota(env, "trace", gang["job_id"])["timeline"]
+    [requested] = [e for e in timeline if e["type"] == "PreemptionRequested"]
+    assert requested["data"]["reason"] == "drain"
+    assert "maintenance.example.com/drainer" in requested["data"]["message"]
+    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")
+             and "acknowledged" in e["summary"]]
+    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
+    assert stopped["data"]["reason"] == "drained" and not stopped["data"]["forced"]
+    starts = [e for e in timeline if e["type"] == "RunStarted"]
+    assert starts[1]["data"]["resumed_from"] == ack["data"]["checkpoint_uri"]
+    # The target went with its Job, after the ack, and was not evicted.
+    seen = kubelet.pods_seen[target["metadata"]["uid"]]
+    assert _at(seen["metadata"]["deletionTimestamp"]) >= int(_at(ack["at"]))
+    assert not any(c.get("type") == "DisruptionTarget"
+                   for c in (seen.get("status") or {}).get("conditions") or [])
+    gone = kube_cluster.get("pods", "-n", NAMESPACE, "-l", f"{k.LABEL_RUN}={first_run}")["items"]
+    assert gone == []
+    kube_cluster.kubectl("delete", "evictionrequest", "evict-gang-pod", "-n", NAMESPACE)
+    rota(env, "cancel", gang["job_id"])

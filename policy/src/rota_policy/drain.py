@@ -76,6 +76,18 @@ def drain_stops(
     return out
 
 
+def eviction_stops(
+    runs: Iterable[RunningRun],
+    evictions: Mapping[str, tuple[str, str]],
+    *,
+    stopping: frozenset[str] = frozenset(),
+) -> list[DrainStop]:
+    """Runs one of whose pods an eviction was requested for (run id -> (node, why)): each is
+    stopped now, as a drain at its deadline would stop it, once."""
+    return [DrainStop(run, *evictions[run.run_id]) for run in runs
+            if run.run_id in evictions and run.run_id not in stopping]
+
+
 def in_flight_nodes(drains: Mapping[str, Drain], runs: Iterable[RunningRun]) -> dict[str, int]:
     """Per drained node, the runs still on it: a node with none is drained, else draining."""
     on: dict[str, int] = dict.fromkeys(drains, 0)

@@ -48,6 +48,7 @@ from rota.k8s.inventory import Labels
 from rota_executor.backend import Exit, Reporter, RunRecord
 from rota_executor.credentials import RunMinter
 from rota_executor.kube_calls import KubeCalls, describe, is_transient
+from rota_executor.kube_evictions import EvictionRequests, with_responder
 from rota_executor.kube_nodes import NodeTracking
 from rota_executor.kube_pods import (
     FAILED_CREATE,
@@ -77,7 +78,7 @@ class Tracked:
     creating: bool = False  # a create is in flight (a start, or a pass's retry)
 
 
-class KubeBackend(NodeTracking):
+class KubeBackend(NodeTracking, EvictionRequests):
     name = "kubernetes"
     time_scale = 1.0
 
@@ -113,6 +114,9 @@ class KubeBackend(NodeTracking):
         self.node_lost_grace_s = node_lost_grace_s
         self.not_ready_since: dict[str, float] = {}
         self.cordons: dict[str, bool] = {}
+        self.eviction_requests: dict[str, dict[str, Any]] = {}
+        self.evictions_served = False  # asked at the start of `run`
+        self.evictions_reported: dict[str, tuple[str, str, str]] = {}
         self._pods_synced, self._nodes_synced = asyncio.Event(), asyncio.Event()
         self.synced = asyncio.Event()  # both listed once: only then can a pass judge a run
         self._tasks: set[asyncio.Task[None]] = set()
@@ -129,12 +133,15 @@ class KubeBackend(NodeTracking):
 
     def _objects(self, run: RunRecord, run_token: str, with_creds: bool = True) -> k.RunObjects:
         creds = self.minter.mint(run.run_id).read_text() if self.minter and with_creds else None
-        return k.run_objects(
+        objects = k.run_objects(
             run_id=run.run_id, job_id=run.job_id, attempt=run.attempt, spec=run.spec,
             placement=run.placement, namespace=self.namespace, nats_url=self.nats_url,
             resume_from=run.resume_from, checkpoint_dir=self.checkpoint_dir,
             gpu_resource=self.gpu_resource, run_token=run_token, nats_creds=creds,
             termination_grace_s=math.ceil(self.grace_s))
+        if self.evictions_served:
+            with_responder(objects.job)
+        return objects
 
     async def start(self, run: RunRecord, run_token: str) -> None:
         objects = self._objects(run, run_token)
@@ -284,6 +291,7 @@ class KubeBackend(NodeTracking):
         or waited too long; report an end once the run's last pod is gone. A run whose calls
         fail is left for the next pass; the other runs go on."""
         self._refresh_lost_nodes()  # the runs, and so the nodes that matter, change
+        self._refresh_evictions()  # a request may have come before its pod was seen
         for run_id, tracked in list(self.runs.items()):
             try:
                 await self._check_run(run_id, tracked)
@@ -368,6 +376,10 @@ class KubeBackend(NodeTracking):
                                     self.calls.core.list_namespaced_event, self.namespace,
                                     field_selector=f"involvedObject.kind=Job,reason={FAILED_CREATE}")
 
+    def job_of(self, run_id: str) -> str | None:
+        tracked = self.runs.get(run_id)
+        return None if tracked is None or tracked.teardown is not None else tracked.run.job_id
+
     def granted_nodes(self) -> set[str]:
         return {w.node for t in self.runs.values() for w in t.run.placement}
 
@@ -378,6 +390,9 @@ class KubeBackend(NodeTracking):
         try:
             await self._pods_synced.wait()
             await self._nodes_synced.wait()
+            if await self.detect_eviction_requests():
+                watchers.append(asyncio.create_task(self._forever(
+                    self.watch_eviction_requests, "the eviction request watch")))
             self.synced.set()
             self.compare_inventory()
             while True:

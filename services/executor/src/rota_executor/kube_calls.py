@@ -87,6 +87,7 @@ class KubeCalls:
         self.core: Any = client.CoreV1Api(api)
         self.batch: Any = client.BatchV1Api(api)
         self.policy: Any = client.PolicyV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
         self.clock = clock
         self.namespace = namespace
         self.backoff = backoff or Backoff()
@@ -150,6 +151,17 @@ class KubeCalls:
                 return True
             raise
         return False
+
+    async def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves `plural` in `group/version` (discovery)."""
+        try:
+            found = await self.call(f"discover {group}/{version}", self.custom.get_api_resources,
+                                    group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == plural for r in found.get("resources") or [])
 
     async def exists(self, kind: str, name: str) -> bool:
         read = {"Job": self.batch.read_namespaced_job, "Service": self.core.read_namespaced_service}[kind]

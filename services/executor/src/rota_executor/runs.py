@@ -364,6 +364,17 @@ class Executor:
             await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
         self._wake()
 
+    async def run_eviction(self, run_id: str, job_id: str, node: str, pod: str,
+                           requester: str, *, withdrawn: bool) -> None:
+        """`RunEvictionRequested`: the scheduler stops the run as a drain would (DECISIONS 98)."""
+        now = self.service.clock.now()
+        event = m.RunEvictionRequested(run_id=run_id, job_id=job_id, node=node, pod=pod[:253],
+                                       requester=requester[:317], withdrawn=withdrawn)
+        env = envelope(event, source=SOURCE, job_id=job_id, run_id=run_id, occurred_at=now)
+        async with self.service.engine.begin() as conn:
+            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        self._wake()
+
     # ------------------------------------------------------------------ restart
 
     async def recover(self) -> None:

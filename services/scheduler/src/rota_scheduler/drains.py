@@ -18,7 +18,7 @@ from rota.contracts.job import share_fraction
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.ids import new_id, stable_id
 from rota_policy import RunningRun, Snapshot
-from rota_policy.drain import DRAIN_REASON, DrainStop, drain_stops, expected_end
+from rota_policy.drain import DRAIN_REASON, DrainStop, drain_stops, eviction_stops, expected_end
 
 from rota_scheduler.actions import Actions, DecisionRecord, Outgoing
 from rota_scheduler.view import ClusterView
@@ -37,8 +37,11 @@ def drain_messages(view: ClusterView, snapshot: Snapshot, now: float, *,
                    default_runtime_s: float, new_uuid: Callable[[], str]
                    ) -> list[tuple[m.PreemptionRequested, DrainStop]]:
     """One drain plan per run to stop this cycle."""
+    stopping = stopping_runs(view)
     stops = drain_stops(snapshot.running, view.drains, now, runtime_scale=snapshot.runtime_scale,
-                        default_runtime_s=default_runtime_s, stopping=stopping_runs(view))
+                        default_runtime_s=default_runtime_s, stopping=stopping)
+    stopping = stopping | {s.run.run_id for s in stops}
+    stops += eviction_stops(snapshot.running, view.evictions, stopping=stopping)
     out = []
     for stop in stops:
         run, job = stop.run, view.jobs.get(stop.run.job_id)
@@ -52,14 +55,13 @@ def drain_messages(view: ClusterView, snapshot: Snapshot, now: float, *,
             job_name=job.spec.name, user=job.spec.user, resumable=run.resumable,
             last_checkpoint_uri=job.last_checkpoint_uri, gpu_share=share_fraction(run.share),
         )
-        drain = view.drains[stop.node]
         out.append((m.PreemptionRequested(
             plan_id=new_uuid(),
             # No job is the preemptor: the drain is, under an id of its own per node and run.
             preemptor_job_id=stable_id(f"drain:{stop.node}:{run.run_id}"),
             preemptor_queue=run.tier, preemptor_team=None, victims=[victim],
             reason=DRAIN_REASON, message=stop.why[:1024],
-            expected_lost_gpu_seconds=victim.expected_lost_gpu_seconds, node=drain.node,
+            expected_lost_gpu_seconds=victim.expected_lost_gpu_seconds, node=stop.node,
         ), stop))
     return out
 

@@ -113,6 +113,9 @@ class ClusterView:
     drains: dict[str, Drain] = field(default_factory=dict)
     """Nodes drained (`NodeDrainRequested`), until `NodeDrainCancelled`: none of their GPUs
     is free, and their runs are stopped as `rota_policy.drain` says (DECISIONS 98)."""
+    evictions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Run id → (node, why) of runs a Kubernetes EvictionRequest names (`RunEvictionRequested`):
+    stopped as a drain stops a run, until the run ends or the request is withdrawn."""
     drain_victims: dict[str, str] = field(default_factory=dict)
     """Run id → the drain plan stopping it, until the run ends: stopped once."""
     changes: int = 0
@@ -213,6 +216,8 @@ class ClusterView:
     def _on_AllocationReleased(self, data: dict[str, Any], at: float) -> None:
         self.allocations.pop(data["run_id"], None)
         self.drain_victims.pop(data["run_id"], None)
+        self.evictions.pop(data["run_id"], None)
+        self.evictions.pop(data["run_id"], None)
         self.granted_unstarted.discard(data["run_id"])
 
     def _on_RunStarted(self, data: dict[str, Any], at: float) -> None:
@@ -329,6 +334,14 @@ class ClusterView:
         deadline = _epoch(data.get("deadline"))
         self.drains[data["node"]] = Drain(data["node"], at if deadline is None else deadline,
                                           str(data.get("reason") or "maintenance"))
+
+    def _on_RunEvictionRequested(self, data: dict[str, Any], at: float) -> None:
+        if data.get("withdrawn"):
+            self.evictions.pop(data["run_id"], None)
+        elif data["run_id"] in self.allocations:
+            self.evictions[data["run_id"]] = (data["node"], (
+                f"an eviction of its pod {data['pod']} on node {data['node']} was requested"
+                f" by {data['requester']}"))
 
     def _on_NodeDrainCancelled(self, data: dict[str, Any], at: float) -> None:
         self.drains.pop(data["node"], None)

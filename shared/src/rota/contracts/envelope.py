@@ -48,6 +48,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "NodeRestored": m.NodeRestored,
     "NodeDrainRequested": m.NodeDrainRequested,
     "NodeDrainCancelled": m.NodeDrainCancelled,
+    "RunEvictionRequested": m.RunEvictionRequested,
 }
 CONTROL_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionNotice": m.PreemptionNotice,

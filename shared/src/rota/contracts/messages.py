@@ -355,6 +355,20 @@ class NodeDrainCancelled(OpenModel):
     requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "admin"
 
 
+class RunEvictionRequested(OpenModel):
+    """A Kubernetes EvictionRequest (lifecycle.k8s.io/v1alpha1) names a pod of this run: the
+    run is stopped as a drain of the pod's node would stop it (notice, checkpoint
+    acknowledgement, stop `drained`, requeue), at once, but the node stays open. `withdrawn`:
+    every requester withdrew (or deleted its request); a stop not yet ordered is not."""
+
+    run_id: Uuid
+    job_id: Uuid
+    node: Name
+    pod: Annotated[str, Field(min_length=1, max_length=253)]
+    requester: Annotated[str, Field(min_length=1, max_length=317)]
+    withdrawn: StrictBool = False
+
+
 class DrainNode(StrictModel):
     """`rota.api.node.drain` (admin only): drain `node` by `deadline` (default: now plus
     `deadline_s`, default one hour)."""

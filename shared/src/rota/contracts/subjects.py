@@ -154,4 +154,5 @@ EVENT_SUBJECTS: dict[str, str] = {
     "NodeRestored": "rota.evt.node.restored",
     "NodeDrainRequested": "rota.evt.node.drain_requested",
     "NodeDrainCancelled": "rota.evt.node.drain_cancelled",
+    "RunEvictionRequested": "rota.evt.run.eviction_requested",
 }
