@@ -117,6 +117,9 @@ class KubeBackend(NodeTracking, EvictionRequests):
         self.eviction_requests: dict[str, dict[str, Any]] = {}
         self.evictions_served = False  # asked at the start of `run`
         self.evictions_reported: dict[str, tuple[str, str, str]] = {}
+        self.evictions: dict[str, dict[str, Any]] = {}
+        self.heartbeats: dict[str, float] = {}
+        self.completed_evictions: set[str] = set()
         self._pods_synced, self._nodes_synced = asyncio.Event(), asyncio.Event()
         self.synced = asyncio.Event()  # both listed once: only then can a pass judge a run
         self._tasks: set[asyncio.Task[None]] = set()
@@ -292,6 +295,7 @@ class KubeBackend(NodeTracking, EvictionRequests):
         fail is left for the next pass; the other runs go on."""
         self._refresh_lost_nodes()  # the runs, and so the nodes that matter, change
         self._refresh_evictions()  # a request may have come before its pod was seen
+        await self.respond_to_evictions()
         for run_id, tracked in list(self.runs.items()):
             try:
                 await self._check_run(run_id, tracked)
@@ -393,6 +397,8 @@ class KubeBackend(NodeTracking, EvictionRequests):
             if await self.detect_eviction_requests():
                 watchers.append(asyncio.create_task(self._forever(
                     self.watch_eviction_requests, "the eviction request watch")))
+                watchers.append(asyncio.create_task(self._forever(
+                    self.watch_evictions, "the eviction watch")))
             self.synced.set()
             self.compare_inventory()
             while True:
