@@ -6,7 +6,6 @@ preemption budget, and `rota cluster nodes`, `rota trace` and `rota why` say `dr
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.rota_cli import rota, rota_up, training_job, wait_for
+from tests.e2e.rota_cli import isolated_env, moved_by_drain, rota, rota_up, training_job, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +24,7 @@ CONFIG = Path(__file__).with_name("drain.rota.yaml")
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ROTA_NATS_URL", "ROTA_DATABASE_URL", "ROTA_CONFIG")}
-    env["ROTA_HOME"] = str(tmp_path_factory.mktemp("rota-drain"))
-    return env
+    return isolated_env(tmp_path_factory.mktemp("rota-drain"))
 
 
 @pytest.fixture(scope="module")
@@ -79,25 +75,11 @@ def test_a_drain_lets_a_short_run_finish_and_moves_the_long_one_from_its_checkpo
     assert node["state"] in ("draining", "drained") and node["deadline"]
 
     # The long run moves: noticed, acknowledged, stopped `drained`, resumed elsewhere.
-    moved = wait_for(env, long["job_id"], {"running", "finished", "failed"}, 120)
-    deadline = time.monotonic() + 120
-    while moved["attempts"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        moved = rota(env, "job", long["job_id"])
-    assert moved["attempts"] == 2, moved
-    trace = rota(env, "trace", long["job_id"])
-    timeline = trace["timeline"]
-    [requested] = [e for e in timeline if e["type"] == "PreemptionRequested"]
-    assert requested["data"]["reason"] == "drain" and requested["data"]["node"] == drained
-    assert "drain" in requested["summary"]
-    [noticed] = [e for e in timeline if e["type"] == "PreemptionNoticed"]
+    story = moved_by_drain(env, long["job_id"], 180)
+    assert story.requested["data"]["node"] == drained
+    [noticed] = [e for e in rota(env, "trace", long["job_id"])["timeline"]
+                 if e["type"] == "PreemptionNoticed"]
     assert noticed["data"]["reason"] == "drain" and "drain" in noticed["summary"]
-    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")]
-    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
-    assert stopped["data"]["reason"] == "drained" and not stopped["data"]["forced"]
-    assert stopped["data"]["checkpoint_uri"] == ack["data"]["checkpoint_uri"]
-    starts = [e for e in timeline if e["type"] == "RunStarted"]
-    assert starts[1]["data"]["resumed_from"] == ack["data"]["checkpoint_uri"]
     assert node_of(env, long["job_id"]) != drained  # no new placement on the drained node
     [plan] = rota(env, "preemptions", "--job", long["job_id"])
     assert plan["reason"] == "drain" and [v["outcome"] for v in plan["victims"]] == ["acked"]

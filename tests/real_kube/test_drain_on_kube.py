@@ -10,7 +10,6 @@ acknowledged checkpoint, and the drain completes."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,9 +20,17 @@ from typing import Any
 import pytest
 from rota.k8s import manifests as k
 
-from tests.e2e.rota_cli import REPO, rota, rota_up, training_job, wait_for
+from tests.e2e.rota_cli import (
+    REPO,
+    isolated_env,
+    moved_by_drain,
+    rota,
+    rota_up,
+    training_job,
+    wait_for,
+)
 from tests.real_kube.cluster import KubeCluster
-from tests.real_kube.kubelet import LocalKubelet
+from tests.real_kube.kubelet import LocalKubelet, running_kubelet
 
 pytestmark = [pytest.mark.real_kube, pytest.mark.e2e]
 
@@ -34,21 +41,15 @@ CONFIG = Path(__file__).with_name("drain.rota.yaml")
 
 @pytest.fixture(scope="module")
 def kubelet(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKubelet]:
-    kube_cluster.namespace(NAMESPACE)
-    kubelet = LocalKubelet(kube_cluster, NAMESPACE, tmp_path_factory.mktemp("kubelet"), REPO)
-    kubelet.start()
-    yield kubelet
-    kubelet.stop()
+    with running_kubelet(kube_cluster, NAMESPACE, tmp_path_factory.mktemp("kubelet"), REPO) as kubelet:
+        yield kubelet
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("ROTA_NATS_URL", "ROTA_DATABASE_URL", "ROTA_CONFIG")}
-    env["ROTA_HOME"] = str(tmp_path_factory.mktemp("rota-kwok-drain"))
-    env.update(ROTA_KUBE_NAMESPACE=NAMESPACE, ROTA_KILL_GRACE_S=str(GRACE_S),
-               ROTA_EXECUTOR_POLL_INTERVAL_S="0.2", ROTA_KUBE_DRAIN_DEADLINE_S="600")
-    return env
+    return isolated_env(tmp_path_factory.mktemp("rota-kwok-drain"), ROTA_KUBE_NAMESPACE=NAMESPACE,
+                        ROTA_KILL_GRACE_S=str(GRACE_S), ROTA_EXECUTOR_POLL_INTERVAL_S="0.2",
+                        ROTA_KUBE_DRAIN_DEADLINE_S="600")
 
 
 @pytest.fixture(scope="module")
@@ -96,22 +97,10 @@ def test_kubectl_drain_of_one_gang_node_checkpoints_moves_the_gang_and_completes
     assert drain.returncode == 0, out
     assert "disruption budget" in out, out
 
-    moved = wait_for(env, gang["job_id"], {"running", "finished", "failed"}, 120)
-    deadline = time.monotonic() + 120
-    while moved["attempts"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        moved = rota(env, "job", gang["job_id"])
-    assert moved["attempts"] == 2 and moved["state"] == "running", moved
-
-    timeline = rota(env, "trace", gang["job_id"])["timeline"]
-    [requested] = [e for e in timeline if e["type"] == "PreemptionRequested"]
-    assert (requested["data"]["reason"], requested["data"]["node"]) == ("drain", drained)
-    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")
-             and "acknowledged" in e["summary"]]
-    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
-    assert stopped["data"]["reason"] == "drained" and not stopped["data"]["forced"]
-    starts = [e for e in timeline if e["type"] == "RunStarted"]
-    assert starts[1]["data"]["resumed_from"] == ack["data"]["checkpoint_uri"]
+    story = moved_by_drain(env, gang["job_id"], 180)
+    assert story.requested["data"]["node"] == drained
+    ack, starts = story.ack, story.starts
+    assert rota(env, "job", gang["job_id"])["state"] == "running"
     second_nodes = nodes_of_run(env, gang["job_id"])
     assert len(second_nodes) == 4 and drained not in second_nodes
 
@@ -159,22 +148,9 @@ def test_an_eviction_request_for_a_gang_pod_checkpoints_and_moves_the_gang(
                                     "uid": target["metadata"]["uid"]}},
                  "requester": "maintenance.example.com/drainer", "intent": "Eviction"}}])
 
-    deadline = time.monotonic() + 180
-    moved = rota(env, "job", gang["job_id"])
-    while moved["attempts"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        moved = rota(env, "job", gang["job_id"])
-    assert moved["attempts"] == 2, moved
-    timeline = rota(env, "trace", gang["job_id"])["timeline"]
-    [requested] = [e for e in timeline if e["type"] == "PreemptionRequested"]
-    assert requested["data"]["reason"] == "drain"
-    assert "maintenance.example.com/drainer" in requested["data"]["message"]
-    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")
-             and "acknowledged" in e["summary"]]
-    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
-    assert stopped["data"]["reason"] == "drained" and not stopped["data"]["forced"]
-    starts = [e for e in timeline if e["type"] == "RunStarted"]
-    assert starts[1]["data"]["resumed_from"] == ack["data"]["checkpoint_uri"]
+    story = moved_by_drain(env, gang["job_id"], 180)
+    assert "maintenance.example.com/drainer" in story.requested["data"]["message"]
+    ack = story.ack
     # The target went with its Job, after the ack, and was not evicted.
     seen = kubelet.pods_seen[target["metadata"]["uid"]]
     assert _at(seen["metadata"]["deletionTimestamp"]) >= int(_at(ack["at"]))
