@@ -45,8 +45,8 @@ def drain_messages(view: ClusterView, snapshot: Snapshot, now: float, *,
     out = []
     for stop in stops:
         run, job = stop.run, view.jobs.get(stop.run.job_id)
-        if job is None or job.run_id != run.run_id:
-            continue  # granted, not started: the policy's view of it is a moment old
+        if job is None or job.run_id != run.run_id or job.state != "running":
+            continue  # proposed or granted, not started: stopped once it runs
         elapsed = max(0.0, now - (run.last_checkpoint(now) or run.started_at))
         victim = m.Victim(
             run_id=run.run_id, job_id=run.job_id, team=run.team, queue=run.tier, gpus=run.gpus,

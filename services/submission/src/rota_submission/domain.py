@@ -241,7 +241,8 @@ def apply_event(
     if event_type == "AllocationReleased":
         return state, {"borrowed_gpus": 0}
     if event_type == "RunStarted":
-        return "running", {"run_id": data.get("run_id"), "started": True}
+        # What it waited for (a refusal, a drain) is over: `rota why` says it runs.
+        return "running", {"run_id": data.get("run_id"), "started": True, "detail": None}
     if event_type == "PreemptionCompleted":
         aborted = data.get("aborted") and job_id != data.get("preemptor_job_id")
         return ("running", {}) if aborted and state == "preempting" else (state, {})
