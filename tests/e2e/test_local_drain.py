@@ -39,11 +39,10 @@ def job(tmp: Path, name: str, steps: int, declared_s: int) -> Path:
                         declared_s=declared_s)
 
 
-def node_of(env: dict[str, str], job_id: str) -> str:
-    for node in rota(env, "cluster", "nodes"):
-        if any(r["job_id"] == job_id for r in node["runs"]):
-            return str(node["node"])
-    raise AssertionError(f"{job_id} runs on no node")
+def nodes_of(env: dict[str, str]) -> dict[str, str]:
+    """Job id → the node its run is on, from one `rota cluster nodes`."""
+    return {r["job_id"]: str(node["node"]) for node in rota(env, "cluster", "nodes")
+            for r in node["runs"]}
 
 
 def wait_node(env: dict[str, str], name: str, state: str, timeout: float) -> dict[str, Any]:
@@ -60,13 +59,14 @@ def wait_node(env: dict[str, str], name: str, state: str, timeout: float) -> dic
 def test_a_drain_lets_a_short_run_finish_and_moves_the_long_one_from_its_checkpoint(
     stack: subprocess.Popen[bytes], env: dict[str, str], tmp_path: Path
 ) -> None:
-    # The long run declares two hours (it would outlive the deadline); the short one 40 s.
+    # The long run declares two hours (it would outlive the deadline); the short one 90 s.
     long = rota(env, "submit", "-f", str(job(tmp_path, "long", 2400, 7200)))
     wait_for(env, long["job_id"], {"running"}, 60)
-    short = rota(env, "submit", "-f", str(job(tmp_path, "short", 300, 40)))
+    short = rota(env, "submit", "-f", str(job(tmp_path, "short", 800, 90)))
     wait_for(env, short["job_id"], {"running"}, 60)
-    drained = node_of(env, long["job_id"])
-    assert node_of(env, short["job_id"]) == drained, "both 8-GPU runs pack onto one node"
+    placed = nodes_of(env)
+    drained = placed[long["job_id"]]
+    assert placed[short["job_id"]] == drained, "both 8-GPU runs pack onto one node"
     time.sleep(3)  # a few checkpoints behind the long run
 
     answer = rota(env, "cluster", "drain", drained, "--deadline", "10m", "--reason", "firmware")
@@ -80,7 +80,7 @@ def test_a_drain_lets_a_short_run_finish_and_moves_the_long_one_from_its_checkpo
     [noticed] = [e for e in rota(env, "trace", long["job_id"])["timeline"]
                  if e["type"] == "PreemptionNoticed"]
     assert noticed["data"]["reason"] == "drain" and "drain" in noticed["summary"]
-    assert node_of(env, long["job_id"]) != drained  # no new placement on the drained node
+    assert nodes_of(env)[long["job_id"]] != drained  # no new placement on the drained node
     [plan] = rota(env, "preemptions", "--job", long["job_id"])
     assert plan["reason"] == "drain" and [v["outcome"] for v in plan["victims"]] == ["acked"]
 
