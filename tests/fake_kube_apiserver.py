@@ -7,7 +7,8 @@ same scenarios are meant to pass against a real kube-apiserver too).
 
 The API:
 
-- nodes (list, watch), batch/v1 jobs, pods, services, secrets (create, get, list, watch,
+- nodes (list, watch), batch/v1 jobs, pods, services, secrets, policy/v1
+  poddisruptionbudgets (stored and garbage-collected with their Job; no eviction) (create, get, list, watch,
   patch with JSON merge patch, delete with `propagationPolicy` and `gracePeriodSeconds`),
   core/v1 events (list, watch); label selectors of `a=b` terms, field selectors on the
   fields the real server allows (another is 400 `field label not supported`);
@@ -201,7 +202,7 @@ class FakeKubeApiServer(FakeCluster):
 
     async def start(self) -> str:
         app = web.Application(middlewares=[self._auth])
-        for prefix in ("/api/v1", "/apis/batch/v1"):
+        for prefix in ("/api/v1", "/apis/batch/v1", "/apis/policy/v1"):
             app.router.add_route("*", prefix + "/{plural}", self._collection)
             app.router.add_route("*", prefix + "/{plural}/{name}", self._item)
             app.router.add_route("*", prefix + "/namespaces/{ns}/{plural}", self._collection)

@@ -13,7 +13,8 @@ import kubernetes_validate
 
 Obj = dict[str, Any]
 KINDS = {"nodes": ("v1", "Node"), "pods": ("v1", "Pod"), "services": ("v1", "Service"),
-         "secrets": ("v1", "Secret"), "jobs": ("batch/v1", "Job"), "events": ("v1", "Event")}
+         "secrets": ("v1", "Secret"), "jobs": ("batch/v1", "Job"), "events": ("v1", "Event"),
+         "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget")}
 # The fields each kind can be selected by (`fieldSelector`), beyond metadata.name/namespace.
 SELECTABLE_FIELDS = {
     "events": ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",

@@ -4,6 +4,7 @@ kubernetes executors do: start it, ask it, wait for a job's state, write a train
 from __future__ import annotations
 
 import json
+import os
 import select
 import signal
 import subprocess
@@ -35,6 +36,14 @@ def rota_up(env: dict[str, str], executor: str, *args: str) -> Iterator[subproce
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(15)
+
+
+def isolated_env(home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment for a `rota up` of its own under `home`: no NATS, database
+    or config of the caller's."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ROTA_NATS_URL", "ROTA_DATABASE_URL", "ROTA_CONFIG")}
+    return {**env, "ROTA_HOME": str(home), **extra}
 
 
 def rota(env: dict[str, str], *args: str) -> Any:
@@ -111,3 +120,36 @@ def play_preemption(env: dict[str, str], job_file: Callable[..., Path], tmp: Pat
     assert [r["data"]["attempt"] for r in restarts] == [1, 2]
     assert restarts[1]["data"]["resumed_from"] == checkpoint
     return PreemptionStory(sweep["job_id"], release["job_id"], timeline, checkpoint, stopped)
+
+
+@dataclass(frozen=True)
+class DrainStory:
+    """What a job moved by a drain shows in its trace: the drain's plan, the acknowledgement
+    the coordinator accepted, the stop, and its runs' starts."""
+
+    requested: dict[str, Any]
+    ack: dict[str, Any]
+    stopped: dict[str, Any]
+    starts: list[dict[str, Any]]
+
+
+def moved_by_drain(env: dict[str, str], job_id: str, timeout: float) -> DrainStory:
+    """Waits for the job's second run, then checks the move: one plan with the reason `drain`,
+    stopped `drained` without force, resumed from the checkpoint it acknowledged."""
+    deadline = time.monotonic() + timeout
+    job = rota(env, "job", job_id)
+    while job["attempts"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        job = rota(env, "job", job_id)
+    assert job["attempts"] == 2, job
+    timeline = rota(env, "trace", job_id)["timeline"]
+    [requested] = [e for e in timeline if e["type"] == "PreemptionRequested"]
+    assert requested["data"]["reason"] == "drain" and "drain" in requested["summary"]
+    [ack] = [e for e in timeline if e["type"] == "RunCheckpointed" and e["data"].get("notice_id")
+             and "acknowledged" in e["summary"]]
+    [stopped] = [e for e in timeline if e["type"] == "RunStopped"]
+    assert stopped["data"]["reason"] == "drained" and not stopped["data"]["forced"]
+    assert stopped["data"]["checkpoint_uri"] == ack["data"]["checkpoint_uri"]
+    starts = [e for e in timeline if e["type"] == "RunStarted"]
+    assert starts[1]["data"]["resumed_from"] == ack["data"]["checkpoint_uri"]
+    return DrainStory(requested, ack, stopped, starts)

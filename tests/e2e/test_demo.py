@@ -26,6 +26,7 @@ def test_the_demo_tells_the_whole_story(tmp_path: Path) -> None:
     assert result.returncode == 0 and verdict["ok"], (failed, verdict["events"], result.stderr[-2000:])
     jobs = verdict["jobs"]
     resumed = {name for name, job in jobs.items() if job["resumed_from"]}
-    assert resumed == {"vision-train-c", "research-sweep"}
+    assert resumed == {"vision-train-c", "research-sweep", "vision-train-a"}
+    assert any("drain of node" in line for line in verdict["events"])
     assert all(job["state"] == "finished" for job in jobs.values())
     assert any("acknowledged with checkpoint" in line for line in verdict["events"])

@@ -30,6 +30,8 @@ class RecordingReporter:
     ended_runs: dict[str, Exit] = field(default_factory=dict)
     pods_left_at_end: dict[str, int] = field(default_factory=dict)
     node_reports: list[tuple[str, str | None]] = field(default_factory=list)
+    drain_reports: list[tuple[str, float | None, str]] = field(default_factory=list)
+    eviction_reports: list[tuple[str, str, str, str, bool]] = field(default_factory=list)
     fake: FakeKubeApiServer | None = None
 
     async def launched(self, run_id: str, processes: list[WorkerProcess]) -> None:
@@ -43,6 +45,13 @@ class RecordingReporter:
 
     async def node_changed(self, node: str, problem: str | None) -> None:
         self.node_reports.append((node, problem))
+
+    async def node_drain(self, node: str, deadline_s: float | None, reason: str) -> None:
+        self.drain_reports.append((node, deadline_s, reason))
+
+    async def run_eviction(self, run_id: str, job_id: str, node: str, pod: str,
+                           requester: str, *, withdrawn: bool) -> None:
+        self.eviction_reports.append((run_id, node, pod, requester, withdrawn))
 
     async def ended(self, run_id: str, exit: Exit) -> None:
         assert self.fake is not None

@@ -35,10 +35,14 @@ async def test_a_gang_of_4x8_is_pinned_started_and_finished(
         "0": "gpu-0", "1": "gpu-1", "2": "gpu-2", "3": "gpu-3"}
     job = fake.get("jobs", k.object_name(run.run_id), NS)
     assert job is not None
-    for plural, name in (("secrets", k.secret_name(run.run_id)), ("services", k.object_name(run.run_id))):
+    for plural, name in (("secrets", k.secret_name(run.run_id)), ("services", k.object_name(run.run_id)),
+                         ("poddisruptionbudgets", k.object_name(run.run_id))):
         obj = fake.get(plural, name, NS)
-        assert obj is not None
+        assert obj is not None, plural
         assert obj["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    budget = fake.get("poddisruptionbudgets", k.object_name(run.run_id), NS)
+    assert budget is not None and budget["spec"] == {
+        "minAvailable": 4, "selector": {"matchLabels": {k.LABEL_RUN: run.run_id}}}
     secret = fake.get("secrets", k.secret_name(run.run_id), NS)
     assert secret is not None and secret["stringData"]["run-token"] == "tok-1"
     assert run.run_id not in reporter.ended_runs
@@ -47,6 +51,7 @@ async def test_a_gang_of_4x8_is_pinned_started_and_finished(
     assert reporter.ended_runs[run.run_id].code == 0
     assert reporter.pods_left_at_end[run.run_id] == 0
     assert fake.get("jobs", k.object_name(run.run_id), NS) is None
+    assert fake.get("poddisruptionbudgets", k.object_name(run.run_id), NS) is None
 
 
 async def test_a_gang_with_a_pod_that_never_starts_is_torn_down_and_lost(
@@ -136,10 +141,10 @@ async def test_the_kill_grace_reaches_each_pod_so_a_pod_deaf_to_sigterm_is_kille
     assert reporter.pods_left_at_end[run.run_id] == 0
 
 
-@pytest.mark.parametrize("loss", ["NotReady", "cordoned", "deleted"])
+@pytest.mark.parametrize("loss", ["NotReady", "deleted"])
 async def test_a_node_lost_mid_run_ends_the_run_lost_once_its_pods_are_gone(
         fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any], loss: str) -> None:
-    backend, reporter, _ = await make_backend(fake, tmp_path, backends)
+    backend, reporter, clock = await make_backend(fake, tmp_path, backends)
     # The nodes of rota.yaml are watched whether or not a run is on them.
     backend.config_nodes = [Node(name=f"gpu-{i}", flavor="h100", gpus=8) for i in range(2)]
     run = record(workers=2)
@@ -147,8 +152,11 @@ async def test_a_node_lost_mid_run_ends_the_run_lost_once_its_pods_are_gone(
     await until(lambda: backend.runs[run.run_id].started)
     if loss == "NotReady":
         fake.set_node("gpu-1", ready=False)
-    elif loss == "cordoned":
-        fake.set_node("gpu-1", cordoned=True)
+        # Withdrawn from placement at once; its run is left alone for the grace.
+        await until(lambda: ("gpu-1", "NotReady") in reporter.node_reports)
+        await asyncio.sleep(0.3)
+        assert run.run_id not in reporter.ended_runs
+        clock.advance(backend.node_lost_grace_s)
     else:
         fake.remove_node("gpu-1")
     await until(lambda: run.run_id in reporter.ended_runs)
@@ -163,11 +171,44 @@ async def test_a_node_lost_mid_run_ends_the_run_lost_once_its_pods_are_gone(
     if loss == "deleted":
         fake.add_node("gpu-1", 8)
     else:
-        fake.set_node("gpu-1", ready=True, cordoned=False)
+        fake.set_node("gpu-1", ready=True)
     await until(lambda: reporter.node_reports[-1] == ("gpu-1", None))
     again = record(workers=2, run_id="0190a7b2-0000-7000-8000-000000000002")
     await backend.start(again, "tok")
     await until(lambda: backend.runs[again.run_id].started)
+
+
+async def test_a_short_not_ready_blip_changes_nothing_for_the_run(
+        fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any]) -> None:
+    backend, reporter, clock = await make_backend(fake, tmp_path, backends)
+    run = record(workers=2)
+    await backend.start(run, "tok")
+    await until(lambda: backend.runs[run.run_id].started)
+    fake.set_node("gpu-1", ready=False)
+    await until(lambda: ("gpu-1", "NotReady") in reporter.node_reports)
+    clock.advance(backend.node_lost_grace_s - 1)
+    fake.set_node("gpu-1", ready=True)
+    await until(lambda: reporter.node_reports[-1] == ("gpu-1", None))
+    clock.advance(10)  # past the grace from the first NotReady: the blip is forgotten
+    await asyncio.sleep(0.3)
+    assert run.run_id not in reporter.ended_runs and phases(fake, run) == ["Running"] * 2
+
+
+async def test_a_cordon_drains_the_node_instead_of_losing_its_runs(
+        fake: FakeKubeApiServer, tmp_path: Path, backends: list[Any]) -> None:
+    backend, reporter, _ = await make_backend(fake, tmp_path, backends)
+    backend.config_nodes = [Node(name=f"gpu-{i}", flavor="h100", gpus=8) for i in range(2)]
+    run = record(workers=2)
+    await backend.start(run, "tok")
+    await until(lambda: backend.runs[run.run_id].started)
+    fake.set_node("gpu-1", cordoned=True)
+    await until(lambda: ("gpu-1", backend.drain_deadline_s, "cordoned") in reporter.drain_reports)
+    await asyncio.sleep(0.3)
+    assert run.run_id not in reporter.ended_runs  # Rota's drain moves it, after its checkpoint
+    assert not any(node == "gpu-1" and problem for node, problem in reporter.node_reports)
+    fake.set_node("gpu-1", cordoned=False)
+    await until(lambda: reporter.drain_reports[-1] == ("gpu-1", None, "uncordoned"))
+    assert len(reporter.drain_reports) == 2  # each once
 
 
 async def test_a_restarted_executor_adopts_by_label_and_never_creates_twice(

@@ -20,6 +20,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,3 +119,15 @@ class LocalKubelet:
         folder.mkdir(parents=True, exist_ok=True)
         value = (pod["metadata"].get("annotations") or {}).get(k.ANNOTATION_NOTICE, "")
         (folder / "notice").write_text(value)
+
+
+@contextmanager
+def running_kubelet(cluster: KubeCluster, namespace: str, root: Path, cwd: Path) -> Iterator[LocalKubelet]:
+    """The namespace made, and a kubelet playing its Rota pods until the block ends."""
+    cluster.namespace(namespace)
+    kubelet = LocalKubelet(cluster, namespace, root, cwd)
+    kubelet.start()
+    try:
+        yield kubelet
+    finally:
+        kubelet.stop()

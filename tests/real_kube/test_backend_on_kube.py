@@ -4,6 +4,7 @@ node loss, and an executor restarted mid-run. Each test has a namespace of its o
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 from dataclasses import replace
@@ -144,12 +145,13 @@ async def test_a_gpu_pool_behind_the_gpu_taint_takes_a_run_with_no_toleration_of
         await started.close()
 
 
-@pytest.mark.parametrize("how", ["NotReady", "cordoned", "deleted"])
+@pytest.mark.parametrize("how", ["NotReady", "deleted"])
 async def test_a_lost_node_ends_its_run_as_lost(
         kube_cluster: KubeCluster, namespace: str, how: str) -> None:
+    """Deleted: lost at once. NotReady: lost once NotReady for the grace (here 2 s)."""
     victim = next(n for n in NODES if n.name == "a100-2")
     toleration = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
-    started = await start_backend(kube_cluster.kubeconfig, namespace)
+    started = await start_backend(kube_cluster.kubeconfig, namespace, node_lost_grace_s=2.0)
     try:
         run = run_record([(victim.name, [0]), ("a100-1", [0])], kubernetes={"tolerations": [toleration]})
         await started.backend.start(run, "token")
@@ -157,8 +159,6 @@ async def test_a_lost_node_ends_its_run_as_lost(
         await eventually(lambda: started.backend.runs[run.run_id].started, 10, "the gang seen started")
         if how == "NotReady":
             kube_cluster.kubectl("annotate", "node", victim.name, "rota.dev/kwok-ready=false")
-        elif how == "cordoned":
-            kube_cluster.kubectl("cordon", victim.name)
         else:
             kube_cluster.kubectl("delete", "node", victim.name, "--wait=false")
         await eventually(lambda: run.run_id in started.reporter.ended_runs, 90, "the run ended")
@@ -170,6 +170,62 @@ async def test_a_lost_node_ends_its_run_as_lost(
         await started.close()
         kube_cluster.kubectl("delete", "node", victim.name, "--wait=true", check=False)
         kube_cluster.apply([victim.manifest()])
+
+
+async def test_a_short_not_ready_blip_withdraws_the_node_and_leaves_its_run(
+        kube_cluster: KubeCluster, namespace: str) -> None:
+    victim = next(n for n in NODES if n.name == "a100-2")
+    toleration = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+    started = await start_backend(kube_cluster.kubeconfig, namespace, node_lost_grace_s=60.0)
+    try:
+        run = run_record([(victim.name, [0]), ("a100-1", [0])], kubernetes={"tolerations": [toleration]})
+        await started.backend.start(run, "token")
+        await eventually(lambda: running_on(kube_cluster, namespace, run.run_id, 2), 60, "pods Running")
+        await eventually(lambda: started.backend.runs[run.run_id].started, 10, "the gang seen started")
+        kube_cluster.kubectl("annotate", "node", victim.name, "rota.dev/kwok-ready=false")
+        await eventually(lambda: (victim.name, "NotReady") in started.reporter.node_reports, 60,
+                         "the node withdrawn from placement")
+        kube_cluster.kubectl("annotate", "node", victim.name, "rota.dev/kwok-ready-", "--overwrite")
+        await eventually(lambda: started.reporter.node_reports[-1] == (victim.name, None), 60,
+                         "the node offered again")
+        await asyncio.sleep(3)
+        assert run.run_id not in started.reporter.ended_runs  # the blip changed nothing for it
+        assert running_on(kube_cluster, namespace, run.run_id, 2)
+        exit_pods(kube_cluster, namespace, run.run_id, 0)
+        await eventually(lambda: run.run_id in started.reporter.ended_runs, 60, "the run ended")
+        assert started.reporter.ended_runs[run.run_id].code == 0
+    finally:
+        await started.close()
+        kube_cluster.kubectl("annotate", "node", victim.name, "rota.dev/kwok-ready-", check=False)
+
+
+async def test_a_cordon_drains_the_node_and_leaves_the_run_to_rotas_drain(
+        kube_cluster: KubeCluster, namespace: str) -> None:
+    victim = next(n for n in NODES if n.name == "a100-2")
+    toleration = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+    started = await start_backend(kube_cluster.kubeconfig, namespace, drain_deadline_s=120.0)
+    try:
+        run = run_record([(victim.name, [0]), ("a100-1", [0])], kubernetes={"tolerations": [toleration]})
+        await started.backend.start(run, "token")
+        await eventually(lambda: running_on(kube_cluster, namespace, run.run_id, 2), 60, "pods Running")
+        kube_cluster.kubectl("cordon", victim.name)
+        await eventually(lambda: (victim.name, 120.0, "cordoned") in started.reporter.drain_reports,
+                         30, "the cordon reported as a drain")
+        await asyncio.sleep(2)
+        assert run.run_id not in started.reporter.ended_runs  # not lost: Rota's drain moves it
+        # Its PodDisruptionBudget refuses an eviction of any of its pods.
+        pod = pods_of(kube_cluster, namespace, run.run_id)[0]["metadata"]["name"]
+        refused = kube_cluster.kubectl("drain", victim.name, "--pod-selector",
+                                       f"{k.LABEL_RUN}={run.run_id}", "--timeout=3s",
+                                       "--ignore-daemonsets", check=False)
+        assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused.stderr
+        assert any(p["metadata"]["name"] == pod for p in pods_of(kube_cluster, namespace, run.run_id))
+        kube_cluster.kubectl("uncordon", victim.name)
+        await eventually(lambda: started.reporter.drain_reports[-1] == (victim.name, None, "uncordoned"),
+                         30, "the uncordon reported")
+    finally:
+        await started.close()
+        kube_cluster.kubectl("uncordon", victim.name, check=False)
 
 
 async def test_a_restarted_executor_adopts_its_runs_and_one_being_deleted(

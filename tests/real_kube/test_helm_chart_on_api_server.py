@@ -129,6 +129,10 @@ def test_rotas_pods_are_admitted_at_the_restricted_pod_security_level(kube_clust
     (False, "list", "pods", NAMESPACE),
     (True, "watch", "events", RUNS),
     (True, "create", "poddisruptionbudgets.policy", RUNS),
+    (True, "watch", "evictionrequests.lifecycle.k8s.io", RUNS),
+    (False, "update", "evictionrequests.lifecycle.k8s.io", RUNS),
+    (True, "watch", "evictions.lifecycle.k8s.io", RUNS),
+    (False, "delete", "evictions.lifecycle.k8s.io", RUNS),
     (True, "list", "nodes", None),
     (False, "delete", "nodes", None),
 ])

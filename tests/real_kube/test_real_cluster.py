@@ -57,6 +57,13 @@ class Reporter:
     async def node_changed(self, node: str, problem: str | None) -> None:
         pass
 
+    async def node_drain(self, node: str, deadline_s: float | None, reason: str) -> None:
+        pass
+
+    async def run_eviction(self, run_id: str, job_id: str, node: str, pod: str,
+                           requester: str, *, withdrawn: bool) -> None:
+        pass
+
     async def ended(self, run_id: str, exit: Exit) -> None:
         self.ends[run_id] = exit
         self.any_ended.set()

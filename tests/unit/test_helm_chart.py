@@ -70,7 +70,9 @@ def test_the_executor_may_touch_only_the_runs_namespace_and_read_no_secret() -> 
                      (("",), ("services",)): {"get", "create", "delete"},
                      (("",), ("secrets",)): {"create", "delete"},
                      (("",), ("events",)): {"get", "list", "watch"},
-                     (("policy",), ("poddisruptionbudgets",)): {"create", "delete"}}
+                     (("policy",), ("poddisruptionbudgets",)): {"create", "delete"},
+                     (("lifecycle.k8s.io",), ("evictionrequests", "evictions")): {"get", "list", "watch"},
+                     (("lifecycle.k8s.io",), ("evictions/status",)): {"get", "update"}}
     (cluster_role,) = by_kind(docs, "ClusterRole")
     assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
     (binding,) = by_kind(docs, "RoleBinding")

@@ -35,7 +35,8 @@ def env_of(job: dict[str, Any]) -> dict[str, Any]:
 def test_every_object_passes_the_kubernetes_schema() -> None:
     run = objects(spec(command=["torchrun", "train.py"], volumes=[{"name": "data", "emptyDir": {}}],
                        volume_mounts=[{"name": "data", "mountPath": "/data"}]))
-    for obj in (run.job, k.owned_by(run.service, "j", "uid-1"), k.owned_by(run.secret, "j", "uid-1")):
+    for obj in (run.job, k.owned_by(run.service, "j", "uid-1"), k.owned_by(run.secret, "j", "uid-1"),
+                k.owned_by(run.disruption_budget, "j", "uid-1")):
         k.check(obj)
 
 

@@ -133,6 +133,10 @@ PREEMPTIONS = Counter(
     ["tier", "outcome"], registry=None)
 PREEMPTION_OUTCOMES = ("acked", "forced", "aborted", "shrunk")
 """`shrunk`: an elastic victim that saved and restarts smaller on GPUs it kept (DECISIONS 81)."""
+DRAIN_STOPS = Counter(
+    "rota_drain_stops", "Runs stopped for a node drain (a preemption with the reason drain,"
+    " not counted in rota_preemptions), by the run's tier and how its stop ended.",
+    ["tier", "outcome"], registry=None)
 PREEMPTION_ACK = Histogram(
     "rota_preemption_ack_seconds", "From a victim's notice to its checkpoint acknowledgement.",
     buckets=_SECONDS_ACK, registry=None)
@@ -153,7 +157,8 @@ JOB_RUNTIME = Histogram(
 JOBS_FINISHED = Counter(
     "rota_jobs_finished", "Runs that ended, by outcome: finished, failed, preempted, cancelled,"
     " deadline.", ["outcome"], registry=None)
-RUN_OUTCOMES = ("finished", "failed", "preempted", "cancelled", "deadline", "lost", "resized")
+RUN_OUTCOMES = ("finished", "failed", "preempted", "cancelled", "deadline", "lost", "resized",
+                "drained")
 
 # ---------------------------------------------------------------- notifier
 
@@ -179,7 +184,7 @@ OWNERS: dict[str, tuple[Family, ...]] = {
     "scheduler": (QUEUE_WAIT, QUEUE_PENDING, RUNNING_JOBS, GPUS_ALLOCATED, GPUS_CAPACITY,
                   QUOTA_USED_RATIO, TEAM_USAGE, BUDGET_USED_GPU_HOURS, BUDGET_GPU_HOURS,
                   SCHEDULE_CYCLE, DECISIONS, PREEMPTION_DEFERRED),
-    "preemption": (PREEMPTIONS, PREEMPTION_ACK, LOST_GPU_SECONDS, GROWS),
+    "preemption": (PREEMPTIONS, DRAIN_STOPS, PREEMPTION_ACK, LOST_GPU_SECONDS, GROWS),
     "executor": (JOB_RUNTIME, JOBS_FINISHED),
     "notifier": (NOTIFICATIONS,),
 }
@@ -209,6 +214,7 @@ def _zero_known_labels() -> None:
     for tier in Tier:
         for outcome in PREEMPTION_OUTCOMES:
             PREEMPTIONS.labels(tier=tier.value, outcome=outcome)
+            DRAIN_STOPS.labels(tier=tier.value, outcome=outcome)
     for outcome in GROW_OUTCOMES:
         GROWS.labels(outcome=outcome)
     for kind in DECISION_KINDS:

@@ -142,6 +142,12 @@ class Settings(BaseSettings):
     kube_start_timeout_s: float = Field(
         300.0, gt=0, le=86_400, description="A gang whose pods are not all Running by then is "
         "torn down and reported lost, so that the job requeues.")
+    kube_drain_deadline_s: float = Field(
+        3600.0, ge=0, le=30 * 86_400, description="A cordon of a node with Rota runs drains it"
+        " with this deadline: its runs checkpoint and move, as `rota cluster drain` does.")
+    node_lost_grace_s: float = Field(
+        300.0, ge=0, le=86_400, description="A node NotReady this long loses its runs (they"
+        " requeue from their last checkpoint); shorter, it only takes no new placement.")
     kube_pods_nats_url: str | None = Field(
         None, description="The NATS URL as pods see it (in-cluster); none: the executor's own.")
     kube_checkpoint_dir: str = Field(

@@ -36,7 +36,9 @@ def kube_env(fake: FakeKubeApiServer, home: Path) -> dict[str, str]:
     return {"ROTA_EXECUTOR": "kubernetes",
             "ROTA_KUBECONFIG": str(fake.kubeconfig(home / "kubeconfig")),
             "ROTA_KUBE_NAMESPACE": "rota", "ROTA_KUBE_START_TIMEOUT_S": "3",
-            "ROTA_KILL_GRACE_S": "5", "ROTA_EXECUTOR_POLL_INTERVAL_S": "0.1"}
+            "ROTA_KILL_GRACE_S": "5", "ROTA_EXECUTOR_POLL_INTERVAL_S": "0.1",
+            # A NotReady node loses its runs after this grace (300 s by default).
+            "ROTA_NODE_LOST_GRACE_S": "2"}
 
 
 @pytest.fixture(scope="module")

@@ -51,14 +51,16 @@ def submitted(at: datetime, *, team: str = "ml", user: str = "alice", queue: str
 def noticed(at: datetime, *, job_id: str | None = None, user: str = "alice",
             team: str = "ml", name: str = "llama-ft", grace_s: float = 300.0,
             resume_from: str | None = "s3://ckpt/llama-ft/step-1200",
-            resumable: bool = True, shrink_to: int | None = None) -> Envelope[Any]:
+            resumable: bool = True, shrink_to: int | None = None, reason: str = "PRIORITY",
+            node: str | None = None) -> Envelope[Any]:
     job_id = job_id or new_id()
     run_id = new_id()
     data = m.PreemptionNoticed(
         plan_id=new_id(), notice_id=new_id(), run_id=run_id, job_id=job_id, job_name=name,
         team=team, user=user, queue="experiment", deadline=at + timedelta(seconds=grace_s),
         grace_s=grace_s, preemptor_job_id=new_id(), preemptor_queue="production",
-        reason="PRIORITY", resumable=resumable, resume_from=resume_from, shrink_to=shrink_to,
+        reason=reason, resumable=resumable, resume_from=resume_from, shrink_to=shrink_to,
+        node=node,
     )
     return envelope(data, source="preemption", job_id=job_id, run_id=run_id, occurred_at=at)
 

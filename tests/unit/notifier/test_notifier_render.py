@@ -57,6 +57,16 @@ def test_a_shrink_notice_says_it_restarts_smaller_at_once() -> None:
     assert "workers" not in plain.text
 
 
+def test_a_drain_notice_names_the_node_and_no_preemptor() -> None:
+    ctx = notice_context(reason="drain", node="gpu-7")
+    out = Renderer().render("preemption_noticed", ctx, NOW)
+    for body in (out.text, out.html, out.slack):
+        assert "gpu-7" in body and "drained for maintenance" in body
+        assert "budget" in body  # it spends none
+        assert ctx["preemptor_job_id"] not in body and "production" not in body
+        assert "acknowledge" in body  # the job does as for any notice
+
+
 def test_relative_deadline_is_computed_when_sent() -> None:
     ctx = notice_context()
     later = Renderer().render("preemption_noticed", ctx, NOW + timedelta(minutes=5))

@@ -142,6 +142,8 @@ class PendingPreemption(BaseModel):
     plan_id: str
     state: str
     preemptor_team: str
+    reason: str = ""
+    """`drain`: a node drain's plan, for no team (DECISIONS 100)."""
     victim_gpus: int | float
     """A GPU share victim counts its fraction of one GPU."""
 

@@ -176,6 +176,7 @@ def cluster_page(viewer: Viewer, config: RotaConfig, allocations: list[dict[str,
     teams = sorted({c.team for c in cells.values() if c.team})
     pending = [PendingPreemption(plan_id=p["plan_id"], state=str(p.get("state")),
                                  preemptor_team=str(p.get("preemptor_team")),
+                                 reason=str(p.get("reason") or ""),
                                  victim_gpus=gpu_count(sum(
                                      float(v.get("gpu_share") or v.get("gpus") or 0)
                                      for v in p.get("victims", []))))

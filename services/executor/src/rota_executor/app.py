@@ -65,7 +65,8 @@ async def make_backend(service: RotaService, executor: Executor) -> Backend:
             checkpoint_dir=settings.kube_checkpoint_dir,
             poll_s=settings.executor_poll_interval_s,
             minter=RunMinter.from_settings(settings, settings.home.resolve() / "runs" / "creds"),
-            config_nodes=executor.nodes,
+            config_nodes=executor.nodes, drain_deadline_s=settings.kube_drain_deadline_s,
+            node_lost_grace_s=settings.node_lost_grace_s,
         )
     if settings.executor == "local":
         nats_url = settings.nats_url or resolve(settings, need_database=False).nats_url

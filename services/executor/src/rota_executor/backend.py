@@ -100,6 +100,15 @@ class Reporter(Protocol):
         """A node was withdrawn (`problem`: why), or is usable again (None)."""
         ...
 
+    async def node_drain(self, node: str, deadline_s: float | None, reason: str) -> None:
+        """A node is drained (a cordon) with `deadline_s` from now, or its drain ends (None)."""
+        ...
+
+    async def run_eviction(self, run_id: str, job_id: str, node: str, pod: str,
+                           requester: str, *, withdrawn: bool) -> None:
+        """An eviction of a pod of the run was requested (or every request withdrawn)."""
+        ...
+
 
 class Backend(Protocol):
     name: str

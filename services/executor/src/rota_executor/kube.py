@@ -1,11 +1,12 @@
 """The `kubernetes` backend: one Indexed batch/v1 Job per run, through kubernetes-asyncio.
 
 - start: the Job (deterministic name, so a retry meets a 409 rather than creating a twin),
-  then its Secret (the run token, the run's NATS credentials) and its headless Service, both
-  owned by the Job. Each call is retried on 429 (after Retry-After), 5xx and broken
-  connections (`kube_calls`); objects still not created are tried again by each pass until
-  the start timeout, when the run is lost (requeued), never failed for the API server's
-  trouble. Pods are created gated; each is pinned to its worker's granted node and
+  then its Secret (the run token, the run's NATS credentials), its headless Service and its
+  PodDisruptionBudget (no pod of the run may be evicted: a drain goes through Rota's notice
+  and checkpoint instead), all owned by the Job. Each call is retried on 429 (after
+  Retry-After), 5xx and broken connections (`kube_calls`); objects still not created are
+  tried again by each pass until the start timeout, when the run is lost (requeued), never
+  failed for the API server's trouble. Pods are created gated; each is pinned to its worker's granted node and
   only then released to the scheduler (see `rota.k8s.manifests`). A pin the API server
   refuses (422) fails the run: the gang could never start.
 - watch: pods, nodes and the Job controller's `FailedCreate` Events are listed once, then
@@ -47,6 +48,7 @@ from rota.k8s.inventory import Labels
 from rota_executor.backend import Exit, Reporter, RunRecord
 from rota_executor.credentials import RunMinter
 from rota_executor.kube_calls import KubeCalls, describe, is_transient
+from rota_executor.kube_evictions import EvictionRequests, with_responder
 from rota_executor.kube_nodes import NodeTracking
 from rota_executor.kube_pods import (
     FAILED_CREATE,
@@ -76,7 +78,7 @@ class Tracked:
     creating: bool = False  # a create is in flight (a start, or a pass's retry)
 
 
-class KubeBackend(NodeTracking):
+class KubeBackend(NodeTracking, EvictionRequests):
     name = "kubernetes"
     time_scale = 1.0
 
@@ -85,7 +87,8 @@ class KubeBackend(NodeTracking):
         nats_url: str, gpu_resource: str = "nvidia.com/gpu", start_timeout_s: float = 300.0,
         grace_s: float = 30.0, checkpoint_dir: str = "/checkpoints", poll_s: float = 0.5,
         minter: RunMinter | None = None, config_nodes: list[Node] | None = None,
-        labels: Labels | None = None,
+        labels: Labels | None = None, drain_deadline_s: float = 3600.0,
+        node_lost_grace_s: float = 300.0,
     ) -> None:
         self.reporter = reporter
         self.config_nodes = config_nodes
@@ -105,8 +108,18 @@ class KubeBackend(NodeTracking):
         self.pods: dict[str, Pod] = {}  # by name, as last listed or watched
         self.nodes: dict[str, dict[str, Any]] = {}  # by name, as last listed or watched
         self.refusals: dict[str, dict[str, Any]] = {}  # FailedCreate Events of Jobs, by name
-        self.lost_nodes: set[str] = set()  # nodes NotReady, cordoned or gone
+        self.lost_nodes: set[str] = set()  # nodes gone, or NotReady past the grace
         self.node_problems: dict[str, str | None] = {}  # as last reported, by node
+        self.drain_deadline_s = drain_deadline_s
+        self.node_lost_grace_s = node_lost_grace_s
+        self.not_ready_since: dict[str, float] = {}
+        self.cordons: dict[str, bool] = {}
+        self.eviction_requests: dict[str, dict[str, Any]] = {}
+        self.evictions_served = False  # asked at the start of `run`
+        self.evictions_reported: dict[str, tuple[str, str, str]] = {}
+        self.evictions: dict[str, dict[str, Any]] = {}
+        self.heartbeats: dict[str, float] = {}
+        self.completed_evictions: set[str] = set()
         self._pods_synced, self._nodes_synced = asyncio.Event(), asyncio.Event()
         self.synced = asyncio.Event()  # both listed once: only then can a pass judge a run
         self._tasks: set[asyncio.Task[None]] = set()
@@ -123,12 +136,15 @@ class KubeBackend(NodeTracking):
 
     def _objects(self, run: RunRecord, run_token: str, with_creds: bool = True) -> k.RunObjects:
         creds = self.minter.mint(run.run_id).read_text() if self.minter and with_creds else None
-        return k.run_objects(
+        objects = k.run_objects(
             run_id=run.run_id, job_id=run.job_id, attempt=run.attempt, spec=run.spec,
             placement=run.placement, namespace=self.namespace, nats_url=self.nats_url,
             resume_from=run.resume_from, checkpoint_dir=self.checkpoint_dir,
             gpu_resource=self.gpu_resource, run_token=run_token, nats_creds=creds,
             termination_grace_s=math.ceil(self.grace_s))
+        if self.evictions_served:
+            with_responder(objects.job)
+        return objects
 
     async def start(self, run: RunRecord, run_token: str) -> None:
         objects = self._objects(run, run_token)
@@ -154,6 +170,7 @@ class KubeBackend(NodeTracking):
             tracked.job_uid = uid
             await self.calls.create_owned(k.owned_by(objects.secret, name, uid))
             await self.calls.create_owned(k.owned_by(objects.service, name, uid))
+            await self.calls.create_owned(k.owned_by(objects.disruption_budget, name, uid))
         except Exception as exc:
             if is_transient(exc):
                 tracked.last_error = describe(exc)
@@ -214,6 +231,10 @@ class KubeBackend(NodeTracking):
             service = self._objects(run, "", with_creds=False).service
             await self.calls.create_owned(k.owned_by(service, name, uid))
             log.warning("kubernetes run %s: its Service was missing: created now", run.run_id)
+        # Its PodDisruptionBudget: a create that meets 409 is the one already there (the Role
+        # may create and delete budgets, not read them).
+        budget = self._objects(run, "", with_creds=False).disruption_budget
+        await self.calls.create_owned(k.owned_by(budget, name, uid))
 
     async def stop(self, run: RunRecord) -> None:
         tracked = self.runs.get(run.run_id)
@@ -273,6 +294,8 @@ class KubeBackend(NodeTracking):
         or waited too long; report an end once the run's last pod is gone. A run whose calls
         fail is left for the next pass; the other runs go on."""
         self._refresh_lost_nodes()  # the runs, and so the nodes that matter, change
+        self._refresh_evictions()  # a request may have come before its pod was seen
+        await self.respond_to_evictions()
         for run_id, tracked in list(self.runs.items()):
             try:
                 await self._check_run(run_id, tracked)
@@ -328,7 +351,7 @@ class KubeBackend(NodeTracking):
         state = gang_state(pods, len(tracked.run.placement), self.lost_nodes)
         refusal = None if tracked.started else failed_create(
             list(self.refusals.values()), k.object_name(run_id), tracked.job_uid)
-        lost = {n: node_problem(self.nodes.get(n)) or "" for n in sorted(
+        lost = {n: node_problem(self.nodes.get(n), cordon_is_a_problem=False) or "" for n in sorted(
             {w.node for w in tracked.run.placement} & self.lost_nodes)}
         started, tracked.teardown = judge(state, refusal, lost, started=tracked.started,
                                           waited_s=waited, start_timeout_s=self.start_timeout_s)
@@ -357,6 +380,10 @@ class KubeBackend(NodeTracking):
                                     self.calls.core.list_namespaced_event, self.namespace,
                                     field_selector=f"involvedObject.kind=Job,reason={FAILED_CREATE}")
 
+    def job_of(self, run_id: str) -> str | None:
+        tracked = self.runs.get(run_id)
+        return None if tracked is None or tracked.teardown is not None else tracked.run.job_id
+
     def granted_nodes(self) -> set[str]:
         return {w.node for t in self.runs.values() for w in t.run.placement}
 
@@ -367,6 +394,11 @@ class KubeBackend(NodeTracking):
         try:
             await self._pods_synced.wait()
             await self._nodes_synced.wait()
+            if await self.detect_eviction_requests():
+                watchers.append(asyncio.create_task(self._forever(
+                    self.watch_eviction_requests, "the eviction request watch")))
+                watchers.append(asyncio.create_task(self._forever(
+                    self.watch_evictions, "the eviction watch")))
             self.synced.set()
             self.compare_inventory()
             while True:

@@ -86,6 +86,8 @@ class KubeCalls:
         # signatures (models only, no `_content_type`) do not admit though the client does.
         self.core: Any = client.CoreV1Api(api)
         self.batch: Any = client.BatchV1Api(api)
+        self.policy: Any = client.PolicyV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
         self.clock = clock
         self.namespace = namespace
         self.backoff = backoff or Backoff()
@@ -124,10 +126,12 @@ class KubeCalls:
         return existing
 
     async def create_owned(self, manifest: dict[str, Any]) -> None:
-        """A Secret or Service of the run; one that exists already is the run's own."""
+        """A Secret, Service or PodDisruptionBudget of the run; one that exists already is the
+        run's own."""
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         create = {"Secret": self.core.create_namespaced_secret,
-                  "Service": self.core.create_namespaced_service}[kind]
+                  "Service": self.core.create_namespaced_service,
+                  "PodDisruptionBudget": self.policy.create_namespaced_pod_disruption_budget}[kind]
         try:
             await self.call(f"create {kind} {name}", create, self.namespace, manifest)
         except ApiException as exc:
@@ -147,6 +151,17 @@ class KubeCalls:
                 return True
             raise
         return False
+
+    async def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves `plural` in `group/version` (discovery)."""
+        try:
+            found = await self.call(f"discover {group}/{version}", self.custom.get_api_resources,
+                                    group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == plural for r in found.get("resources") or [])
 
     async def exists(self, kind: str, name: str) -> bool:
         read = {"Job": self.batch.read_namespaced_job, "Service": self.core.read_namespaced_service}[kind]

@@ -1,7 +1,17 @@
 """The node half of the `kubernetes` backend: the cluster's nodes, listed and watched; which
-of the nodes that matter (those of rota.yaml and of the grants) are lost, reported as they
-change; where rota.yaml and the cluster disagree; and a granted node's taints that a run's
-pods do not tolerate."""
+of the nodes that matter (those of rota.yaml and of the grants) are lost, withdrawn or
+cordoned, reported as they change; where rota.yaml and the cluster disagree; and a granted
+node's taints that a run's pods do not tolerate.
+
+How a node's trouble reaches its runs (DECISIONS 100):
+- cordoned (`spec.unschedulable`): a drain (`NodeDrainRequested`, deadline
+  `ROTA_KUBE_DRAIN_DEADLINE_S` from now), never a loss: its runs checkpoint and move as a
+  `rota cluster drain` has them do; an uncordon this process sees ends the drain;
+- NotReady: withdrawn from placement at once (`NodeWithdrawn`), its runs left alone; still
+  NotReady after `ROTA_NODE_LOST_GRACE_S` (Kubernetes' own eviction default, 300 s), lost:
+  its runs end `lost` and requeue from their last checkpoint;
+- deleted: lost at once.
+"""
 
 from __future__ import annotations
 
@@ -29,9 +39,16 @@ class NodeTracking:
     config_nodes: list[Node] | None
     labels: Labels
     nodes: dict[str, dict[str, Any]]  # by name, as last listed or watched
-    lost_nodes: set[str]  # nodes NotReady, cordoned or gone
+    lost_nodes: set[str]  # nodes gone, or NotReady past the grace: their runs are lost
     node_problems: dict[str, str | None]  # as last reported, by node
     _nodes_synced: asyncio.Event
+    drain_deadline_s: float
+    node_lost_grace_s: float
+    not_ready_since: dict[str, float]  # clock seconds, by node NotReady now
+    cordons: dict[str, bool]  # as last reported (a drain asked, or ended), by node
+
+    def _now(self) -> float:
+        raise NotImplementedError
 
     def granted_nodes(self) -> set[str]:
         raise NotImplementedError
@@ -44,24 +61,62 @@ class NodeTracking:
                                     self.calls.core.list_node)
 
     def _refresh_lost_nodes(self) -> None:
-        """A node of rota.yaml (or of a grant) that is NotReady, cordoned or gone is lost to
-        the runs on it, and withdrawn from placement (`NodeWithdrawn`) until it is back
-        (`NodeRestored`). The first pass reports every node: the scheduler may still believe
-        what an executor said before this one started."""
+        """A node of rota.yaml (or of a grant) that is NotReady or gone is withdrawn from
+        placement (`NodeWithdrawn`) until it is back (`NodeRestored`); gone, or NotReady past
+        the grace, it is lost to the runs on it. A cordoned one is drained instead (see the
+        module's docstring). The first pass reports every node: the scheduler may still
+        believe what an executor said before this one started. Called by every pass, so a
+        grace runs out without a node event."""
         if not self._nodes_synced.is_set():
             return  # nodes not listed yet are not lost
+        clock = self._now()
         names = {n.name for n in self.config_nodes or []} | self.granted_nodes()
-        now = {name: node_problem(self.nodes.get(name)) for name in names}
+        now: dict[str, str | None] = {}
+        lost: set[str] = set()
+        for name in names:
+            node = self.nodes.get(name)
+            problem = node_problem(node, cordon_is_a_problem=False)
+            if problem == "NotReady":
+                since = self.not_ready_since.setdefault(name, clock)
+                if clock - since >= self.node_lost_grace_s:
+                    lost.add(name)
+            else:
+                self.not_ready_since.pop(name, None)
+                if problem is not None:
+                    lost.add(name)
+            now[name] = problem
+            self._report_cordon(name, node)
         for name, problem in now.items():
             if name in self.node_problems and self.node_problems[name] == problem:
                 continue
             if problem is not None:
-                log.warning("node %s withdrawn: %s", name, problem)
+                log.warning("node %s withdrawn from placement: %s%s", name, problem,
+                            "" if name in lost else f"; its runs are left alone for"
+                            f" {self.node_lost_grace_s:.0f} s")
             elif name in self.node_problems:
                 log.info("node %s is back", name)
             self._spawn(self.reporter.node_changed(name, problem))
+        for name in sorted(lost - self.lost_nodes):
+            log.warning("node %s lost: its runs end and requeue from their last checkpoint", name)
         self.node_problems = now
-        self.lost_nodes = {name for name, problem in now.items() if problem is not None}
+        self.lost_nodes = lost
+
+    def _report_cordon(self, name: str, node: dict[str, Any] | None) -> None:
+        """A cordon starts a drain, once; an uncordon this process saw ends it. A node found
+        uncordoned at start is not reported: that would end an admin's `rota cluster drain`."""
+        cordoned = bool(node is not None and (node.get("spec") or {}).get("unschedulable"))
+        before = self.cordons.get(name)
+        if before == cordoned or (before is None and not cordoned):
+            self.cordons[name] = cordoned
+            return
+        self.cordons[name] = cordoned
+        if cordoned:
+            log.warning("node %s cordoned: draining it, deadline in %.0f s", name,
+                        self.drain_deadline_s)
+            self._spawn(self.reporter.node_drain(name, self.drain_deadline_s, "cordoned"))
+        else:
+            log.info("node %s uncordoned: its drain ends", name)
+            self._spawn(self.reporter.node_drain(name, None, "uncordoned"))
 
     def compare_inventory(self) -> list[str]:
         """Say plainly, once at start, where rota.yaml and the live nodes disagree: the scheduler

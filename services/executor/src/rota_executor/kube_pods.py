@@ -88,11 +88,12 @@ def failed_create(events: list[dict[str, Any]], job_name: str, job_uid: str | No
     return Refusal(message, for_good=not passing)
 
 
-def node_problem(node: dict[str, Any] | None) -> str | None:
-    """Why a node can no longer hold its runs' pods, or None while it can."""
+def node_problem(node: dict[str, Any] | None, *, cordon_is_a_problem: bool = True) -> str | None:
+    """Why a node can no longer hold its runs' pods, or None while it can. A cordon is no
+    problem for the node tracking, which drains a cordoned node instead (DECISIONS 100)."""
     if node is None:
         return "deleted"
-    if node.get("spec", {}).get("unschedulable"):
+    if cordon_is_a_problem and node.get("spec", {}).get("unschedulable"):
         return "cordoned"
     ready = next((c for c in node.get("status", {}).get("conditions") or []
                   if c.get("type") == "Ready"), None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from opentelemetry.context import Context
@@ -348,6 +348,29 @@ class Executor:
             m.NodeRestored(node=node) if problem is None
             else m.NodeWithdrawn(node=node, reason=problem[:256]))
         env = envelope(event, source=SOURCE, occurred_at=self.service.clock.now())
+        async with self.service.engine.begin() as conn:
+            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        self._wake()
+
+    async def node_drain(self, node: str, deadline_s: float | None, reason: str) -> None:
+        """`NodeDrainRequested` for a cordon, `NodeDrainCancelled` for an uncordon (DECISIONS 100)."""
+        now = self.service.clock.now()
+        event: m.NodeDrainRequested | m.NodeDrainCancelled = (
+            m.NodeDrainCancelled(node=node, requested_by="kubernetes") if deadline_s is None
+            else m.NodeDrainRequested(node=node, deadline=now + timedelta(seconds=deadline_s),
+                                      reason=reason[:256], requested_by="kubernetes"))
+        env = envelope(event, source=SOURCE, occurred_at=now)
+        async with self.service.engine.begin() as conn:
+            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        self._wake()
+
+    async def run_eviction(self, run_id: str, job_id: str, node: str, pod: str,
+                           requester: str, *, withdrawn: bool) -> None:
+        """`RunEvictionRequested`: the scheduler stops the run as a drain would (DECISIONS 100)."""
+        now = self.service.clock.now()
+        event = m.RunEvictionRequested(run_id=run_id, job_id=job_id, node=node, pod=pod[:253],
+                                       requester=requester[:317], withdrawn=withdrawn)
+        env = envelope(event, source=SOURCE, job_id=job_id, run_id=run_id, occurred_at=now)
         async with self.service.engine.begin() as conn:
             await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
         self._wake()

@@ -269,6 +269,8 @@ class Ledger:
             return cleared
         if not isinstance(data, m.PreemptionRequested):
             return 0
+        if data.node is not None:
+            return 0  # a drain's plan (DECISIONS 100): no preemptor waits for these GPUs
         async with self._engine().begin() as conn:
             if not await self._outbox.first_time(conn, HOLDS_GUARD, data.plan_id):
                 return 0

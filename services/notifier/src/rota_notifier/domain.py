@@ -78,7 +78,8 @@ def fold(job: JobView | None, env: Envelope[BaseModel]) -> JobView | None:
                        user=base.user or data.user, queue=base.queue or data.queue.value)
     if isinstance(data, m.RunStarted) and job is not None and job.pending_since is not None:
         return replace(job, pending_since=None)  # it waits no more
-    if isinstance(data, m.RunStopped) and job is not None and data.reason == m.StopReason.preempted:
+    if isinstance(data, m.RunStopped) and job is not None and data.reason in (
+            m.StopReason.preempted, m.StopReason.drained):
         # Back in the queue: a new wait starts now, and the next start is a resume.
         return replace(job, pending_since=env.occurred_at, episode=job.episode + 1)
     return None
@@ -132,6 +133,7 @@ def notices(
             "preemptor_queue": data.preemptor_queue.value, "reason": data.reason,
             "resumable": data.resumable, "resume_from": data.resume_from,
             "control_subject": control(data.run_id), "shrink_to": data.shrink_to,
+            "node": data.node,
         }
         return notice(Kind.preemption_noticed, env.id, ctx, data.job_id, data.team, data.user)
 

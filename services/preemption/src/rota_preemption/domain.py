@@ -29,6 +29,10 @@ from rota.contracts import Tier
 from rota.contracts import messages as m
 from rota.contracts.messages import StopReason, VictimOutcome
 
+DRAIN_REASON = "drain"
+"""A node drain's plan (DECISIONS 100): its victims stop `drained`, not `preempted`."""
+PREEMPTION_STOPS = frozenset({StopReason.preempted, StopReason.drained})
+
 
 class PlanState(StrEnum):
     noticing = "noticing"  # some victim still has time to acknowledge
@@ -109,6 +113,8 @@ class Plan:
     state: PlanState
     created_at: datetime
     completed_at: datetime | None = None
+    node: str | None = None
+    """A drain's node (DECISIONS 100), for the notices sent as the saga opens; not stored."""
 
 
 @dataclass
@@ -210,7 +216,7 @@ def start(
         plan_id=request.plan_id, preemptor_job_id=request.preemptor_job_id,
         preemptor_queue=request.preemptor_queue, preemptor_team=request.preemptor_team,
         reason=request.reason, message=request.message, state=PlanState.noticing,
-        created_at=now,
+        created_at=now, node=request.node,
     )
     saga = Saga(plan, [])
     seen: set[str] = set()
@@ -292,7 +298,7 @@ def run_ended(saga: Saga, end: RunEnded, now: datetime) -> list[Effect]:
         if victim.state is VictimState.noticed:
             # Stopped without our StopRun: a preemption stop with no ack is forced; any other
             # stop (the user cancelled it) ended the run for its own reasons.
-            victim.outcome = (VictimOutcome.forced if end.stop_reason is StopReason.preempted
+            victim.outcome = (VictimOutcome.forced if end.stop_reason in PREEMPTION_STOPS
                               else VictimOutcome.finished)
         victim.lost_gpu_seconds = end.lost_gpu_seconds
         victim.checkpoint_uri = end.checkpoint_uri or victim.checkpoint_uri

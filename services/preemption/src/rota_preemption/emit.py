@@ -12,6 +12,7 @@ from rota.db.outbox import Outbox
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rota_preemption.domain import (
+    DRAIN_REASON,
     Effect,
     PublishCompleted,
     Saga,
@@ -44,13 +45,16 @@ def noticed(saga: Saga, victim: Victim) -> m.PreemptionNoticed:
         queue=victim.queue, deadline=victim.deadline, grace_s=victim.grace_s,
         preemptor_job_id=saga.plan.preemptor_job_id, preemptor_queue=saga.plan.preemptor_queue,
         reason=saga.plan.reason, resumable=victim.resumable,
-        resume_from=victim.last_checkpoint_uri, shrink_to=victim.shrink_to,
+        resume_from=victim.last_checkpoint_uri, shrink_to=victim.shrink_to, node=saga.plan.node,
     )
 
 
 def stop(saga: Saga, victim: Victim, *, forced: bool) -> m.StopRun:
-    # A grow's stop is no preemption: the job's budget and the preemption counts ignore it.
-    reason = m.StopReason.resized if victim.grow_to else m.StopReason.preempted
+    # A grow's stop is no preemption: the job's budget and the preemption counts ignore it;
+    # nor is a drain's, for another job (DECISIONS 100): it spends no preemption budget.
+    reason = (m.StopReason.resized if victim.grow_to
+              else m.StopReason.drained if saga.plan.reason == DRAIN_REASON
+              else m.StopReason.preempted)
     return m.StopRun(run_id=victim.run_id, job_id=victim.job_id, reason=reason, forced=forced,
                      plan_id=saga.plan.plan_id)
 

@@ -21,6 +21,7 @@ from rota.service import RotaService
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rota_preemption import store
+from rota_preemption.domain import DRAIN_REASON
 
 log = logging.getLogger("rota.preemption.metrics")
 
@@ -29,13 +30,15 @@ GROWN = s.EVENT_SUBJECTS["GrowCompleted"]
 
 
 @metrics.never_raises
-def record_victims(victims: Iterable[Mapping[str, Any]]) -> None:
-    """Count one completed saga's victims. Pure but for the metric objects."""
+def record_victims(victims: Iterable[Mapping[str, Any]], reason: str | None = None) -> None:
+    """Count one completed saga's victims. Pure but for the metric objects. A drain's victims
+    are counted apart (`rota_drain_stops`), as no job preempted them."""
+    counter = metrics.DRAIN_STOPS if reason == DRAIN_REASON else metrics.PREEMPTIONS
     for victim in victims:
         outcome = victim.get("outcome")
         if outcome in metrics.PREEMPTION_OUTCOMES:
             # A victim that finished on its own before it had to stop was not preempted.
-            metrics.PREEMPTIONS.labels(tier=victim["queue"], outcome=outcome).inc()
+            counter.labels(tier=victim["queue"], outcome=outcome).inc()
         # Even 0: the victim's team then has a series, and "lost nothing" shows as 0.
         metrics.LOST_GPU_SECONDS.labels(team=victim["team"]).inc(
             float(victim.get("lost_gpu_seconds") or 0.0))
@@ -60,9 +63,9 @@ def observer(engine: Callable[[], AsyncEngine]) -> PublishedObserver:
             return
         async with engine().connect() as conn:
             for plan_id in plan_ids:
-                for _plan, victims in await store.list_sagas(
+                for plan, victims in await store.list_sagas(
                         conn, plan_id=plan_id, job_id=None, open_only=False, limit=1):
-                    record_victims(victims)
+                    record_victims(victims, plan.get("reason"))
 
     return published
 

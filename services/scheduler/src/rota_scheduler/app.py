@@ -28,10 +28,17 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 from rota.bus.batch import forged
+from rota.bus.query import answer_query, api_error
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, Envelope, envelope, parse_any
 from rota.contracts import messages as m
-from rota.contracts.subjects import EVENT_SUBJECTS, LEDGER_ALLOCATIONS, SCHEDULER_WHY, STREAM_EVT
+from rota.contracts.subjects import (
+    EVENT_SUBJECTS,
+    LEDGER_ALLOCATIONS,
+    SCHEDULER_NODES,
+    SCHEDULER_WHY,
+    STREAM_EVT,
+)
 from rota.ids import new_id
 from rota.retention import prune_periodically
 from rota.service import RotaService, stop_tasks
@@ -49,9 +56,11 @@ from rota_scheduler.actions import (
 )
 from rota_scheduler.asking import Questions
 from rota_scheduler.budgets import BudgetReporter
+from rota_scheduler.drains import add_drain_actions, node_states
 from rota_scheduler.heap import FrozenHeap
 from rota_scheduler.lease import Lease
 from rota_scheduler.refresh import RefreshPass
+from rota_scheduler.snapshot import running_runs
 from rota_scheduler.tracing import JobTraces, decision_span, paired
 from rota_scheduler.view import ClusterView, JobRecord
 
@@ -209,6 +218,26 @@ class Scheduler:
         await self.caught_up.wait()
         await self._reconcile_with_ledger()
         log.info("view rebuilt from %d events: %d jobs", self.replay_target, len(self.view.jobs))
+        # Only the leader answers: a standby's view is not kept.
+        await self.service.broker.connection.subscribe(SCHEDULER_NODES, cb=self._answer_nodes)
+
+    async def _answer_nodes(self, msg: Msg) -> None:
+        """`rota cluster nodes`: each node's state and its runs, from the view."""
+
+        async def listing(query: m.ListNodes) -> m.ApiReply:
+            epoch = self.service.clock.now().timestamp()
+            names = {n.name for n in self.view.config.expanded_nodes()}
+            if query.node is not None and query.node not in names:
+                return api_error("UNKNOWN_NODE", f"no node {query.node!r} in rota.yaml", "node")
+            nodes = node_states(self.view, running_runs(self.view, epoch), epoch,
+                                default_runtime_s=self.policy.default_runtime_s,
+                                runtime_scale=self.view.runtime_scale.value, only=query.node)
+            return m.ApiReply(ok=True, result={"nodes": nodes})
+
+        if msg.reply:
+            await msg.respond(await answer_query(
+                msg.data, m.ListNodes, listing, source=SOURCE,
+                max_bytes=self.service.settings.max_message_bytes))
 
     async def _reconcile_with_ledger(self) -> None:
         request = envelope(m.ListAllocations(active_only=True), source=SOURCE).to_bytes()
@@ -324,8 +353,8 @@ class Scheduler:
         again = self.refresh.take(epoch, self._pending_ids, self._still_pending,
                                   EXPLAINED_PER_CYCLE - len(asked), self.view.changes)
         self.refreshing = bool(again)
-        decisions = schedule(self.view.snapshot(epoch, asked.union(again, wanted)), epoch,
-                             self.policy)
+        snapshot = self.view.snapshot(epoch, asked.union(again, wanted))
+        decisions = schedule(snapshot, epoch, self.policy)
         # The queue gauges cost a pass over every job (0.2 s at 100,000 pending): only when
         # something changed, and within `GAUGE_DUTY` of a core.
         self.gauges_owed |= self.view.changes != self.observed_changes or bool(decisions.pending)
@@ -338,6 +367,8 @@ class Scheduler:
             self.gauges_due = epoch + (time.thread_time() - cpu) / GAUGE_DUTY
         actions = plan_actions(self.view, decisions, now=epoch,
                                pending_limit=EXPLAINED_PER_CYCLE)
+        add_drain_actions(self.view, snapshot, actions, epoch,
+                          default_runtime_s=self.policy.default_runtime_s)
         report = self.budgets.report(self.view, epoch)
         if report is not None:
             actions.outgoing.append(Outgoing(report, EVENT_SUBJECTS["BudgetUsageRecorded"], STREAM_EVT))

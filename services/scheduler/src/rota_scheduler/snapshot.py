@@ -89,13 +89,15 @@ def _nodes(view: ClusterView, memo: SnapshotMemo | None) -> tuple[NodeState, ...
                 on = shared.setdefault(slot.node, {})
                 for gpu in slot.gpus:
                     on[gpu] = on.get(gpu, 0) + slot.share
-    built_from = (held, shared, frozenset(view.withdrawn))
+    # A drained node offers nothing either (DECISIONS 100): to the policy it is withdrawn.
+    closed = view.withdrawn.keys() | view.drains.keys()
+    built_from = (held, shared, frozenset(closed))
     if memo is not None and memo.nodes_from == built_from:
         return memo.nodes
     kept = memo.node_states if memo is not None else {}
     states: dict[str, tuple[tuple[Any, ...], NodeState]] = {}
     for n in view.config.expanded_nodes():
-        inputs = (n.name in view.withdrawn, held.get(n.name, _NONE), shared.get(n.name, _NO_SHARES))
+        inputs = (n.name in closed, held.get(n.name, _NONE), shared.get(n.name, _NO_SHARES))
         before = kept.get(n.name)
         if before is not None and before[0] == inputs:
             states[n.name] = before
@@ -121,6 +123,12 @@ def _nodes(view: ClusterView, memo: SnapshotMemo | None) -> tuple[NodeState, ...
 
 _NONE: frozenset[int] = frozenset()
 _NO_SHARES: dict[int, int] = {}
+
+
+def running_runs(view: ClusterView, now: float) -> tuple[RunningRun, ...]:
+    """Every run holding GPUs, built afresh (no memo: safe beside a cycle's worker thread)."""
+    return tuple(_running(view, a, now) for a in list(view.allocations.values())
+                 if a.job_id in view.jobs)
 
 
 def _running_reused(view: ClusterView, now: float, memo: RunningMemo) -> tuple[RunningRun, ...]:

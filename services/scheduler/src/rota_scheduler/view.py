@@ -20,6 +20,7 @@ from rota_policy import (
     Snapshot,
     gangs_of,
 )
+from rota_policy.drain import Drain
 from rota_policy.model import QUARTERS
 from rota_policy.runtimes import RuntimeScale
 
@@ -28,6 +29,8 @@ from rota_scheduler.snapshot import SnapshotMemo, snapshot_of
 from rota_scheduler.staleness import WaitPrint, words
 
 ACTIVE_STATES = frozenset({"admitted", "running"})
+REQUEUED = frozenset({"preempted", "lost", "resized", "drained"})
+"""Stop reasons that put a job back in its queue; only `preempted` spends its budget."""
 
 
 @dataclass
@@ -107,6 +110,14 @@ class ClusterView:
     """Run ids the ledger granted that have not reported `RunStarted` yet."""
     withdrawn: dict[str, str] = field(default_factory=dict)
     """Nodes the executor withdrew (`NodeWithdrawn`), with why: none of their GPUs is free."""
+    drains: dict[str, Drain] = field(default_factory=dict)
+    """Nodes drained (`NodeDrainRequested`), until `NodeDrainCancelled`: none of their GPUs
+    is free, and their runs are stopped as `rota_policy.drain` says (DECISIONS 100)."""
+    evictions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Run id → (node, why) of runs a Kubernetes EvictionRequest names (`RunEvictionRequested`):
+    stopped as a drain stops a run, until the run ends or the request is withdrawn."""
+    drain_victims: dict[str, str] = field(default_factory=dict)
+    """Run id → the drain plan stopping it, until the run ends: stopped once."""
     changes: int = 0
     """Counts the events that changed something, so a reader can tell nothing did."""
     pending_index: PendingIndex = field(default_factory=PendingIndex)
@@ -204,6 +215,9 @@ class ClusterView:
 
     def _on_AllocationReleased(self, data: dict[str, Any], at: float) -> None:
         self.allocations.pop(data["run_id"], None)
+        self.drain_victims.pop(data["run_id"], None)
+        self.evictions.pop(data["run_id"], None)
+        self.evictions.pop(data["run_id"], None)
         self.granted_unstarted.discard(data["run_id"])
 
     def _on_RunStarted(self, data: dict[str, Any], at: float) -> None:
@@ -225,6 +239,7 @@ class ClusterView:
 
     def _run_ended(self, data: dict[str, Any], at: float) -> JobRecord | None:
         self.granted_unstarted.discard(data["run_id"])
+        self.drain_victims.pop(data["run_id"], None)
         self.budget_meter.stopped(data["run_id"], at)
         job = self._job(data)
         if job is None or job.run_id != data["run_id"]:
@@ -250,10 +265,10 @@ class ClusterView:
         job = self._run_ended(data, at)
         if job is None:
             return
-        if data.get("reason") in ("preempted", "lost", "resized") and not job.cancelled:
+        if data.get("reason") in REQUEUED and not job.cancelled:
             # Back to its queue: the original submit time, and its checkpoint to resume from.
-            # A lost or resized (grown) run was not preempted: it spends none of the job's
-            # preemption budget.
+            # A lost, resized (grown) or drained run was not preempted for another job: it
+            # spends none of the job's preemption budget.
             job.state = "pending"
             job.preemptions += data.get("reason") == "preempted"
             job.requeued_at = at
@@ -264,6 +279,11 @@ class ClusterView:
             self.restarts.pop(job.job_id, None)
 
     def _on_PreemptionRequested(self, data: dict[str, Any], at: float) -> None:
+        if data.get("node"):  # a drain's plan: nothing is held, no preemptor waits
+            for victim in data["victims"]:
+                if victim["run_id"] in self.allocations:
+                    self.drain_victims[victim["run_id"]] = data["plan_id"]
+            return
         target = _slots(data.get("target") or [])
         victims = tuple(v["run_id"] for v in data["victims"])
         self.plans[data["plan_id"]] = PlanRecord(
@@ -309,6 +329,22 @@ class ClusterView:
 
     def _on_NodeRestored(self, data: dict[str, Any], at: float) -> None:
         self.withdrawn.pop(data["node"], None)
+
+    def _on_NodeDrainRequested(self, data: dict[str, Any], at: float) -> None:
+        deadline = _epoch(data.get("deadline"))
+        self.drains[data["node"]] = Drain(data["node"], at if deadline is None else deadline,
+                                          str(data.get("reason") or "maintenance"))
+
+    def _on_RunEvictionRequested(self, data: dict[str, Any], at: float) -> None:
+        if data.get("withdrawn"):
+            self.evictions.pop(data["run_id"], None)
+        elif data["run_id"] in self.allocations:
+            self.evictions[data["run_id"]] = (data["node"], (
+                f"an eviction of its pod {data['pod']} on node {data['node']} was requested"
+                f" by {data['requester']}"))
+
+    def _on_NodeDrainCancelled(self, data: dict[str, Any], at: float) -> None:
+        self.drains.pop(data["node"], None)
 
     def _on_JobPending(self, data: dict[str, Any], at: float) -> None:
         job = self._job(data)

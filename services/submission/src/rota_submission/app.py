@@ -25,6 +25,7 @@ from rota.service import RotaService
 from rota_submission import queries, retention
 from rota_submission.commands import SOURCE, Commands, Origin
 from rota_submission.feed import feed_headers
+from rota_submission.nodes import NodeCommands
 from rota_submission.producer import command_ids
 from rota_submission.projection import project_batch
 
@@ -142,11 +143,16 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, functools.partial(
             queries.summarize_queues, config=config)),
     }
+    nodes = NodeCommands(service, config)
+    admin: dict[str, Callable[[bytes], Awaitable[m.ApiReply]]] = {
+        s.API_NODE_DRAIN: nodes.drain, s.API_NODE_UNDRAIN: nodes.undrain}
     scoped: list[tuple[str, Scoped]] = [(s.API_SUBMIT, submit), (s.API_CANCEL, cancel)]
     scoped.extend((prefix, _ignoring_origin(route)) for prefix, route in routes.items())
 
     async def dispatch(subject: str, raw: bytes, headers: dict[str, str]) -> m.ApiReply:
         origin = Origin(subject, new_id(), service.clock.now(), headers)
+        if subject in admin:  # exact subjects: a `.<team>` suffix is no admin command
+            return await admin[subject](raw)
         # `rota.api.job.get.<team>`: the team's own view, scoped by the subject, which NATS
         # lets only that team (and trusted identities) publish on. The team is everything
         # after the API's own tokens and must be one token: read as the last token alone,
@@ -167,7 +173,7 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     # subscription, so separate ones would race to answer with "unknown subject".
     @service.broker.subscriber(s.API_ALL, queue="submission-api")
     async def api(msg: NatsMessage) -> bytes:
-        """Request/reply: submit, cancel, job get, job list, queue summary."""
+        """Request/reply: submit, cancel, job get, job list, queue summary, node drain."""
         subject = msg.raw_message.subject
         headers = dict(msg.raw_message.headers or {})
         try:

@@ -194,6 +194,9 @@ def check_size(spec: JobSpec, config: RotaConfig, max_bytes: int) -> Rejection |
 
 # How each event moves the read model. Terminal states never change again, so replays and
 # late, duplicate or out-of-order events cannot resurrect a job.
+DRAINED_DETAIL = ("requeued by a drain: its node was drained; it resumes elsewhere from its"
+                  " checkpoint (no preemption budget spent)")
+
 _TRANSITIONS: dict[str, str] = {
     "AllocationGranted": "admitted",
     "RunStarted": "running",
@@ -238,20 +241,28 @@ def apply_event(
     if event_type == "AllocationReleased":
         return state, {"borrowed_gpus": 0}
     if event_type == "RunStarted":
-        return "running", {"run_id": data.get("run_id"), "started": True}
+        # What it waited for (a refusal, a drain) is over: `rota why` says it runs.
+        return "running", {"run_id": data.get("run_id"), "started": True, "detail": None}
     if event_type == "PreemptionCompleted":
         aborted = data.get("aborted") and job_id != data.get("preemptor_job_id")
         return ("running", {}) if aborted and state == "preempting" else (state, {})
     if event_type == "RunStopped":
-        # lost: its node, or its gang start; resized: it grows, from its checkpoint
-        if data.get("reason") in ("preempted", "lost", "resized"):
+        # lost: its node, or its gang start; resized: it grows, from its checkpoint;
+        # drained: its node was drained (a preemption with the reason drain)
+        if data.get("reason") in ("preempted", "lost", "resized", "drained"):
             changes: dict[str, Any] = {"run_id": None}
+            if data.get("reason") == "drained":
+                changes["detail"] = DRAINED_DETAIL
             if data.get("checkpoint_uri"):
                 changes["resume_from"] = data["checkpoint_uri"]
             return "pending", changes
         return "cancelled", {"ended": True}
     if event_type == "AllocationRejected":
         return "pending", {"detail": data.get("message")}
+    if event_type == "PreemptionNoticed" and data.get("reason") == "drain":
+        node = f" {data['node']}" if data.get("node") else ""
+        return "preempting", {"detail": f"drain: its node{node} is drained; told to checkpoint"
+                                        " and stop (no preemption budget spent)"}
     if event_type in _TRANSITIONS:
         new_state = _TRANSITIONS[event_type]
         return new_state, {"ended": new_state in TERMINAL_STATES}

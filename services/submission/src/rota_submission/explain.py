@@ -34,6 +34,8 @@ def _victims(data: dict[str, Any]) -> str:
 
 
 def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
+    if data.get("node"):  # a drain's plan: no job preempts, the node is drained
+        return f"drain: {data['message']}; told to checkpoint and stop, no preemption budget spent"
     if data.get("preemptor_job_id") == job_id:
         return (f"preempt ({waits.plan_reason(data.get('reason'))}): {data['message']} — victims"
                 f" {_victims(data)}, expected loss {data['expected_lost_gpu_seconds'] / 3600:.2f}"
@@ -51,6 +53,9 @@ def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
 def _noticed(data: dict[str, Any], job_id: str) -> str:
     then = (f"save a checkpoint, stop and restart with {data['shrink_to']} workers"
             if data.get("shrink_to") else "checkpoint and stop")
+    if data.get("reason") == "drain":
+        return (f"notice sent: {then} by {data['deadline']} (grace {data['grace_s']:.0f} s) for"
+                f" the drain of node {data.get('node') or '?'}")
     return (f"notice sent: {then} by {data['deadline']} (grace {data['grace_s']:.0f} s) for a"
             f" {data['preemptor_queue']} job")
 
@@ -179,11 +184,14 @@ def why(job: dict[str, Any], *, now: datetime | None = None,
         answer.update(reasons=[waits.for_people(r) for r in reasons], eta=wait.get("eta"),
                       position=wait.get("position"),
                       factors=_factors_now(wait.get("factors"), job, now, age))
+        if job.get("detail") and str(job["detail"]).startswith("requeued by a drain"):
+            answer["requeued"] = job["detail"]
     else:
         answer["summary"] = {
             "admitted": "admitted: GPUs granted, the run is starting",
             "running": f"running since {job.get('started_at')} (attempt {job.get('attempts')})",
-            "preempting": "being preempted: told to checkpoint and stop",
+            "preempting": (job["detail"] if str(job.get("detail") or "").startswith("drain")
+                           else "being preempted: told to checkpoint and stop"),
             "finished": f"finished at {job.get('ended_at')}",
             "failed": f"failed at {job.get('ended_at')}: {job.get('detail') or ''}".rstrip(": "),
             "cancelled": f"cancelled: {job.get('detail') or ''}".rstrip(": "),

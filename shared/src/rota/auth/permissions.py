@@ -62,6 +62,11 @@ EVENT_OWNERS: dict[str, frozenset[str]] = {
     "GrowCompleted": frozenset({"preemption"}),
     "NodeWithdrawn": frozenset({"executor"}),
     "NodeRestored": frozenset({"executor"}),
+    # An admin's drain comes through the API (submission); a cordon through the executor.
+    "NodeDrainRequested": frozenset({"submission", "executor"}),
+    "NodeDrainCancelled": frozenset({"submission", "executor"}),
+    # A Kubernetes EvictionRequest for a run's pod, seen by the executor's watch.
+    "RunEvictionRequested": frozenset({"executor"}),
 }
 """Every event type and the services that may publish it."""
 

@@ -1,17 +1,23 @@
-"""`rota cluster import`: the `cluster:` section of rota.yaml, read from a Kubernetes cluster."""
+"""`rota cluster`: `import` reads the `cluster:` section of rota.yaml from a Kubernetes cluster;
+`drain`, `undrain` and `nodes` manage node maintenance through the bus (DECISIONS 100)."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
+from rich.table import Table
 
-from rota.cli.output import console, emit_json, handled
+from rota.cli.client import call
+from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.cli.untrusted import untrusted
 from rota.config.loader import parse_config
+from rota.contracts.messages import DrainNode, ListNodes, UndrainNode
+from rota.contracts.subjects import API_NODE_DRAIN, API_NODE_UNDRAIN, SCHEDULER_NODES
 from rota.k8s.inventory import (
     DEFAULT_FLAVOR_LABEL,
     DEFAULT_GPU_RESOURCE,
@@ -22,6 +28,7 @@ from rota.k8s.inventory import (
     differences,
     nodes_of,
 )
+from rota.settings import get_settings
 
 cluster_app = typer.Typer(help="The cluster Rota places work on.", no_args_is_help=True)
 
@@ -96,3 +103,91 @@ def cluster_import(
                             f"{'' if dry_run else f'; written to {config}'}"), highlight=False)
     for change in changes:
         console.print(f"  changed: {untrusted(change)}", highlight=False)
+
+
+# ---------------------------------------------------------------- drains (DECISIONS 100)
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_deadline(text: str) -> dict[str, Any]:
+    """`30m`, `2h`, `90s`, `1d` (from now) or an ISO 8601 time with its zone."""
+    value = text.strip().removeprefix("+")
+    if value and value[-1] in _UNITS and value[:-1].replace(".", "", 1).isdigit():
+        return {"deadline_s": float(value[:-1]) * _UNITS[value[-1]]}
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(f"--deadline {text!r}: give a duration from now (30m, 2h, 90s, 1d)"
+                           " or a time with its zone (2026-12-07T18:00:00Z)", "deadline") from None
+    if when.tzinfo is None:
+        raise InvalidInput(f"--deadline {text!r}: the time needs its zone (Z or +01:00)",
+                           "deadline")
+    return {"deadline": when}
+
+
+@cluster_app.command("drain")
+@handled
+def cluster_drain(
+    node: Annotated[str, typer.Argument(help="A node of rota.yaml.")],
+    deadline: Annotated[str, typer.Option(
+        help="When the node must be empty: a duration from now (30m, 2h) or a time with its"
+        " zone. Runs expected to end before it are left to finish.")] = "1h",
+    reason: Annotated[str, typer.Option(help="Why, for the notices and `rota cluster nodes`.")
+                      ] = "maintenance",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Drain a node (admin only): no new placement there; each run on it that is not expected
+    to end before the deadline gets a notice, checkpoints, stops and resumes elsewhere, as a
+    preemption with the reason `drain` that spends no preemption budget; at the deadline,
+    whatever still runs there does the same. `rota cluster undrain` ends it."""
+    result = call(get_settings(), API_NODE_DRAIN,
+                  DrainNode(node=node, reason=reason, **parse_deadline(deadline)))
+    if json_out:
+        emit_json(result)
+        return
+    console.print(untrusted(f"node {result['node']} draining until {result['deadline']}"
+                            f" ({result['reason']}); `rota cluster nodes` shows its runs"),
+                  highlight=False)
+
+
+@cluster_app.command("undrain")
+@handled
+def cluster_undrain(
+    node: Annotated[str, typer.Argument(help="A node of rota.yaml.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """End a node's drain (admin only): it takes new placements again. Runs already stopped
+    for the drain stay requeued."""
+    result = call(get_settings(), API_NODE_UNDRAIN, UndrainNode(node=node))
+    if json_out:
+        emit_json(result)
+        return
+    console.print(untrusted(f"node {result['node']} takes placements again"), highlight=False)
+
+
+@cluster_app.command("nodes")
+@handled
+def cluster_nodes(
+    node: Annotated[str | None, typer.Argument(help="Only this node.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Each node's state (ready, draining until D, drained, lost) and the runs on it, as the
+    active scheduler sees them."""
+    result = call(get_settings(), SCHEDULER_NODES, ListNodes(node=node))
+    nodes: list[dict[str, Any]] = result["nodes"]
+    if json_out:
+        emit_json(nodes)
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("NODE", "FLAVOR", "GPUS", "STATE", "REASON", "RUNS"):
+        table.add_column(column, overflow="fold")
+    for row in nodes:
+        state = row["state"]
+        if state == "draining":
+            state = f"draining until {row['deadline']}"
+        runs = ", ".join(f"{r['job_id'][-12:]} ({r['team']}, {r['gpus']} GPUs"
+                         f"{', stopping' if r['draining'] else ''})" for r in row["runs"])
+        table.add_row(*map(untrusted, (row["node"], row["flavor"], str(row["gpus"]), state,
+                                       row["reason"] or "", runs or "-")))
+    console.print(table)

@@ -331,6 +331,8 @@ def print_wait(answer: dict[str, Any], now: datetime) -> None:
                       highlight=False)
     if answer.get("resume_from"):
         console.print(f"   resume  {untrusted(answer['resume_from'])}", highlight=False)
+    if answer.get("requeued"):
+        console.print(f"    drain  {untrusted(answer['requeued'])}", highlight=False)
     if answer.get("fresh") is False:
         console.print("     note  the scheduler did not answer in time: this is the explanation it"
                       " last published", highlight=False)

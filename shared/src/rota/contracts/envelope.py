@@ -46,6 +46,9 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "GrowCompleted": m.GrowCompleted,
     "NodeWithdrawn": m.NodeWithdrawn,
     "NodeRestored": m.NodeRestored,
+    "NodeDrainRequested": m.NodeDrainRequested,
+    "NodeDrainCancelled": m.NodeDrainCancelled,
+    "RunEvictionRequested": m.RunEvictionRequested,
 }
 CONTROL_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionNotice": m.PreemptionNotice,
@@ -58,6 +61,9 @@ QUERY_TYPES: dict[str, type[BaseModel]] = {
     "ListNotifications": m.ListNotifications,
     "ListPreemptions": m.ListPreemptions,
     "ListAllocations": m.ListAllocations,
+    "ListNodes": m.ListNodes,
+    "DrainNode": m.DrainNode,
+    "UndrainNode": m.UndrainNode,
     "ListDeadLetters": m.ListDeadLetters,
     "ApiReply": m.ApiReply,
 }

@@ -116,6 +116,10 @@ class StopReason(StrEnum):
     """An elastic run stopped after its checkpoint to restart at once at another size on GPUs
     held for it (a grow, DECISIONS 82): back to its queue like a preempted run, but no
     preemption."""
+    drained = "drained"
+    """Stopped because its node is drained (`NodeDrainRequested`): preempted with the reason
+    `drain`, after a notice and its checkpoint acknowledgement (or forced at the grace's end);
+    back to its queue like a preempted run, but spending none of the job's preemption budget."""
 
 
 class StopRun(StrictModel):
@@ -329,6 +333,67 @@ class NodeRestored(OpenModel):
     """A withdrawn node is usable again: it is offered for placement once more."""
 
     node: Name
+
+
+class NodeDrainRequested(OpenModel):
+    """A node is drained (an admin's `rota cluster drain`, or a Kubernetes cordon): it gets no
+    new placement from now on. A run on it expected to end before `deadline` (by its scaled
+    runtime) is left to finish; any other, and at `deadline` whatever still runs there, is
+    preempted with the reason `drain` (notice, checkpoint acknowledgement, stop, requeue), which
+    spends no preemption budget. Draining a node already draining replaces its deadline and
+    reason."""
+
+    node: Name
+    deadline: Timestamp
+    reason: Annotated[str, Field(min_length=1, max_length=256)]
+    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        "admin", description="Who asked: `admin` (the API) or `kubernetes` (a cordon).")
+
+
+class NodeDrainCancelled(OpenModel):
+    """A drain is over (`rota cluster undrain`, or an uncordon): the node takes placements
+    again. Runs already stopped for the drain stay requeued; notices not yet acknowledged are
+    not withdrawn (their sagas end as usual)."""
+
+    node: Name
+    requested_by: Annotated[str, Field(min_length=1, max_length=128)] = "admin"
+
+
+class RunEvictionRequested(OpenModel):
+    """A Kubernetes EvictionRequest (lifecycle.k8s.io/v1alpha1) names a pod of this run: the
+    run is stopped as a drain of the pod's node would stop it (notice, checkpoint
+    acknowledgement, stop `drained`, requeue), at once, but the node stays open. `withdrawn`:
+    every requester withdrew (or deleted its request); a stop not yet ordered is not."""
+
+    run_id: Uuid
+    job_id: Uuid
+    node: Name
+    pod: Annotated[str, Field(min_length=1, max_length=253)]
+    requester: Annotated[str, Field(min_length=1, max_length=317)]
+    withdrawn: StrictBool = False
+
+
+class DrainNode(StrictModel):
+    """`rota.api.node.drain` (admin only): drain `node` by `deadline` (default: now plus
+    `deadline_s`, default one hour)."""
+
+    node: Name
+    deadline: Timestamp | None = None
+    deadline_s: StrictFloat | None = Field(None, ge=0, le=30 * 24 * 3600)
+    reason: Annotated[str, Field(min_length=1, max_length=256)] = "maintenance"
+
+
+class UndrainNode(StrictModel):
+    """`rota.api.node.undrain` (admin only): end `node`'s drain."""
+
+    node: Name
+
+
+class ListNodes(StrictModel):
+    """`rota.sys.scheduler.nodes`: every node of rota.yaml with its state and the runs on it,
+    answered by the active scheduler."""
+
+    node: Name | None = None
 
 
 class UsageRecorded(OpenModel):

@@ -79,6 +79,12 @@ class PreemptionRequested(OpenModel):
     reason: str
     message: ShortText
     expected_lost_gpu_seconds: StrictFloat = Field(ge=0)
+    node: Name | None = Field(
+        None, exclude_if=absent,
+        description="A drain's plan (reason `drain`): the node drained. Its preemptor_job_id is"
+        " the drain's own id, no job's, its preemptor_queue the victim's; no GPU is held for"
+        " it, and its victims stop `drained`, spending no preemption budget. Absent: a"
+        " preemption for a job.")
 
 
 class PreemptionNoticed(OpenModel):
@@ -104,6 +110,8 @@ class PreemptionNoticed(OpenModel):
         description="A shrink: the run restarts with this many workers on GPUs it keeps."
         " Absent: it stops and waits in its queue.",
     )
+    node: Name | None = Field(
+        None, exclude_if=absent, description="A drain's notice: the node drained.")
 
 
 class VictimOutcome(StrEnum):

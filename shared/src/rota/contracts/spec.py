@@ -86,6 +86,15 @@ RECEIVED: list[Received] = [
              "gpus_in_use, borrowed_gpus, oldest_pending_at, quota}; pending_gpus and "
              "gpus_in_use count a GPU share as its fraction (an integer when whole, else a "
              "number such as 1.5)"),
+    Received(s.API_NODE_DRAIN, m.DrainNode,
+             "Admin only (no team identity, nor the console, may publish here): drain a node of "
+             "rota.yaml. Publishes NodeDrainRequested.", "{node, deadline, reason}"),
+    Received(s.API_NODE_UNDRAIN, m.UndrainNode,
+             "Admin only: end a node's drain. Publishes NodeDrainCancelled.", "{node}"),
+    Received(s.SCHEDULER_NODES, m.ListNodes,
+             "Answered by the active scheduler: each node's state and its runs.",
+             "{nodes: [{node, flavor, gpus, state (ready | draining | drained | lost),"
+             " deadline, reason, runs [{run_id, job_id, team, gpus, expected_end, draining}]}]}"),
     Received(s.NOTIFICATIONS_LIST, m.ListNotifications, "Answered by the notifier.",
              "a list of notifications (kind, channel, recipient, status, created_at, sent_at, "
              "next_attempt_at, attempts, last_error, job_id, ...)"),

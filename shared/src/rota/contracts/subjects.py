@@ -30,6 +30,11 @@ API_JOB_WHY = "rota.api.job.why"
 API_JOB_TRACE = "rota.api.job.trace"
 API_JOBS_LIST = "rota.api.jobs.list"
 API_QUEUES_SUMMARY = "rota.api.queues.summary"
+API_NODE_DRAIN = "rota.api.node.drain"
+API_NODE_UNDRAIN = "rota.api.node.undrain"
+ADMIN_COMMANDS = frozenset({API_NODE_DRAIN, API_NODE_UNDRAIN})
+"""Unscoped, with no `.<team>` twin: no team identity (nor the console) may publish here, so
+only the admin and the services can (rota.auth.permissions)."""
 
 TEAM_QUERIES = frozenset({API_JOB_GET, API_JOB_WHY, API_JOB_TRACE, API_JOBS_LIST,
                           API_QUEUES_SUMMARY})
@@ -43,6 +48,7 @@ LEDGER_ALLOCATIONS = "rota.sys.ledger.allocations"
 PREEMPTION_PLANS = "rota.sys.preemption.plans"
 SCHEDULER_WHY = "rota.sys.scheduler.why"
 """The scheduler's leader explains a pending job afresh, for `rota why` (rota_scheduler.asking)."""
+SCHEDULER_NODES = "rota.sys.scheduler.nodes"
 
 
 def submit(team: str) -> str:
@@ -148,4 +154,7 @@ EVENT_SUBJECTS: dict[str, str] = {
     "GrowCompleted": "rota.evt.grow.completed",
     "NodeWithdrawn": "rota.evt.node.withdrawn",
     "NodeRestored": "rota.evt.node.restored",
+    "NodeDrainRequested": "rota.evt.node.drain_requested",
+    "NodeDrainCancelled": "rota.evt.node.drain_cancelled",
+    "RunEvictionRequested": "rota.evt.run.eviction_requested",
 }

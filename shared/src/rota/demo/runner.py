@@ -24,7 +24,7 @@ from rota.cli.up import ignore_signals, stopping_on_signals
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
-from rota.demo.story import CONFIG, SCRIPT, SIM_SPEED, TIME_LIMIT_S, Story
+from rota.demo.story import CONFIG, MAINTENANCE, SCRIPT, SIM_SPEED, TIME_LIMIT_S, Maintenance, Story
 from rota.ids import new_id
 from rota.settings import Settings, get_settings
 
@@ -60,9 +60,14 @@ async def _play(settings: Settings, nats_url: str, story: Story, live: Live | No
 
     await nc.subscribe("rota.evt.>", cb=on_event)
     todo = list(SCRIPT)
+    operations = list(MAINTENANCE)
     try:
         while not story.finished and time.monotonic() - start < TIME_LIMIT_S:
             elapsed = time.monotonic() - start
+            for op in list(operations):
+                if story.ready(op.after):
+                    operations.remove(op)
+                    await _maintain(nc, story, op)
             for item in list(todo):
                 due = story.ready(item.after) if item.after else elapsed >= item.at_s
                 if due:
@@ -81,6 +86,24 @@ async def _play(settings: Settings, nats_url: str, story: Story, live: Live | No
         await nc.close()
 
 
+async def _maintain(nc: Any, story: Story, op: Maintenance) -> None:
+    """The admin's `rota cluster drain` / `undrain`, through the API as the CLI sends it."""
+    node = story.drained_node if op.action == "undrain" else next(iter(story.jobs[op.job].nodes))
+    assert node is not None
+    command: m.DrainNode | m.UndrainNode = (
+        m.UndrainNode(node=node) if op.action == "undrain"
+        else m.DrainNode(node=node, deadline_s=op.deadline_s, reason=op.reason))
+    subject = s.API_NODE_UNDRAIN if op.action == "undrain" else s.API_NODE_DRAIN
+    raw = await nc.request(subject, envelope(command, source="demo").to_bytes(), timeout=10)
+    reply = m.ApiReply.model_validate(json.loads(raw.data)["data"])
+    if not reply.ok:
+        raise CommandFailed(f"the demo's {op.action} of {node} was refused: {reply.error}")
+    if op.action == "drain":
+        story.drained(node)
+    else:
+        story.log.append(f"{'':>7}  node {node} undrained: maintenance over")
+
+
 @handled
 def demo(
     json_out: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
@@ -89,7 +112,8 @@ def demo(
 
     Two teams share fairly, idle GPUs are borrowed, then a production job reclaims them:
     its victims get a notice, checkpoint, acknowledge, stop, and later resume from their
-    checkpoints. Exits 0 when every step happened as promised.
+    checkpoints; then a node is drained for maintenance, and its job moves the same way.
+    Exits 0 when every step happened as promised.
     """
     base = get_settings()
     home = base.home / "demo"

@@ -9,6 +9,9 @@ Four nodes of 8 GPUs; nlp and vision own 16 each, research owns none. The sim ex
     then  nlp submits a production job: it reclaims its quota by preempting the borrowers,
           which are told, checkpoint, acknowledge, stop; production starts on the freed GPUs;
           the victims resume later from their checkpoints
+    then  the admin drains the node of vision's first job for maintenance: the job is told,
+          checkpoints, acknowledges, stops (`drained`, no preemption budget spent) and resumes
+          on another node from its checkpoint; the node is undrained once it has
 """
 
 from __future__ import annotations
@@ -59,6 +62,23 @@ SCRIPT: tuple[Submission, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Maintenance:
+    """An admin's node command: drain the node `job` runs on, or undrain it, once `after`."""
+
+    action: str  # drain | undrain
+    after: str
+    job: str
+    deadline_s: float = 60.0
+    reason: str = "firmware upgrade"
+
+
+MAINTENANCE: tuple[Maintenance, ...] = (
+    Maintenance("drain", after="prod_running", job="vision-train-a"),
+    Maintenance("undrain", after="drained_job_resumed", job="vision-train-a"),
+)
+
+
 @dataclass
 class JobView:
     name: str
@@ -72,6 +92,8 @@ class JobView:
     borrowed: int = 0
     resumed_from: str | None = None
     started_at: float | None = None
+    nodes: tuple[str, ...] = ()
+    """The nodes of its current grant."""
 
 
 @dataclass
@@ -88,6 +110,10 @@ class Story:
     completed: list[dict[str, Any]] = field(default_factory=list)
     borrowing_seen: bool = False
     run_started_at: dict[str, float] = field(default_factory=dict)
+    drained_node: str | None = None
+    drain_plans: set[str] = field(default_factory=set)
+    drain_victims: dict[str, str] = field(default_factory=dict)
+    """run_id -> job name, of runs a drain stopped."""
     early: dict[str, list[tuple[float, str, dict[str, Any]]]] = field(default_factory=dict)
     """Events of jobs whose submit reply has not arrived yet. The reply and the job's events
     come on different subscriptions, so a fast grant can overtake the reply."""
@@ -104,6 +130,12 @@ class Story:
             self.event(t, type_, data, job_id)
 
     def ready(self, condition: str) -> bool:
+        if condition == "prod_running":
+            return self.jobs["nlp-prod-release"].state == "running"
+        if condition == "drained_job_resumed":
+            moved = [self.jobs[name] for name in self.drain_victims.values()]
+            return bool(moved) and all(j.state in ("running", "finished") and j.attempts >= 2
+                                       for j in moved)
         if condition == "borrowers_settled":
             # Both borrowers run, and have run past the minimum runtime that protects them.
             borrowers = [self.jobs["vision-train-c"], self.jobs["research-sweep"]]
@@ -111,7 +143,8 @@ class Story:
         return True
 
     def event(self, t: float, type_: str, data: dict[str, Any], job_id: str | None) -> None:
-        if job_id and job_id not in self.names:
+        drain_done = type_ == "PreemptionCompleted" and data.get("plan_id") in self.drain_plans
+        if job_id and job_id not in self.names and not drain_done:  # a drain's id is no job's
             self.early.setdefault(job_id, []).append((t, type_, data))
             return
         name = self.names.get(job_id or "")
@@ -119,6 +152,7 @@ class Story:
         line = _LINES.get(type_)
         if type_ == "AllocationGranted" and job is not None:
             job.borrowed = int(data.get("borrowed_gpus") or 0)
+            job.nodes = tuple(dict.fromkeys(w["node"] for w in data.get("placement") or []))
             self.borrowing_seen |= job.borrowed > 0
         elif type_ == "RunStarted" and job is not None:
             job.state, job.attempts = "running", int(data["attempt"])
@@ -128,7 +162,7 @@ class Story:
         elif type_ == "RunCheckpointed" and data.get("notice_id"):
             self.acks[data["run_id"]] = data["checkpoint_uri"]
         elif type_ == "RunStopped" and job is not None:
-            job.state = "requeued" if data["reason"] == "preempted" else "stopped"
+            job.state = "requeued" if data["reason"] in ("preempted", "drained") else "stopped"
             self.stopped_at[data["run_id"]] = t
         elif type_ in ("RunFinished", "RunFailed") and job is not None:
             job.state = "finished" if type_ == "RunFinished" else "failed"
@@ -136,6 +170,10 @@ class Story:
             self.notices += 1
             if job is not None:
                 job.state = "checkpointing"
+        elif type_ == "PreemptionRequested" and data.get("node"):
+            self.drain_plans.add(data["plan_id"])
+            for victim in data["victims"]:
+                self.drain_victims[victim["run_id"]] = self.names.get(victim["job_id"], "?")
         elif type_ == "PreemptionCompleted":
             self.completed.append(data)
         elif type_ == "JobPending" and job is not None and data.get("reasons"):
@@ -150,8 +188,15 @@ class Story:
     def finished(self) -> bool:
         return all(j.state in ("finished", "failed") for j in self.jobs.values())
 
+    def drained(self, node: str) -> None:
+        self.drained_node = node
+        self.log.append(f"{'':>7}  node {node} drained for maintenance (admin)")
+
     def checks(self) -> list[tuple[str, bool]]:
-        victims = [v for c in self.completed if not c.get("aborted") for v in c["victims"]]
+        drains = [v for c in self.completed if c["plan_id"] in self.drain_plans
+                  for v in c["victims"]]
+        victims = [v for c in self.completed if not c.get("aborted")
+                   and c["plan_id"] not in self.drain_plans for v in c["victims"]]
         acked = [v for v in victims if v["outcome"] == "acked"]
         resumed = [j for j in self.jobs.values() if j.resumed_from]
         prod = self.jobs["nlp-prod-release"]
@@ -168,8 +213,17 @@ class Story:
             ("production started only after its victims stopped", after_stops),
             ("the victims resumed from their checkpoints",
              bool(resumed) and all(j.resumed_from in self.acks.values() for j in resumed)),
+            ("a drained node's job checkpointed, stopped and resumed elsewhere from its checkpoint",
+             bool(drains) and all(v["outcome"] == "acked" for v in drains)
+             and all(self._moved(v) for v in drains)),
             ("every job finished", all(j.state == "finished" for j in self.jobs.values())),
         ]
+
+    def _moved(self, victim: dict[str, Any]) -> bool:
+        job = self.jobs.get(self.names.get(victim["job_id"], ""))
+        return (job is not None and job.resumed_from is not None
+                and job.resumed_from == victim.get("checkpoint_uri")
+                and self.drained_node not in job.nodes)
 
 
 def _victims(story: Story, data: dict[str, Any]) -> str:
@@ -181,8 +235,9 @@ _LINES: dict[str, Any] = {
     + (f" ({d['borrowed_gpus']} borrowed)" if d.get("borrowed_gpus") else ""),
     "RunStarted": lambda s, n, d: f"{n} started (attempt {d['attempt']})"
     + (f" from {d['resumed_from']}" if d.get("resumed_from") else ""),
-    "PreemptionRequested": lambda s, n, d: f"{s.names.get(d['preemptor_job_id'], '?')} preempts"
-    f" {_victims(s, d)}: {d['reason']}",
+    "PreemptionRequested": lambda s, n, d: (
+        f"drain of node {d['node']}: {_victims(s, d)} must checkpoint and move" if d.get("node")
+        else f"{s.names.get(d['preemptor_job_id'], '?')} preempts {_victims(s, d)}: {d['reason']}"),
     "PreemptionNoticed": lambda s, n, d: f"{n}: notice sent, checkpoint by"
     f" {str(d['deadline'])[11:19]} UTC",
     "RunCheckpointed": lambda s, n, d: f"{n} acknowledged with checkpoint {d['checkpoint_uri']}"

@@ -89,6 +89,10 @@ class RunObjects:
     job: dict[str, Any]
     service: dict[str, Any]
     secret: dict[str, Any]
+    disruption_budget: dict[str, Any]
+    """No voluntary disruption of any of the run's pods (DECISIONS 100): an eviction
+    (`kubectl drain`, the autoscaler, a descheduler) is refused until Rota has stopped the run
+    after its checkpoint, which deletes the pods instead."""
 
 
 def run_labels(run_id: str, job_id: str, team: str, attempt: int) -> dict[str, str]:
@@ -251,8 +255,8 @@ def run_objects(
     checkpoint_dir: str = "/checkpoints", gpu_resource: str = "nvidia.com/gpu",
     run_token: str = "", nats_creds: str | None = None, termination_grace_s: int = 30,
 ) -> RunObjects:
-    """The three objects of one run. The Service and Secret get their owner reference (the
-    Job's uid) when they are created, after the Job: see `owned_by`."""
+    """The four objects of one run. The Service, Secret and PodDisruptionBudget get their owner
+    reference (the Job's uid) when they are created, after the Job: see `owned_by`."""
     if spec.kubernetes is None:
         raise TemplateError("kubernetes", "the job has no `kubernetes` section")
     name = object_name(run_id)
@@ -287,7 +291,12 @@ def run_objects(
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
               "metadata": {**copy.deepcopy(meta), "name": secret_name(run_id)},
               "stringData": data}
-    return RunObjects(job, service, secret)
+    # `minAvailable` as a count of all the pods: with `maxUnavailable` the disruption
+    # controller needs the pods' owner to have a scale subresource, which a Job does not.
+    budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": copy.deepcopy(meta),
+              "spec": {"minAvailable": len(placement), "selector": {"matchLabels": {LABEL_RUN: run_id}}}}
+    return RunObjects(job, service, secret, budget)
 
 
 def owned_by(obj: dict[str, Any], job_name: str, job_uid: str) -> dict[str, Any]:
