@@ -70,7 +70,8 @@ def test_rota_jobs_wide_and_json_keep_every_long_field(monkeypatch: pytest.Monke
     wide = runner.invoke(app, ["jobs", "-o", "wide"])
     assert wide.exit_code == 0, wide.output
     [_, line] = wide.stdout.splitlines()
-    for whole in (rows[0]["job_id"], LONG_URI, rows[0]["name"], "WAITING_FOR_PREEMPTION"):
+    # The WHY column says the primary reason in words; `--json` keeps its code.
+    for whole in (rows[0]["job_id"], LONG_URI, rows[0]["name"], "waiting for preempted runs to save and stop"):
         assert whole in line
     assert json.loads(runner.invoke(app, ["jobs", "--json"]).stdout) == rows
 
