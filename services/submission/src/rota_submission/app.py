@@ -18,6 +18,7 @@ from rota.contracts import messages as m
 from rota.contracts import subjects as s
 from rota.contracts.common import TEAM_NAME_RULE, is_team_name
 from rota.contracts.envelope import first_error
+from rota.contracts.versions import PROTOCOL_VERSION
 from rota.ids import new_id
 from rota.service import RotaService
 
@@ -129,6 +130,11 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     async def cancel(raw: bytes, origin: Origin, team: str | None) -> m.ApiReply:
         return await commands.cancel(raw, origin)
 
+    async def ping(raw: bytes, origin: Origin, team: str | None) -> m.ApiReply:
+        """A team's liveness check: the body is not read (empty is fine)."""
+        return m.ApiReply(ok=True, result={"ok": True, "service": SOURCE, "team": team,
+                                           "protocol_version": PROTOCOL_VERSION})
+
     routes: dict[str, Query] = {
         s.API_JOB_GET: query(m.GetJob, queries.get_job),
         s.API_JOB_WHY: query(m.GetJob, queries.why_job),
@@ -137,7 +143,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         s.API_QUEUES_SUMMARY: query(m.SummarizeQueues, functools.partial(
             queries.summarize_queues, config=config)),
     }
-    scoped: list[tuple[str, Scoped]] = [(s.API_SUBMIT, submit), (s.API_CANCEL, cancel)]
+    scoped: list[tuple[str, Scoped]] = [(s.API_SUBMIT, submit), (s.API_CANCEL, cancel),
+                                        (s.API_PING, ping)]
     scoped.extend((prefix, _ignoring_origin(route)) for prefix, route in routes.items())
 
     async def dispatch(subject: str, raw: bytes, headers: dict[str, str]) -> m.ApiReply:
@@ -177,6 +184,15 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         if reply.command_id is None:  # the queries' replies: name the request they answer
             reply = reply.model_copy(update={"command_id": command_ids(
                 msg.body, headers, max_bytes=max_bytes)[0]})
-        return envelope(reply, source=SOURCE).to_bytes()
+        return envelope(reply, source=SOURCE, job_id=reply_job_id(reply)).to_bytes()
 
     return service
+
+
+def reply_job_id(reply: m.ApiReply) -> str | None:
+    """The job an answer is about, for its envelope's `job_id`: a submit's, cancel's, get's
+    or why's `result.job_id`, a trace's `result.job.job_id`; None for lists and errors."""
+    result = reply.result if isinstance(reply.result, dict) else {}
+    job = result.get("job") if isinstance(result.get("job"), dict) else result
+    job_id = str(job.get("job_id") or "") if isinstance(job, dict) else ""
+    return job_id if len(job_id) == 36 else None

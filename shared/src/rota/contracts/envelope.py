@@ -265,6 +265,11 @@ def _valid(adapter: TypeAdapter[str], value: Any) -> str | None:
         return None
 
 
+def valid_submission_id(value: Any) -> str | None:
+    """`value` when it is a valid `submission_id`, else None."""
+    return _valid(_SUBMISSION_ID, value)
+
+
 def correlation(raw: bytes, *, max_bytes: int) -> tuple[str | None, str | None]:
     """The command id (the envelope's `id`) and `data.submission_id` of a message, each when
     it is valid, however wrong the rest of the message is: what a rejection answers with,

@@ -84,6 +84,15 @@ RECEIVED: list[Received] = [
              "gpus_in_use, borrowed_gpus, oldest_pending_at, quota}; pending_gpus and "
              "gpus_in_use count a GPU share as its fraction (an integer when whole, else a "
              "number such as 1.5)"),
+    *(Received(f"{query}.{{team}}", model,
+               f"{query}, scoped to the subject's team: the only form of it a team identity "
+               "may ask. Another team's job is JOB_NOT_FOUND.", result)
+      for query, model, result in (
+          (s.API_JOB_GET, m.GetJob, JOB_ROW),
+          (s.API_JOB_WHY, m.GetJob, "as on rota.api.job.why"),
+          (s.API_JOB_TRACE, m.GetJob, "as on rota.api.job.trace"),
+          (s.API_JOBS_LIST, m.ListJobs, f"a list of {JOB_ROW}"),
+          (s.API_QUEUES_SUMMARY, m.SummarizeQueues, "as on rota.api.queues.summary"))),
     Received(s.NOTIFICATIONS_LIST, m.ListNotifications, "Answered by the notifier.",
              "a list of notifications (kind, channel, recipient, status, created_at, sent_at, "
              "next_attempt_at, attempts, last_error, job_id, ...)"),
@@ -199,7 +208,9 @@ def asyncapi_yaml() -> str:
         "Every message is one envelope; see contracts/README.md.",
     )
     # FastStream orders channels by registration internals; sorted keys keep the file stable.
-    document = _with_replies(yaml.safe_load(spec.to_specification().to_yaml()))
+    from rota.contracts.spec_security import complete
+
+    document = complete(_with_replies(yaml.safe_load(spec.to_specification().to_yaml())))
     return yaml.safe_dump(document, sort_keys=True, width=100)
 
 

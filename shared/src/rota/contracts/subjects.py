@@ -30,6 +30,9 @@ API_JOB_WHY = "rota.api.job.why"
 API_JOB_TRACE = "rota.api.job.trace"
 API_JOBS_LIST = "rota.api.jobs.list"
 API_QUEUES_SUMMARY = "rota.api.queues.summary"
+API_PING = "rota.api.ping"
+"""`rota.api.ping.<team>`: a team's liveness check (and the protocol version), answered by
+the submission service, which is all a team talks to."""
 
 TEAM_QUERIES = frozenset({API_JOB_GET, API_JOB_WHY, API_JOB_TRACE, API_JOBS_LIST,
                           API_QUEUES_SUMMARY})
@@ -57,6 +60,10 @@ def api_submit(team: str) -> str:
 
 def api_cancel(team: str) -> str:
     return f"{API_CANCEL}.{team}"
+
+
+def api_ping(team: str) -> str:
+    return f"{API_PING}.{team}"
 
 
 def team_query(subject: str, team: str) -> str:
