@@ -22,9 +22,9 @@ from rota.contracts.versions import PROTOCOL_VERSION
 from rota.ids import new_id
 from rota.service import RotaService
 
-from rota_submission import queries, retention
+from rota_submission import queries, retention, store
 from rota_submission.commands import SOURCE, Commands, Origin
-from rota_submission.feed import feed_headers
+from rota_submission.feed import FEED_SUBJECTS, Feeder
 from rota_submission.producer import command_ids
 from rota_submission.projection import project_batch
 
@@ -48,6 +48,11 @@ Nothing waits on the projection to decide (a submission's reply comes from its c
 job listed 0.2 s late is not missed; at 100 jobs/s a transaction per event or two made the
 service's CPU per job 5.8 ms instead of 4.7 (DECISIONS 96)."""
 
+
+FEED_DURABLE = "submission-feed"
+"""The teams' feeds' own durable: it never gathers, so a feed copy follows its event on
+ROTA_EVT within milliseconds (`rota bench feed`), where the read model's gathering made it
+wait up to PROJECTION_GATHER_S."""
 
 SUBMIT_DURABLE = "submission-submit"
 """The submit commands of teams `rota.yaml` does not name; each named team has its own."""
@@ -105,17 +110,28 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
                                  durable="submission-projection", partitioned=True,
                                  gather_s=PROJECTION_GATHER_S)
     async def project_events(batch: list[Msg]) -> None:
-        """Fold every job event into the read model, a pull batch per transaction; then the
-        new ones go on their teams' feeds."""
-        fed = await project_batch(service.engine, [msg.data for msg in batch],
-                                  max_bytes=max_bytes, owns=service.partition.owns)
-        nc = service.broker.connection
-        try:
-            for item in fed:
-                msg = batch[item.position]
-                await nc.publish(item.subject, msg.data, headers=feed_headers(msg.headers))
-        except Exception as exc:  # recorded already: a redelivery would feed nothing again
-            log.warning("team feeds: %d event(s) not handed on: %s", len(fed), exc)
+        """Fold every job event into the read model, a pull batch per transaction."""
+        await project_batch(service.engine, [msg.data for msg in batch],
+                            max_bytes=max_bytes, owns=service.partition.owns)
+
+    async def teams_of(job_ids: list[str]) -> dict[str, str]:
+        async with service.engine.connect() as conn:
+            return await store.teams_of(conn, job_ids)
+
+    async def publish_core(subject: str, body: bytes, headers: dict[str, str]) -> None:
+        await service.broker.connection.publish(subject, body, headers=headers)
+
+    feeder = Feeder(teams_of, publish_core, max_bytes, owns=service.partition.owns)
+
+    # The feeds do not wait for the read model's gathering (FEED_DURABLE).
+    # When new (an upgrade), it starts where the projection, which fed the teams before, got
+    # to, rather than sending a team every event ROTA_EVT holds again.
+    @service.js_batch_subscriber("rota.evt.>", stream=s.STREAM_EVT, durable=FEED_DURABLE,
+                                 partitioned=True, filter_subjects=FEED_SUBJECTS,
+                                 starts_after="submission-projection")
+    async def feed_events(batch: list[Msg]) -> None:
+        """Each job event of a feed type, at once on its team's feed (rota_submission.feed)."""
+        await feeder.feed(batch)
 
     def query(model: type[BaseModel], run: Callable[..., Awaitable[m.ApiReply]]) -> Query:
         async def handle(raw: bytes, team: str | None) -> m.ApiReply:

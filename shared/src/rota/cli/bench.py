@@ -113,6 +113,44 @@ def flood(
     emit_json(figures)
 
 
+@bench_app.command("feed")
+@handled
+def feed(
+    jobs: Annotated[int, typer.Option(min=1, help="Jobs to submit.")] = 2000,
+    rate: Annotated[float, typer.Option(min=0.1, help="Offered jobs/s.")] = 100.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """A team's feed against rota.evt on the live stack (sim executor, embedded servers under
+    ROTA_HOME/bench): submit -> JobSubmitted on each (p50/p99/max), every event's lag from
+    rota.evt to the feed, and feed copies out of order per job."""
+    from rota.bench.e2e import config_with_backlog_nodes
+    from rota.bench.feed import run
+
+    base = get_settings()
+    home = base.home / "bench"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    config = config_with_backlog_nodes(16, home / "bench.rota.yaml")
+    stack = Stack(base.model_copy(update={"home": home}), config, Executor.sim,
+                  extra_env={"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
+                             "ROTA_SCHEDULER_DEBOUNCE_S": "0.02",
+                             "ROTA_OUTBOX_POLL_INTERVAL_S": "0.1"},
+                  say=lambda text: err_console.print(f"rota bench: {text}"))
+    with stopping_on_signals():
+        try:
+            stack.start()
+            assert stack.endpoints is not None
+            figures = asyncio.run(run(stack.endpoints.nats_url, jobs=jobs, rate=rate,
+                                      creds=stack.endpoints.nats_creds,
+                                      progress=lambda t: err_console.print(f"rota bench: {t}")))
+        finally:
+            ignore_signals()
+            stack.stop()
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+    emit_json(figures)
+
+
 def embedded_server_pids(stack: Stack) -> dict[str, int]:
     """The embedded NATS server's and PostgreSQL postmaster's pids, for their CPU per job."""
     infra, out = stack.infra, {}
