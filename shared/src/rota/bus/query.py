@@ -56,7 +56,7 @@ async def answer_query(
         reply = internal_error(source, exc, redact)
     command_id, _ = correlation(raw, max_bytes=max_bytes)
     return envelope(reply.model_copy(update={"command_id": command_id}), source=source,
-                    **about).to_bytes()
+                    job_id=about.get("job_id"), run_id=about.get("run_id")).to_bytes()
 
 
 def _about(request: BaseModel) -> dict[str, str]:
