@@ -123,6 +123,10 @@ async def test_an_oversized_submit_is_answered_by_its_nats_msg_id(
     by_key = (await _reply(nc, s.api_submit("nlp"), body, {"Nats-Msg-Id": key}))["data"]
     assert (by_key["error"]["code"], by_key["submission_id"]) == ("PAYLOAD_TOO_LARGE", key)
     assert by_key["command_id"] is None
+    garbled_id = new_id()
+    garbled = (await _reply(nc, s.api_submit("nlp"), b"{not json",
+                            {"Nats-Msg-Id": garbled_id}))["data"]
+    assert (garbled["error"]["code"], garbled["command_id"]) == ("MALFORMED_JSON", garbled_id)
     since = await stream_last_seq(nc)
     await nc.jetstream().publish(s.submit("nlp"), body, stream=s.STREAM_CMD,
                                  headers={"Nats-Msg-Id": key})
