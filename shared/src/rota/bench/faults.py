@@ -36,11 +36,14 @@ from rota.contracts.subjects import STREAM_CMD, STREAM_EVT, submit
 from rota.embedded import EmbeddedNatsCluster, EmbeddedPostgres
 
 TEAM = "bench"
+JS_TIMEOUT_S = 30.0
+"""The bench's own JetStream requests wait this long: on a loaded machine, and right after a
+fault, 5 s (nats-py's default) is not always enough, and a figure lost to it is no figure."""
 
 
 async def read_stream(nc: Client, since_seq: int) -> list[tuple[dict[str, Any], datetime]]:
     """Every event on ROTA_EVT after `since_seq`, with its stream time."""
-    sub = await nc.jetstream().pull_subscribe(
+    sub = await nc.jetstream(timeout=JS_TIMEOUT_S).pull_subscribe(
         "rota.evt.>", stream=STREAM_EVT,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                               opt_start_seq=since_seq + 1))
@@ -100,7 +103,7 @@ def verdict(events: list[tuple[dict[str, Any], datetime]], sids: list[str],
 
 
 async def stuck_consumers(nc: Client) -> dict[str, dict[str, int]]:
-    js = nc.jetstream()
+    js = nc.jetstream(timeout=JS_TIMEOUT_S)
     stuck = {}
     for stream in (STREAM_CMD, STREAM_EVT):
         for info in await js.consumers_info(stream):
@@ -114,8 +117,9 @@ async def phase(nats_urls: list[str], creds: str | None, *, name: str, jobs: int
                 fault: Callable[[], Any], heal: Callable[[], Any], down_s: float,
                 say: Callable[[str], None]) -> dict[str, Any]:
     nc = await nats.connect(nats_urls, user_credentials=creds, max_reconnect_attempts=-1,
+                            connect_timeout=10,
                             reconnect_time_wait=0.2)
-    js = nc.jetstream()
+    js = nc.jetstream(timeout=JS_TIMEOUT_S)
     since = (await js.stream_info(STREAM_EVT)).state.last_seq
     tag = uuid.uuid4().hex[:8]
     sids = [f"{name}-{tag}-{i}" for i in range(jobs)]
@@ -170,9 +174,9 @@ def kill_evt_leader(cluster: EmbeddedNatsCluster, nats_url: str, creds: str | No
 
     def fault() -> int:
         async def leader() -> str:
-            nc = await nats.connect(nats_url, user_credentials=creds)
+            nc = await nats.connect(nats_url, user_credentials=creds, connect_timeout=10)
             try:
-                info = await nc.jetstream().stream_info(STREAM_EVT)
+                info = await nc.jetstream(timeout=JS_TIMEOUT_S).stream_info(STREAM_EVT)
                 assert info.cluster is not None and info.cluster.leader is not None
                 return info.cluster.leader
             finally:
