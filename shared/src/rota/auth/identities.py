@@ -61,7 +61,7 @@ def identities() -> list[Identity]:
     """The team, a run, each service, the console and the admin."""
     found = [
         Identity("team", _team_permissions(TEAM),
-                 "A team's credentials (`rota auth team`): its own commands, requests and "
+                 "A team's credentials (`rota creds issue --team`): its own commands, requests and "
                  "feed. The JWT's `tags` carry `team:<team>` and `inbox:_INBOX_team_<team>`; "
                  "connect with that inbox prefix.",
                  {"team": TEAM, "service": "<service>", "run_id": "<run_id>"}),
