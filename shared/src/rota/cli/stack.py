@@ -198,7 +198,8 @@ class Infrastructure:
         for name, node in self.nats_servers().items():
             if (code := node.exit_code()) is not None:
                 said += _restart_when_due(
-                    name, f"embedded {node.name} exited (code {code})", "port",
+                    name, f"embedded nats-server{'' if name == 'nats' else f' {node.name}'} "
+                    f"exited (code {code})", "port",
                     node.restarts, node.restart, next_start, now)
         if self.postgres is not None and self.postgres.dead():
             # Not our child (pg_ctl detaches it), so its exit code is nobody's to read.
