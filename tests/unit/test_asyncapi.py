@@ -42,7 +42,8 @@ def addresses() -> set[str]:
 def test_every_request_declares_its_reply_and_commands_none() -> None:
     for name, operation in DOCUMENT["operations"].items():
         address = resolve(operation["channel"]["$ref"])["address"]
-        is_request = address.startswith(("rota.api.", "rota.sys.", "rota.run."))
+        is_request = address.startswith(("rota.api.", "rota.sys.", "rota.run.",
+                                          "$JS.API.DIRECT.GET."))
         assert ("reply" in operation) == is_request, name
 
 
@@ -53,6 +54,8 @@ def test_every_subject_rota_uses_is_a_channel() -> None:
         s.NOTIFICATIONS_LIST, s.LEDGER_ALLOCATIONS, s.PREEMPTION_PLANS,
         "rota.sys.deadletter.{service}", "rota.sys.ping.{service}", "rota.ctl.run.{run_id}",
         "rota.run.checkpoint.{run_id}", *s.EVENT_SUBJECTS.values(),
+        *(f"{query}.{{team}}" for query in s.TEAM_QUERIES), "rota.api.ping.{team}",
+        "$JS.API.DIRECT.GET.ROTA_CTL.rota.ctl.run.{run_id}",
         *(s.feed("{team}", s.EVENT_SUBJECTS[name]) for name in s.FEED_TYPES),
     }
     assert wanted <= addresses(), sorted(wanted - addresses())

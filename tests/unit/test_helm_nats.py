@@ -155,6 +155,12 @@ def test_rotas_streams_get_as_many_replicas_as_there_are_servers_up_to_five() ->
     assert {env["ROTA_STREAM_REPLICAS"] for env in big.values()} == {"5"}  # JetStream's maximum
 
 
+def test_a_nats_cluster_of_ones_own_gets_the_replicas_it_is_given() -> None:
+    own = env_of_services(template(values={"natsUrl": "nats://nats.infra:4222",
+                                           "streamReplicas": 3}))
+    assert {env["ROTA_STREAM_REPLICAS"] for env in own.values()} == {"3"}
+
+
 def test_the_server_is_ready_once_jetstream_is_on_per_its_monitoring_port() -> None:
     docs = template(sets=BUNDLED)
     (container,) = one(docs, "StatefulSet", "rota-nats")["spec"]["template"]["spec"]["containers"]

@@ -72,15 +72,28 @@ class EmbeddedNats:
     args: list[str] = field(default_factory=list)
     """The command line of the first start; a restart runs exactly this again."""
     restarts: int = 0
+    name: str = "rota-embedded"
+    """The server's name (unique in a cluster: JetStream places replicas by it)."""
+    store_name: str = "nats"
+    """Its store and log, under `home`."""
+    cluster_port: int = 0
+    """With `routes`: the port other servers of the cluster route to."""
+    routes: list[str] = field(default_factory=list)
+    """The other servers' route URLs; empty: no cluster."""
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 15.0) -> str:
-        store = self.home / "nats"
+        store = self.home / self.store_name
         store.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
+        cluster = ([
+            "--cluster_name", CLUSTER_NAME,
+            "--cluster", f"nats://127.0.0.1:{self.cluster_port}",
+            "--routes", ",".join(self.routes),
+        ] if self.routes else [])
         self.args = [
             str(nats_server_binary()),
             *(["--config", str(self.config)] if self.config is not None else []),
@@ -88,7 +101,8 @@ class EmbeddedNats:
             "--store_dir", str(store),
             "--addr", "127.0.0.1",
             "--port", str(self.port),
-            "--server_name", "rota-embedded",
+            "--server_name", self.name,
+            *cluster,
             "--log", str(store / "nats-server.log"),
         ]
         self._spawn(timeout_s)
@@ -133,6 +147,56 @@ class EmbeddedNats:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+CLUSTER_NAME = "rota"
+
+
+@dataclass
+class EmbeddedNatsCluster:
+    """`size` nats-servers on loopback, each routing to the others (a full mesh), with
+    JetStream clustered across them: streams of up to `size` replicas, and one server may be
+    lost (killed, restarted) without losing a stream of 3 replicas. Each keeps its own store
+    under `home/nats-<i>`; a restart runs a server with its first arguments again."""
+
+    home: Path
+    size: int = 3
+    config: Path | None = None
+    nodes: list[EmbeddedNats] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """The first server's URL: a client learns the others from it (the servers' INFO
+        lists them) and reconnects to one of them when its own goes."""
+        return self.nodes[0].url
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        if self.size < 2:
+            raise EmbeddedError(f"a NATS cluster needs at least 2 servers, not {self.size}")
+        cluster_ports = [free_port() for _ in range(self.size)]
+        routes = [f"nats://127.0.0.1:{port}" for port in cluster_ports]
+        self.nodes = [
+            EmbeddedNats(self.home, config=self.config, name=f"rota-embedded-{i}",
+                         store_name=f"nats-{i}", cluster_port=cluster_ports[i],
+                         routes=[r for j, r in enumerate(routes) if j != i])
+            for i in range(self.size)]
+        try:
+            for node in self.nodes:
+                node.start(timeout_s)
+        except EmbeddedError:
+            self.stop()
+            raise
+        log.info("embedded NATS cluster of %d: %s", self.size, ", ".join(self.urls))
+        return self.url
+
+    def stop(self, deadline: float | None = None) -> None:
+        deadline = deadline if deadline is not None else time.monotonic() + 5.0
+        for node in self.nodes:
+            node.stop(deadline)
 
 
 @dataclass

@@ -91,19 +91,21 @@ class Lease:
                 await self._kv.delete(self.key, last=self._revision)
 
 
-async def ensure_bucket(js: JetStreamContext, bucket: str, ttl_s: float) -> KeyValue:
+async def ensure_bucket(js: JetStreamContext, bucket: str, ttl_s: float,
+                        replicas: int = 1) -> KeyValue:
     """The lease bucket, made with `ttl_s` if it is missing. A bucket is a stream, which
     only the admin may make under Rota's identities: `rota up` and `rota migrate` make the
     services' buckets first (`ensure_lease_buckets`), and a service only finds them."""
     try:
         return await js.key_value(bucket)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=bucket, ttl=ttl_s, history=1)
+        return await js.create_key_value(bucket=bucket, ttl=ttl_s, history=1,
+                                         replicas=replicas)
 
 
 async def ensure_lease_buckets(js: JetStreamContext, settings: Settings) -> list[str]:
     """Every service's lease bucket, each with its lease's TTL from `settings`."""
     ttls = {"scheduler": settings.scheduler_lease_ttl_s, "ledger": settings.ledger_lease_ttl_s}
     for service, bucket in LEASE_BUCKETS.items():
-        await ensure_bucket(js, bucket, ttls[service])
+        await ensure_bucket(js, bucket, ttls[service], settings.stream_replicas)
     return sorted(LEASE_BUCKETS.values())

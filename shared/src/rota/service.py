@@ -221,8 +221,10 @@ class RotaService:
             )
         self._engine = make_engine(endpoints.database_url)
         await self.broker.connect()
-        await require_streams(self.broker.connection.jetstream(), self.settings.stream_replicas,
-                              StreamLimits.from_settings(self.settings))
+        await require_streams(
+            self.broker.connection.jetstream(), self.settings.stream_replicas,
+            StreamLimits.from_settings(self.settings),
+            allow_single=self.settings.allow_single_replica_on_cluster)
         self.relay = OutboxRelay(
             self.outbox,
             self._engine,

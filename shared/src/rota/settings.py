@@ -43,7 +43,16 @@ class Settings(BaseSettings):
     outbox_poll_interval_s: float = Field(0.5, gt=0)
     outbox_batch_size: int = Field(100, ge=1, le=10_000)
     request_timeout_s: float = Field(5.0, gt=0)
-    stream_replicas: int = Field(1, ge=1, le=5)
+    stream_replicas: int = Field(
+        1, ge=1, le=5, description="Replicas of each stream and lease bucket: 3 on a NATS "
+        "cluster (`rota up --nats-cluster 3` sets it), so that losing a server loses nothing.")
+    nats_cluster: int = Field(
+        1, ge=1, le=5, description="`rota up`: embedded nats-servers, clustered on loopback "
+        "when more than 1 (`--nats-cluster`).")
+    allow_single_replica_on_cluster: bool = Field(
+        False, description="Run with streams of one replica on a NATS cluster, which `rota "
+        "up`, `rota migrate` and every service otherwise refuse: losing the server that holds "
+        "one loses it.")
     cmd_max_age_s: float = Field(
         86_400.0, ge=60, description="How long ROTA_CMD keeps a command, handled or not: long "
         "enough to outlive a restart of its consumers.")

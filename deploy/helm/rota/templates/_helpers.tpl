@@ -25,6 +25,8 @@ it would make them, and only the Job (as the admin) may make them.
 {{- if .Values.nats.enabled }}
 # JetStream allows at most 5 replicas of a stream.
 - {name: ROTA_STREAM_REPLICAS, value: {{ min (int .Values.nats.replicas) 5 | quote }}}
+{{- else if .Values.streamReplicas }}
+- {name: ROTA_STREAM_REPLICAS, value: {{ min (int .Values.streamReplicas) 5 | quote }}}
 {{- end }}
 {{- end -}}
 

@@ -19,12 +19,13 @@ from rota.contracts import messages as m
 from rota.contracts import subjects as s
 from rota.contracts.common import TEAM_NAME_RULE, is_team_name
 from rota.contracts.envelope import first_error
+from rota.contracts.versions import PROTOCOL_VERSION
 from rota.ids import new_id
 from rota.service import RotaService
 
-from rota_submission import queries, retention
+from rota_submission import queries, retention, store
 from rota_submission.commands import SOURCE, Commands, Origin
-from rota_submission.feed import feed_headers
+from rota_submission.feed import FEED_SUBJECTS, Feeder
 from rota_submission.nodes import NodeCommands
 from rota_submission.producer import command_ids
 from rota_submission.projection import project_batch
@@ -49,6 +50,11 @@ Nothing waits on the projection to decide (a submission's reply comes from its c
 job listed 0.2 s late is not missed; at 100 jobs/s a transaction per event or two made the
 service's CPU per job 5.8 ms instead of 4.7 (DECISIONS 96)."""
 
+
+FEED_DURABLE = "submission-feed"
+"""The teams' feeds' own durable: it never gathers, so a feed copy follows its event on
+ROTA_EVT within milliseconds (`rota bench feed`), where the read model's gathering made it
+wait up to PROJECTION_GATHER_S."""
 
 SUBMIT_DURABLE = "submission-submit"
 """The submit commands of teams `rota.yaml` does not name; each named team has its own."""
@@ -106,17 +112,28 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
                                  durable="submission-projection", partitioned=True,
                                  gather_s=PROJECTION_GATHER_S)
     async def project_events(batch: list[Msg]) -> None:
-        """Fold every job event into the read model, a pull batch per transaction; then the
-        new ones go on their teams' feeds."""
-        fed = await project_batch(service.engine, [msg.data for msg in batch],
-                                  max_bytes=max_bytes, owns=service.partition.owns)
-        nc = service.broker.connection
-        try:
-            for item in fed:
-                msg = batch[item.position]
-                await nc.publish(item.subject, msg.data, headers=feed_headers(msg.headers))
-        except Exception as exc:  # recorded already: a redelivery would feed nothing again
-            log.warning("team feeds: %d event(s) not handed on: %s", len(fed), exc)
+        """Fold every job event into the read model, a pull batch per transaction."""
+        await project_batch(service.engine, [msg.data for msg in batch],
+                            max_bytes=max_bytes, owns=service.partition.owns)
+
+    async def teams_of(job_ids: list[str]) -> dict[str, str]:
+        async with service.engine.connect() as conn:
+            return await store.teams_of(conn, job_ids)
+
+    async def publish_core(subject: str, body: bytes, headers: dict[str, str]) -> None:
+        await service.broker.connection.publish(subject, body, headers=headers)
+
+    feeder = Feeder(teams_of, publish_core, max_bytes, owns=service.partition.owns)
+
+    # The feeds do not wait for the read model's gathering (FEED_DURABLE).
+    # When new (an upgrade), it starts where the projection, which fed the teams before, got
+    # to, rather than sending a team every event ROTA_EVT holds again.
+    @service.js_batch_subscriber("rota.evt.>", stream=s.STREAM_EVT, durable=FEED_DURABLE,
+                                 partitioned=True, filter_subjects=FEED_SUBJECTS,
+                                 starts_after="submission-projection")
+    async def feed_events(batch: list[Msg]) -> None:
+        """Each job event of a feed type, at once on its team's feed (rota_submission.feed)."""
+        await feeder.feed(batch)
 
     async def ask_scheduler(job_id: str) -> dict[str, Any] | None:
         return await queries.ask_scheduler(service.broker.connection, job_id)
@@ -134,6 +151,11 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     async def cancel(raw: bytes, origin: Origin, team: str | None) -> m.ApiReply:
         return await commands.cancel(raw, origin)
 
+    async def ping(raw: bytes, origin: Origin, team: str | None) -> m.ApiReply:
+        """A team's liveness check: the body is not read (empty is fine)."""
+        return m.ApiReply(ok=True, result={"ok": True, "service": SOURCE, "team": team,
+                                           "protocol_version": PROTOCOL_VERSION})
+
     routes: dict[str, Query] = {
         s.API_JOB_GET: query(m.GetJob, queries.get_job),
         s.API_JOB_WHY: query(m.GetJob, functools.partial(
@@ -146,7 +168,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
     nodes = NodeCommands(service, config)
     admin: dict[str, Callable[[bytes], Awaitable[m.ApiReply]]] = {
         s.API_NODE_DRAIN: nodes.drain, s.API_NODE_UNDRAIN: nodes.undrain}
-    scoped: list[tuple[str, Scoped]] = [(s.API_SUBMIT, submit), (s.API_CANCEL, cancel)]
+    scoped: list[tuple[str, Scoped]] = [(s.API_SUBMIT, submit), (s.API_CANCEL, cancel),
+                                        (s.API_PING, ping)]
     scoped.extend((prefix, _ignoring_origin(route)) for prefix, route in routes.items())
 
     async def dispatch(subject: str, raw: bytes, headers: dict[str, str]) -> m.ApiReply:
@@ -188,6 +211,15 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         if reply.command_id is None:  # the queries' replies: name the request they answer
             reply = reply.model_copy(update={"command_id": command_ids(
                 msg.body, headers, max_bytes=max_bytes)[0]})
-        return envelope(reply, source=SOURCE).to_bytes()
+        return envelope(reply, source=SOURCE, job_id=reply_job_id(reply)).to_bytes()
 
     return service
+
+
+def reply_job_id(reply: m.ApiReply) -> str | None:
+    """The job an answer is about, for its envelope's `job_id`: a submit's, cancel's, get's
+    or why's `result.job_id`, a trace's `result.job.job_id`; None for lists and errors."""
+    result = reply.result if isinstance(reply.result, dict) else {}
+    job = result.get("job") if isinstance(result.get("job"), dict) else result
+    job_id = str(job.get("job_id") or "") if isinstance(job, dict) else ""
+    return job_id if len(job_id) == 36 else None

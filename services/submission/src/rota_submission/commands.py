@@ -19,7 +19,7 @@ from rota.config import RotaConfig
 from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
 from rota.contracts.job import TERMINAL_STATES
-from rota.contracts.subjects import API_SUBMIT, EVENT_SUBJECTS, STREAM_EVT
+from rota.contracts.subjects import API_SUBMIT, EVENT_SUBJECTS, STREAM_EVT, SUBMIT_PREFIX
 from rota.faults import crash_point
 from rota.ids import derived_id, new_id
 from rota.service import RotaService
@@ -82,7 +82,8 @@ class Commands:
 
     def command(self, raw: bytes, origin: Origin) -> Command:
         command_id, submission_id = command_ids(
-            raw, origin.headers, max_bytes=self.service.settings.max_message_bytes)
+            raw, origin.headers, max_bytes=self.service.settings.max_message_bytes,
+            submit=origin.subject.startswith((SUBMIT_PREFIX, API_SUBMIT)))
         return Command(origin, command_id, submission_id)
 
     async def reject(

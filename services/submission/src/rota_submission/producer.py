@@ -9,23 +9,28 @@ trace in its headers. An accepted job still gets its own trace, whose id is the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
-from rota.contracts.envelope import correlation
+from rota.contracts.envelope import correlation, valid_submission_id
 from rota.tracing import context_from_headers, tracer
 
 
-def command_ids(raw: bytes, headers: Mapping[str, str], *, max_bytes: int
-                ) -> tuple[str | None, str | None]:
-    """The command id and submission id to answer with. A body too broken to name its own
-    id still came with a `Nats-Msg-Id`, which the contract says is that id."""
+def command_ids(raw: bytes, headers: Mapping[str, str], *, max_bytes: int,
+                submit: bool = False) -> tuple[str | None, str | None]:
+    """The command id and submission id to answer with. A body too broken (too large,
+    not JSON) to name its own id still came with a `Nats-Msg-Id`, which the contract says is
+    that id when it is a UUID; a submit's `Nats-Msg-Id` that is no UUID but a valid
+    submission id (a producer deduplicating by its key) is taken as its submission id."""
     command_id, submission_id = correlation(raw, max_bytes=max_bytes)
-    if command_id is None:
-        command_id, _ = correlation(
-            b'{"id": "%s"}' % headers.get("Nats-Msg-Id", "").encode()[:64], max_bytes=max_bytes)
+    msg_id = headers.get("Nats-Msg-Id", "")[:128]
+    msg_uuid, _ = correlation(json.dumps({"id": msg_id}).encode(), max_bytes=max_bytes)
+    command_id = command_id or msg_uuid
+    if submit and submission_id is None and msg_uuid is None:
+        submission_id = valid_submission_id(msg_id)
     return command_id, submission_id
 
 

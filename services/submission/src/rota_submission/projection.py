@@ -1,5 +1,5 @@
-"""The read model: every job event from ROTA_EVT, folded into `jobs` and kept in `job_events`,
-and the new ones of each job handed on to its team's feed (`rota_submission.feed`)."""
+"""The read model: every job event from ROTA_EVT, folded into `jobs` and kept in `job_events`.
+(The teams' feeds have their own durable, `rota_submission.feed`, which does not wait for it.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from rota_submission import store
 from rota_submission.domain import STATE_EVENTS, apply_event, related_jobs
-from rota_submission.feed import FeedItem, feed_items
 
 log = logging.getLogger("rota.submission.projection")
 
@@ -23,26 +22,22 @@ def _everything(job_id: str | None) -> bool:
 
 
 async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: int,
-                        owns: Callable[[str | None], bool] = _everything) -> list[FeedItem]:
+                        owns: Callable[[str | None], bool] = _everything) -> int:
     """Apply a batch of events in one transaction (the read model's hot path: about six
     events per job). Idempotent per event, so a retried batch changes nothing twice.
 
     The history rows of the whole batch go in with one statement; only events that are new
-    for their job and can change its state then touch the job's row. Returns what the teams'
-    feeds get: the events new for their job, each once, for the caller to publish after commit.
+    for their job and can change its state then touch the job's row. Returns how many
+    (event, job) pairs were new.
 
     `owns`: with several replicas, the jobs this one folds (`rota.bus.partition`); what
     concerns no job (None) is replica 0's. An event about several jobs (a plan) is folded
     into each by the replica that owns it, so every job has one writer, in stream order.
     """
     facts: list[tuple[Envelope[Any], dict[str, Any], str]] = []
-    positions: dict[str, int] = {}
-    # A submission refused before it became a job has no history to guard it: it goes on
-    # its team's feed each time it is delivered, and its envelope id tells a repeat.
-    jobless: list[tuple[int, Envelope[Any], dict[str, Any]]] = []
     budgets: list[dict[str, Any]] = []
     """Rows of the budget use reports, which concern no job: `rota queues` shows them."""
-    for position, raw in enumerate(raws):
+    for raw in raws:
         try:
             env = parse_any(raw, max_bytes=max_bytes)
         except ContractError as exc:
@@ -52,9 +47,6 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
         # An acknowledgement from before the executor verified them carried a run token; the
         # read model, and so `rota trace`, never keeps one.
         data.pop("run_token", None)
-        positions.setdefault(env.id, position)
-        if env.job_id is None and env.type == "JobRejected" and owns(None):
-            jobless.append((position, env, data))
         if isinstance(env.data, m.BudgetUsageRecorded) and owns(None):
             as_of = env.data.as_of
             budgets.extend({**use.model_dump(), "as_of": as_of} for use in env.data.budgets)
@@ -64,7 +56,7 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
         async with engine.begin() as conn:
             await store.record_budget_use(conn, budgets)
     if not facts:
-        return feed_items(jobless, {})
+        return 0
     async with engine.begin() as conn:
         new = await store.record_events(conn, [
             {"event_id": env.id, "job_id": job_id, "type": env.type,
@@ -73,20 +65,15 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
         ])
         unapplied = set(new)  # a duplicate inside the batch is applied, and fed, once
         folds: list[tuple[Envelope[Any], dict[str, Any], str]] = []
-        fed: list[tuple[int, Envelope[Any], dict[str, Any]]] = []
         for env, data, job_id in facts:
             if (env.id, job_id) not in unapplied:
                 continue
             unapplied.discard((env.id, job_id))
             if env.type in STATE_EVENTS:
                 folds.append((env, data, job_id))
-            if job_id == env.job_id:
-                fed.append((positions[env.id], env, data))
         if folds:
             await _fold_all(conn, folds)
-        teams = await store.teams_of(conn, sorted({env.job_id for _, env, _ in fed
-                                                   if env.job_id}))
-    return feed_items([*fed, *jobless], teams)
+    return len(new)
 
 
 async def _fold_all(conn: AsyncConnection, folds: list[tuple[Envelope[Any], dict[str, Any], str]]) -> None:

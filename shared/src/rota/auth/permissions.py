@@ -25,6 +25,7 @@ from rota.contracts.subjects import (
     STREAM_SUBJECTS,
     TEAM_QUERIES,
     api_cancel,
+    api_ping,
     api_submit,
     cancel,
     run_checkpoint,
@@ -170,7 +171,7 @@ def team_subjects(team: str) -> tuple[str, ...]:
     one (with `rota.api.*.{team}`, a team named `list` could ask `rota.api.jobs.list`, the
     platform's view of every team)."""
     return (submit(team), cancel(team), api_submit(team), api_cancel(team),
-            *(team_query(query, team) for query in sorted(TEAM_QUERIES)))
+            *(team_query(query, team) for query in sorted(TEAM_QUERIES)), api_ping(team))
 
 
 def team_permissions(team: str) -> Permissions:

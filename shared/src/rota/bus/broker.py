@@ -153,8 +153,31 @@ class StreamsNotReady(RuntimeError):
     """A service found the streams missing or out of date and may not fix them itself."""
 
 
+class SingleReplicaOnCluster(StreamsNotReady):
+    """Streams of one replica on a NATS cluster: losing their server would lose them."""
+
+
+async def check_replicas(js: JetStreamContext, *, allow_single: bool = False) -> None:
+    """Refuse streams of one replica on a clustered JetStream, unless `allow_single`: the
+    chart's bundled NATS runs 3 servers, and ROTA_EVT is the log every service replays."""
+    single, cluster = [], None
+    for name in STREAM_SUBJECTS:
+        info = await js.stream_info(name)
+        if info.cluster is not None and info.cluster.name:
+            cluster = info.cluster.name
+            if info.config.num_replicas in (None, 1):
+                single.append(name)
+    if single and not allow_single:
+        raise SingleReplicaOnCluster(
+            f"{', '.join(single)} {'has' if len(single) == 1 else 'have'} 1 replica on NATS "
+            f"cluster {cluster!r}: losing the server that holds one loses it. Set "
+            "ROTA_STREAM_REPLICAS=3 and run `rota migrate` (streams are updated in place), or "
+            "ROTA_ALLOW_SINGLE_REPLICA_ON_CLUSTER=true to run so anyway")
+
+
 async def require_streams(js: JetStreamContext, replicas: int = 1,
-                          limits: StreamLimits | None = None) -> None:
+                          limits: StreamLimits | None = None, *,
+                          allow_single: bool = False) -> None:
     """A service's start: the streams as `stream_config` makes them, made or updated here
     only where this identity may (a NATS without auth); otherwise an error that names the
     admin's step, rather than a service running against streams that are not there."""
@@ -165,6 +188,7 @@ async def require_streams(js: JetStreamContext, replicas: int = 1,
             "the streams are missing or out of date, and this identity may not create or "
             "update them: run `rota migrate` with the admin's credentials (ROTA_NATS_CREDS), "
             f"or `rota up` ({type(exc).__name__}: {exc})") from exc
+    await check_replicas(js, allow_single=allow_single)
 
 
 def publish_headers(env: Envelope[Any], extra: dict[str, str] | None = None,

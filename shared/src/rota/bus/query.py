@@ -45,11 +45,26 @@ async def answer_query(
     """Parse one request as `model`, run it, and reply. Never raises: a bad request is an
     error reply naming its field, and a failure is `INTERNAL` (the cause goes to the log
     only), so the service keeps answering. `redact` scrubs secrets from what is logged."""
+    about: dict[str, str] = {}
     try:
-        reply = await run(parse(raw, model, max_bytes=max_bytes).data)
+        request = parse(raw, model, max_bytes=max_bytes).data
+        reply = await run(request)
+        about = _about(request) if reply.ok else {}
     except ContractError as exc:
         reply = api_error(exc.code, exc.message, exc.field)
     except Exception as exc:  # the API must answer, and the service must keep running
         reply = internal_error(source, exc, redact)
     command_id, _ = correlation(raw, max_bytes=max_bytes)
-    return envelope(reply.model_copy(update={"command_id": command_id}), source=source).to_bytes()
+    return envelope(reply.model_copy(update={"command_id": command_id}), source=source,
+                    job_id=about.get("job_id"), run_id=about.get("run_id")).to_bytes()
+
+
+def _about(request: BaseModel) -> dict[str, str]:
+    """The job and run a request named in full (a run's checkpoint report): its answer's
+    envelope names them (contracts/README.md, "Correlation")."""
+    found = {}
+    for key in ("job_id", "run_id"):
+        value = getattr(request, key, None)
+        if isinstance(value, str) and len(value) == 36:
+            found[key] = value
+    return found

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,7 +16,7 @@ from rota.cli.output import emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
 from rota.cli.stack import SERVICES
 from rota.cli.up import ReplicasOpt, ignore_signals, replica_counts, stopping_on_signals
-from rota.settings import get_settings
+from rota.settings import Settings, get_settings
 
 bench_app = typer.Typer(help="Benchmarks: figures as JSON, not timed tests.", no_args_is_help=True)
 
@@ -76,6 +78,62 @@ def e2e(
     emit_json(figures)
 
 
+SIM_ENV = {"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
+           "ROTA_SCHEDULER_DEBOUNCE_S": "0.02", "ROTA_OUTBOX_POLL_INTERVAL_S": "0.1"}
+"""The sim stack of `flood`, `feed` and `faults`, as `e2e` runs it."""
+
+
+def bench_home() -> tuple[Settings, Path]:
+    """The settings with ROTA_HOME/bench, emptied, as the home."""
+    base = get_settings()
+    home = base.home / "bench"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    return base.model_copy(update={"home": home}), home
+
+
+def on_stack(settings: Settings, config: Path,
+             measure: Callable[[Stack], Coroutine[Any, Any, dict[str, Any]]],
+             json_path: Path | None, *, supervise: bool = False) -> None:
+    """Start the sim stack, run `measure` against it, stop it, print (and write) the figures.
+    `supervise`: restart a service that exits, as `rota up` does (the servers are the
+    measure's to restart), and list the restarts in the figures."""
+    stack = Stack(settings, config, Executor.sim, extra_env=SIM_ENV,
+                  say=lambda text: err_console.print(f"rota bench: {text}"))
+    done = threading.Event()
+    restarted: list[str] = []
+
+    def supervisor() -> None:
+        next_start: dict[str, float] = {}
+        while not done.wait(0.5):
+            for name in stack.restart_dead(next_start):
+                _say(f"{name} exited; restarted")
+                restarted.append(name)
+
+    watcher = threading.Thread(target=supervisor, daemon=True)
+    with stopping_on_signals():
+        try:
+            stack.start()
+            if supervise:
+                watcher.start()
+            figures = asyncio.run(measure(stack))
+            if supervise:
+                figures["services_restarted"] = restarted
+        finally:
+            done.set()
+            if watcher.is_alive():
+                watcher.join(5)  # no restart while the stack stops
+            ignore_signals()
+            stack.stop()
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+    emit_json(figures)
+
+
+def _say(text: str) -> None:
+    err_console.print(f"rota bench: {text}")
+
+
 @bench_app.command("flood")
 @handled
 def flood(
@@ -89,28 +147,64 @@ def flood(
     and submit -> granted p50/p99/max."""
     from rota.bench.flood import CONFIG, run
 
-    base = get_settings()
-    home = base.home / "bench"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    stack = Stack(base.model_copy(update={"home": home}), CONFIG, Executor.sim,
-                  extra_env={"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
-                             "ROTA_SCHEDULER_DEBOUNCE_S": "0.02",
-                             "ROTA_OUTBOX_POLL_INTERVAL_S": "0.1"},
-                  say=lambda text: err_console.print(f"rota bench: {text}"))
-    with stopping_on_signals():
-        try:
-            stack.start()
-            assert stack.endpoints is not None
-            figures = asyncio.run(run(stack.endpoints.nats_url, flood=count,
-                                      creds=stack.endpoints.nats_creds,
-                                      progress=lambda t: err_console.print(f"rota bench: {t}")))
-        finally:
-            ignore_signals()
-            stack.stop()
-    if json_path is not None:
-        json_path.write_text(json.dumps(figures, indent=2) + "\n")
-    emit_json(figures)
+    async def measure(stack: Stack) -> dict[str, Any]:
+        assert stack.endpoints is not None
+        return await run(stack.endpoints.nats_url, flood=count,
+                         creds=stack.endpoints.nats_creds, progress=_say)
+
+    on_stack(bench_home()[0], CONFIG, measure, json_path)
+
+
+@bench_app.command("feed")
+@handled
+def feed(
+    jobs: Annotated[int, typer.Option(min=1, help="Jobs to submit.")] = 2000,
+    rate: Annotated[float, typer.Option(min=0.1, help="Offered jobs/s.")] = 100.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """A team's feed against rota.evt on the live stack (sim executor, embedded servers under
+    ROTA_HOME/bench): submit -> JobSubmitted on each (p50/p99/max), every event's lag from
+    rota.evt to the feed, and feed copies out of order per job."""
+    from rota.bench.e2e import config_with_backlog_nodes
+    from rota.bench.feed import run
+
+    async def measure(stack: Stack) -> dict[str, Any]:
+        assert stack.endpoints is not None
+        return await run(stack.endpoints.nats_url, jobs=jobs, rate=rate,
+                         creds=stack.endpoints.nats_creds, progress=_say)
+
+    settings, home = bench_home()
+    on_stack(settings, config_with_backlog_nodes(16, home / "bench.rota.yaml"), measure,
+             json_path)
+
+
+@bench_app.command("faults")
+@handled
+def faults(
+    jobs: Annotated[int, typer.Option(min=3, help="Jobs per phase.")] = 2000,
+    rate: Annotated[float, typer.Option(min=0.1, help="Offered jobs/s.")] = 40.0,
+    down_s: Annotated[float, typer.Option(min=0.0, help="How long each killed server stays "
+                                          "down before its restart.")] = 3.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """The live stack on an embedded NATS cluster of 3 (streams at R3) under load, through
+    the ROTA_EVT leader's server killed (SIGKILL) and restarted, then PostgreSQL killed and
+    restarted: jobs lost, recorded or granted twice, GPUs granted twice, consumers stuck, and
+    the stall each fault causes."""
+    from rota.bench.e2e import config_with_backlog_nodes
+    from rota.bench.faults import run
+
+    async def measure(stack: Stack) -> dict[str, Any]:
+        assert stack.endpoints is not None and stack.infra is not None
+        assert stack.infra.cluster is not None and stack.infra.postgres is not None
+        return await run(stack.infra.cluster, stack.infra.postgres,
+                         stack.endpoints.nats_creds, jobs=jobs, rate=rate, down_s=down_s,
+                         say=_say)
+
+    settings, home = bench_home()
+    settings = settings.model_copy(update={"nats_cluster": 3, "stream_replicas": 3})
+    on_stack(settings, config_with_backlog_nodes(16, home / "bench.rota.yaml"), measure,
+             json_path, supervise=True)
 
 
 def embedded_server_pids(stack: Stack) -> dict[str, int]:

@@ -107,7 +107,8 @@ app.add_typer(contracts_app, name="contracts")
 def contracts_generate(
     out: Annotated[Path, typer.Option(help="Where the documents live.")] = Path("contracts"),
     check: Annotated[bool, typer.Option(
-        "--check", help="Write nothing; exit 1 if the files differ from the code.")] = False,
+        "--check", help="Write nothing; exit 1 if the files differ from the code, or if a "
+        "change breaks the last release (contracts/released) without a version bump.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Regenerate contracts/asyncapi.yaml and contracts/schemas/*.json from the models."""
@@ -115,11 +116,14 @@ def contracts_generate(
 
     if check:
         stale = spec.differences(out)
+        unversioned = spec.release_problems(out)
         if json_out:
-            emit_json({"ok": not stale, "stale": stale})
+            emit_json({"ok": not stale and not unversioned, "stale": stale,
+                       "unversioned": unversioned})
         else:
-            console.print("\n".join(stale) if stale else f"{out}: up to date", highlight=False)
-        if stale:
+            lines = [*stale, *(f"incompatible without a version bump: {p}" for p in unversioned)]
+            console.print("\n".join(lines) if lines else f"{out}: up to date", highlight=False)
+        if stale or unversioned:
             raise typer.Exit(1)
         return
     written = spec.write(out)
@@ -127,6 +131,27 @@ def contracts_generate(
         emit_json({"ok": True, "written": [str(p) for p in written]})
     else:
         console.print(f"wrote {len(written)} files under {out}")
+
+
+@contracts_app.command("release")
+@handled
+def contracts_release(
+    out: Annotated[Path, typer.Option(help="Where the documents live.")] = Path("contracts"),
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Keep the code's contracts as contracts/released/v<protocol version>, the release that
+    `generate --check` compares with. Refused while a change breaks the last release without
+    its version bump (raise it in rota.contracts.versions and write contracts/CHANGELOG.md)."""
+    from rota.contracts import release, spec
+
+    unversioned = spec.release_problems(out)
+    if unversioned:
+        raise typer.BadParameter("incompatible without a version bump:\n" + "\n".join(unversioned))
+    target = release.write_release(out, spec.current_release())
+    if json_out:
+        emit_json({"ok": True, "release": str(target)})
+    else:
+        console.print(f"released {target}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,13 @@ import nats
 from rota.auth.keys import ADMIN, AuthDir
 from rota.bus.options import connect_options
 from rota.contracts.subjects import ping, replica_ping
-from rota.embedded import EmbeddedError, EmbeddedNats, EmbeddedPostgres, home_path
+from rota.embedded import (
+    EmbeddedError,
+    EmbeddedNats,
+    EmbeddedNatsCluster,
+    EmbeddedPostgres,
+    home_path,
+)
 from rota.endpoints import Endpoints
 from rota.settings import Settings
 
@@ -90,19 +96,35 @@ def migrate_all(database_url: str, services: tuple[str, ...] = SERVICES) -> list
 async def prepare_streams(settings: Settings, endpoints: Endpoints) -> list[str]:
     """The streams and the lease buckets, made or updated as the admin: the services'
     identities may not (`rota.auth.permissions.jetstream_subjects`). Their names."""
-    from rota.bus.broker import StreamLimits, ensure_streams
+    from rota.bus.broker import StreamLimits, check_replicas, ensure_streams
     from rota.contracts.subjects import STREAM_SUBJECTS
     from rota.lease import ensure_lease_buckets
 
     nc = await nats.connect(endpoints.nats_url, connect_timeout=5,
                             **admin_options(settings, endpoints))
     try:
-        await ensure_streams(nc.jetstream(), settings.stream_replicas,
-                             StreamLimits.from_settings(settings))
-        buckets = await ensure_lease_buckets(nc.jetstream(), settings)
+        js = nc.jetstream()
+        await wait_for_jetstream(js)
+        await ensure_streams(js, settings.stream_replicas, StreamLimits.from_settings(settings))
+        await check_replicas(js, allow_single=settings.allow_single_replica_on_cluster)
+        buckets = await ensure_lease_buckets(js, settings)
     finally:
         await nc.close()
     return [*STREAM_SUBJECTS, *buckets]
+
+
+async def wait_for_jetstream(js: Any, timeout_s: float = 60.0) -> None:
+    """Until JetStream answers: a new cluster's servers elect their meta leader first (about
+    5 s), and until then every JetStream request fails."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await js.account_info()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 @dataclass
@@ -111,6 +133,7 @@ class Infrastructure:
 
     settings: Settings
     nats: EmbeddedNats | None = None
+    cluster: EmbeddedNatsCluster | None = None
     postgres: EmbeddedPostgres | None = None
     auth: AuthDir | None = None
 
@@ -120,8 +143,13 @@ class Infrastructure:
         if not nats_url:
             if self.settings.auth:
                 self.auth = AuthDir(home / "auth").ensure()
-            self.nats = EmbeddedNats(home, config=self.auth.server_conf if self.auth else None)
-            nats_url = self.nats.start()
+            conf = self.auth.server_conf if self.auth else None
+            if self.settings.nats_cluster > 1:
+                self.cluster = EmbeddedNatsCluster(home, self.settings.nats_cluster, conf)
+                nats_url = self.cluster.start()
+            else:
+                self.nats = EmbeddedNats(home, config=conf)
+                nats_url = self.nats.start()
         database_url = self.settings.database_url
         if not database_url:
             self.postgres = EmbeddedPostgres(home)
@@ -146,6 +174,8 @@ class Infrastructure:
         stops: dict[str, Callable[[float], None]] = {}
         if self.nats is not None:
             stops["nats"] = self.nats.stop
+        if self.cluster is not None:
+            stops["nats"] = self.cluster.stop
         if self.postgres is not None:
             stops["postgres"] = self.postgres.stop
         began = time.monotonic()
@@ -165,10 +195,12 @@ class Infrastructure:
         one line each."""
         now = time.monotonic()
         said: list[str] = []
-        if self.nats is not None and (code := self.nats.exit_code()) is not None:
-            said += _restart_when_due(
-                "nats", f"embedded nats-server exited (code {code})", "port",
-                self.nats.restarts, self.nats.restart, next_start, now)
+        for name, node in self.nats_servers().items():
+            if (code := node.exit_code()) is not None:
+                said += _restart_when_due(
+                    name, f"embedded nats-server{'' if name == 'nats' else f' {node.name}'} "
+                    f"exited (code {code})", "port",
+                    node.restarts, node.restart, next_start, now)
         if self.postgres is not None and self.postgres.dead():
             # Not our child (pg_ctl detaches it), so its exit code is nobody's to read.
             said += _restart_when_due(
@@ -176,13 +208,22 @@ class Infrastructure:
                 "socket", self.postgres.restarts, self.postgres.restart, next_start, now)
         return said
 
+    def nats_servers(self) -> dict[str, EmbeddedNats]:
+        """The embedded nats-servers by name: one, or the cluster's."""
+        if self.cluster is not None:
+            return {f"nats-{i}": node for i, node in enumerate(self.cluster.nodes)}
+        return {"nats": self.nats} if self.nats is not None else {}
+
     def describe(self, endpoints: Endpoints) -> dict[str, str]:
         from rota.db.engine import redact
 
         return {
             "nats_url": endpoints.nats_url,
-            "nats": "embedded" if self.nats else "external",
-            "nats_auth": "on" if self.auth else ("off" if self.nats else "as configured"),
+            "nats": (f"embedded cluster of {len(self.cluster.nodes)}, streams at R"
+                     f"{self.settings.stream_replicas}" if self.cluster
+                     else "embedded" if self.nats else "external"),
+            "nats_auth": "on" if self.auth else ("off" if self.nats or self.cluster
+                                                 else "as configured"),
             "database_url": redact(endpoints.database_url),
             "database": "embedded" if self.postgres else "external",
         }
@@ -266,6 +307,7 @@ def service_env(settings: Settings, endpoints: Endpoints, config: Path | None) -
     env["ROTA_NATS_URL"] = endpoints.nats_url
     env["ROTA_DATABASE_URL"] = endpoints.database_url
     env["ROTA_HOME"] = str(settings.home.resolve())
+    env["ROTA_STREAM_REPLICAS"] = str(settings.stream_replicas)
     if config is not None:
         env["ROTA_CONFIG"] = str(config.resolve())
     return env

@@ -25,7 +25,7 @@ from rota.cli.running import Executor, Stack
 from rota.cli.stack import REPLICABLE, parse_replicas
 from rota.cli.untrusted import plain, untrusted
 from rota.config import load_config
-from rota.settings import get_settings
+from rota.settings import Settings, get_settings
 
 
 class Stopped(Exception):
@@ -69,6 +69,19 @@ def replica_counts(text: str | None) -> dict[str, int]:
         raise InvalidInput(str(exc), field="replicas") from None
 
 
+def with_nats_cluster(settings: Settings, servers: int | None) -> Settings:
+    """`settings` for `--nats-cluster`: that many embedded servers and, unless the streams'
+    replicas were set, streams of min(3, servers) replicas."""
+    servers = servers or settings.nats_cluster
+    if servers > 1 and settings.nats_url:
+        raise InvalidInput("--nats-cluster starts embedded servers; ROTA_NATS_URL names a NATS "
+                           "of your own", field="nats_cluster")
+    update: dict[str, Any] = {"nats_cluster": servers}
+    if servers > 1 and "stream_replicas" not in settings.model_fields_set:
+        update["stream_replicas"] = min(3, servers)
+    return settings.model_copy(update=update)
+
+
 @handled
 def up(
     config: Annotated[Path | None, typer.Option(
@@ -81,13 +94,18 @@ def up(
     kube_context: Annotated[str | None, typer.Option(
         help="A context of the kubeconfig; its current one if omitted.")] = None,
     replicas: ReplicasOpt = None,
+    nats_cluster: Annotated[int | None, typer.Option(
+        "--nats-cluster", min=1, max=5,
+        help="Embedded nats-servers, clustered on loopback when more than 1 (ROTA_NATS_CLUSTER):"
+        " 3 keeps every stream at 3 replicas (unless ROTA_STREAM_REPLICAS says otherwise), so "
+        "that one server may be lost.")] = None,
     output: OutputOpt = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the endpoints and service states as one JSON object.")] = False,
 ) -> None:
     """Start Rota: NATS, PostgreSQL, migrations and the six services, until Ctrl-C."""
     counts = replica_counts(replicas)
-    settings = get_settings()
+    settings = with_nats_cluster(get_settings(), nats_cluster)
     config = config or settings.config
     load_config(config)  # fail fast, exit 2, before starting anything
     extra: dict[str, str] = {}

@@ -18,11 +18,11 @@ from faststream.nats import NatsBroker
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel
 
-from rota import __version__
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
 from rota.contracts.envelope import EVENT_TYPES, MESSAGE_TYPES, Envelope
 from rota.contracts.job import JobSpec
+from rota.contracts.versions import PROTOCOL_VERSION, message_version
 
 JOB_ROW = ("a job: job_id, short_id, name, team, user_name, queue, flavor, workers, "
            "gpus_per_worker, gpus, state, submission_id, submitted_at, updated_at, started_at, "
@@ -95,6 +95,15 @@ RECEIVED: list[Received] = [
              "Answered by the active scheduler: each node's state and its runs.",
              "{nodes: [{node, flavor, gpus, state (ready | draining | drained | lost),"
              " deadline, reason, runs [{run_id, job_id, team, gpus, expected_end, draining}]}]}"),
+    *(Received(f"{query}.{{team}}", model,
+               f"{query}, scoped to the subject's team: the only form of it a team identity "
+               "may ask. Another team's job is JOB_NOT_FOUND.", result)
+      for query, model, result in (
+          (s.API_JOB_GET, m.GetJob, JOB_ROW),
+          (s.API_JOB_WHY, m.GetJob, "as on rota.api.job.why"),
+          (s.API_JOB_TRACE, m.GetJob, "as on rota.api.job.trace"),
+          (s.API_JOBS_LIST, m.ListJobs, f"a list of {JOB_ROW}"),
+          (s.API_QUEUES_SUMMARY, m.SummarizeQueues, "as on rota.api.queues.summary"))),
     Received(s.NOTIFICATIONS_LIST, m.ListNotifications, "Answered by the notifier.",
              "a list of notifications (kind, channel, recipient, status, created_at, sent_at, "
              "next_attempt_at, attempts, last_error, job_id, ...)"),
@@ -210,20 +219,28 @@ def _ref(name: str) -> str:
 
 def asyncapi_yaml() -> str:
     spec = AsyncAPI(
-        spec_broker(), title="Rota", version=__version__,
+        spec_broker(), title="Rota", version=str(PROTOCOL_VERSION),
         description="Messages of Rota, a checkpoint-aware queue for GPU training jobs. "
         "Every message is one envelope; see contracts/README.md.",
     )
     # FastStream orders channels by registration internals; sorted keys keep the file stable.
-    document = _with_replies(yaml.safe_load(spec.to_specification().to_yaml()))
+    from rota.contracts.spec_security import complete
+
+    document = complete(_with_replies(yaml.safe_load(spec.to_specification().to_yaml())))
     return yaml.safe_dump(document, sort_keys=True, width=100)
 
 
+def _envelope_schema(name: str, model: type[BaseModel]) -> dict[str, Any]:
+    """The envelope's schema, its `version` the type's own (rota.contracts.versions)."""
+    schema: dict[str, Any] = Envelope[model].model_json_schema()  # type: ignore[valid-type]
+    version = message_version(name)
+    schema["properties"]["version"].update(default=version, maximum=version)
+    return schema
+
+
 def json_schemas() -> dict[str, str]:
-    schemas = {
-        f"{name}.json": Envelope[model].model_json_schema()  # type: ignore[valid-type]
-        for name, model in MESSAGE_TYPES.items()
-    }
+    schemas = {f"{name}.json": _envelope_schema(name, model)
+               for name, model in MESSAGE_TYPES.items()}
     schemas["JobSpec.json"] = JobSpec.model_json_schema()
     return {name: json.dumps(schema, indent=2, sort_keys=True) + "\n"
             for name, schema in sorted(schemas.items())}
@@ -236,6 +253,21 @@ def generated(root: Path) -> dict[Path, str]:
              root / "permissions.json": json.dumps(shipped_table(), indent=2) + "\n"}
     files.update({root / "schemas" / name: text for name, text in json_schemas().items()})
     return files
+
+
+def current_release() -> Any:
+    """The contracts as the code would release them (rota.contracts.release.Release)."""
+    from rota.auth.permissions import shipped_table
+    from rota.contracts import release
+
+    return release.current(json_schemas(), yaml.safe_load(asyncapi_yaml()), shipped_table())
+
+
+def release_problems(root: Path) -> list[str]:
+    """Incompatible changes without their version bump, against `root/released`."""
+    from rota.contracts import release
+
+    return release.problems(root, current_release())
 
 
 def write(root: Path) -> list[Path]:

@@ -35,6 +35,9 @@ API_NODE_UNDRAIN = "rota.api.node.undrain"
 ADMIN_COMMANDS = frozenset({API_NODE_DRAIN, API_NODE_UNDRAIN})
 """Unscoped, with no `.<team>` twin: no team identity (nor the console) may publish here, so
 only the admin and the services can (rota.auth.permissions)."""
+API_PING = "rota.api.ping"
+"""`rota.api.ping.<team>`: a team's liveness check (and the protocol version), answered by
+the submission service, which is all a team talks to."""
 
 TEAM_QUERIES = frozenset({API_JOB_GET, API_JOB_WHY, API_JOB_TRACE, API_JOBS_LIST,
                           API_QUEUES_SUMMARY})
@@ -65,6 +68,10 @@ def api_submit(team: str) -> str:
 
 def api_cancel(team: str) -> str:
     return f"{API_CANCEL}.{team}"
+
+
+def api_ping(team: str) -> str:
+    return f"{API_PING}.{team}"
 
 
 def team_query(subject: str, team: str) -> str:
