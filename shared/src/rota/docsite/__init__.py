@@ -1,0 +1,1 @@
+"""The documentation site: reference pages generated from the code, and the MkDocs hook."""
