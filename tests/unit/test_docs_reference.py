@@ -10,7 +10,8 @@ from rota.docsite import reference
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("page", [reference.CLI_PAGE, reference.CONFIG_PAGE], ids=str)
+@pytest.mark.parametrize("page", [reference.CLI_PAGE, reference.CONFIG_PAGE, reference.ENVIRONMENT_PAGE],
+                         ids=str)
 def test_the_committed_page_is_what_the_code_generates(page: Path) -> None:
     generated = reference.pages()[page]
     committed = (ROOT / page).read_text()
@@ -33,6 +34,15 @@ def test_every_command_and_every_config_section_has_its_heading() -> None:
         assert f"## {section}" in config
     for key in [*RotaConfig.model_fields, *Team.model_fields]:
         assert f"| `{key}` |" in config
+
+
+def test_every_settings_field_is_an_environment_variable_on_the_page() -> None:
+    from rota.settings import Settings
+
+    page = reference.environment_reference()
+    for field in Settings.model_fields:
+        assert f"| `ROTA_{field.upper()}` |" in page
+    assert "| `ROTA_CONSOLE_PORT` | int | `8089` |" in page
 
 
 def test_check_names_a_stale_page(tmp_path: Path, capsys: pytest.CaptureFixture[str],
