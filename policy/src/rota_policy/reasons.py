@@ -144,16 +144,19 @@ def _reasons(
         and code not in NO_ETA
         and code is not Code.WAITING_FOR_PREEMPTION
     ):
-        out.append(
-            Reason(
-                Code.PRIORITY,
-                f"{ahead} job(s) asking for {gpus_ahead} {f} GPUs are ahead in the queue",
-                (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead)),
-            )
-        )
+        out.append(_ahead(f, ahead, gpus_ahead))
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
         out.append(shared.capacity_reason(need, f, g, free, cap))
     return tuple(out) if not cy.budget.idle_only else (*out, *idle_only_reasons(cy, job))
+
+
+def _ahead(flavor: str, ahead: int, gpus_ahead: int) -> Reason:
+    """PRIORITY as a second reason: the jobs ahead in the flavor's queue."""
+    return Reason(
+        Code.PRIORITY,
+        f"{ahead} job(s) asking for {gpus_ahead} {flavor} GPUs are ahead in the queue",
+        (("jobs_ahead", ahead), ("gpus_ahead", gpus_ahead)),
+    )
 
 
 def _groups(cy: Cycle) -> list[list[PendingQueue]]:
