@@ -8,8 +8,9 @@
 #
 # The binaries go to $ROTA_KUBE_CACHE (default ~/.cache/rota/kube-v1.37.2/bin), outside git.
 # A binary already there is kept; `--force` builds everything again. Prints what it does and how
-# long each step took; the last line is the cache folder. Kueue's CRDs are copied from its module
-# source to $cache/kueue-crds so that starting Kueue needs no Go toolchain.
+# long each step took; the last line is the cache folder. Kueue's CRDs and webhook manifests are
+# copied from its module source to $cache (kueue-crds/, kueue-webhooks.yaml), so that starting
+# Kueue needs no Go toolchain.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 kube_version=v1.37.2
@@ -64,9 +65,10 @@ build_kueue() {
   go build -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version -X sigs.k8s.io/kueue/pkg/version.GitCommit=release" \
     -o "$bin/kueue" sigs.k8s.io/kueue/cmd/kueue
   local src
-  src="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components/crd/bases"
+  src="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components"
   rm -rf "$cache/kueue-crds" && mkdir -p "$cache/kueue-crds"
-  cp "$src"/*.yaml "$cache/kueue-crds/" && chmod u+w "$cache/kueue-crds"/*.yaml
+  cp "$src"/crd/bases/*.yaml "$cache/kueue-crds/" && chmod u+w "$cache/kueue-crds"/*.yaml
+  cp "$src/webhook/manifests.yaml" "$cache/kueue-webhooks.yaml" && chmod u+w "$cache/kueue-webhooks.yaml"
 }
 
 total=$SECONDS
@@ -77,7 +79,7 @@ if have etcd; then step "etcd $etcd_version: cached"; else timed "etcd $etcd_ver
 if have kwok kwokctl; then step "kwok $kwok_version: cached"; else timed "kwok $kwok_version" build_kwok; fi
 if have helm; then step "helm $helm_version: cached"; else timed "helm $helm_version" build_helm; fi
 if [ "${ROTA_SKIP_KUEUE:-0}" = 1 ]; then step "kueue $kueue_version: skipped (ROTA_SKIP_KUEUE=1)"
-elif have kueue && [ -f "$cache/kueue-crds/kueue.x-k8s.io_workloads.yaml" ]; then step "kueue $kueue_version: cached"
+elif have kueue && [ -f "$cache/kueue-crds/kueue.x-k8s.io_workloads.yaml" ] && [ -f "$cache/kueue-webhooks.yaml" ]; then step "kueue $kueue_version: cached"
 else timed "kueue $kueue_version" build_kueue; fi
 step "done in $((SECONDS - total)) s; $(du -sh "$bin" | cut -f1) in $bin"
 echo "$bin"
