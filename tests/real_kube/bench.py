@@ -75,10 +75,12 @@ def load_trace(path: Path, scale: float) -> list[obs.BenchJob]:
             for j in sorted(load_rota_csv(path), key=lambda j: j.submit)]
 
 
-def synthetic_trace(out: Path, *, jobs: int, teams: int, seed: int, span_s: float = 3600.0) -> Path:
+def synthetic_trace(out: Path, *, jobs: int, teams: int, seed: int, span_s: float = 3600.0,
+                    resumable: float = 0.7) -> Path:
     """A rota-csv trace: jobs of 1, 4, 8 and 2x8 GPUs over `span_s`, 5 to 30 minutes long,
-    tiers 20/50/30 % production/training/experiment; the last team submits twice as often
-    as each other one (so it borrows, and is reclaimed from)."""
+    tiers 20/50/30 % production/training/experiment, a `resumable` share of them resumable;
+    the last team submits twice as often as each other one (so it borrows, and is reclaimed
+    from). The same seed gives the same jobs whatever `resumable` is."""
     rng = random.Random(seed)
     names = [f"team-{chr(ord('a') + i)}" for i in range(teams)]
     weights = [1.0] * (teams - 1) + [2.0]
@@ -89,7 +91,7 @@ def synthetic_trace(out: Path, *, jobs: int, teams: int, seed: int, span_s: floa
         tier = rng.choices(["production", "training", "experiment"], weights=[2, 5, 3])[0]
         rows.append(",".join([f"j{i:05d}", f"{rng.uniform(0, span_s):.1f}", f"{rng.uniform(300, 1800):.0f}",
                               str(workers), str(gpus), FLAVOR, tier, rng.choices(names, weights)[0],
-                              "true" if rng.random() < 0.7 else "false"]))
+                              "true" if rng.random() < resumable else "false"]))
     out.write_text("\n".join(rows) + "\n")
     return out
 
@@ -257,6 +259,7 @@ def main(argv: list[str]) -> int:
     t.add_argument("--teams", type=int, default=2)
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--span-s", type=float, default=3600.0, help="submissions over this many trace seconds")
+    t.add_argument("--resumable", type=float, default=0.7, help="the share of resumable jobs")
     t.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("run", help="run the trace on a fresh KWOK cluster per scheduler")
     r.add_argument("--scheduler", choices=["rota", "kueue", "both"], default="both")
@@ -270,7 +273,8 @@ def main(argv: list[str]) -> int:
     r.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if args.command == "trace":
-        synthetic_trace(args.out, jobs=args.jobs, teams=args.teams, seed=args.seed, span_s=args.span_s)
+        synthetic_trace(args.out, jobs=args.jobs, teams=args.teams, seed=args.seed, span_s=args.span_s,
+                        resumable=args.resumable)
         print(json.dumps({"trace": str(args.out), "jobs": args.jobs}))
         return 0
     if args.command != "run":
