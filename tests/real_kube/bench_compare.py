@@ -8,7 +8,8 @@ withinClusterQueue, not borrowWithinCohort). The replay runs the same trace on t
 cluster and quotas (`bench.bench_config`), in trace seconds; the real run's times are scaled
 back by its `scale`. A job decided the same when both preempted it or neither did, and its
 first start differs by at most `--tolerance-s` trace seconds (the harness's noise: a second of
-wall time is a trace minute at scale 60). Admission order: the share of job pairs the two put
+wall time is a trace minute at scale 60; `harness_latency_s` says what it adds to a start
+nothing delays). Admission order: the share of job pairs the two put
 in the same order of first start.
 """
 
@@ -34,7 +35,16 @@ def replayed(trace: Path, nodes: int, scale: float) -> dict[str, dict[str, Any]]
     config = bench.bench_config(bench.bench_nodes(nodes), sorted({j.team for j in jobs}), scale=scale)
     sim = Simulator(jobs, nodes_from(config), policy_config_from(config), "kueue", quotas=team_quotas(config))
     sim.run()
-    return {j.t.job_id: {"start": j.first_start, "preemptions": j.preemptions} for j in sim.jobs}
+    return {j.t.job_id: {"submit": j.t.submit, "start": j.first_start, "preemptions": j.preemptions}
+            for j in sim.jobs}
+
+
+def harness_latency(rows: dict[str, dict[str, Any]], sim: dict[str, dict[str, Any]]) -> float | None:
+    """Median submit -> all Running, in trace seconds, of the real run's jobs that the replay
+    started at once: what the harness adds to a start that nothing delays."""
+    at_once = sorted(r["kueue_start_s"] - sim[j]["submit"] for j, r in rows.items()
+                     if r["kueue_start_s"] is not None and sim[j]["start"] == sim[j]["submit"])
+    return round(at_once[len(at_once) // 2], 1) if at_once else None
 
 
 def compare(real: dict[str, Any], sim: dict[str, dict[str, Any]], *, tolerance_s: float) -> dict[str, Any]:
@@ -53,15 +63,19 @@ def compare(real: dict[str, Any], sim: dict[str, dict[str, Any]], *, tolerance_s
     pairs = same = 0
     for a, b in combinations(started, 2):
         ra, rb = rows[a], rows[b]
-        real_order = ra["kueue_start_s"] - rb["kueue_start_s"]
-        sim_order = ra["replay_start_s"] - rb["replay_start_s"]
-        if abs(real_order) <= tolerance_s and abs(sim_order) <= tolerance_s:
-            continue  # a tie in both, within the noise
+        real_order = _order(ra["kueue_start_s"] - rb["kueue_start_s"], tolerance_s)
+        sim_order = _order(ra["replay_start_s"] - rb["replay_start_s"], tolerance_s)
+        if real_order == sim_order == 0:
+            continue  # together in both, within the noise
         pairs += 1
-        same += (real_order > 0) == (sim_order > 0)
+        same += real_order == sim_order
     return {
         "jobs": len(rows), "decided_same": sum(r["same"] for r in rows.values()),
-        "tolerance_s": tolerance_s,
+        "tolerance_s": tolerance_s, "harness_latency_s": harness_latency(rows, sim),
+        "same_start": sum(1 for r in rows.values() if r["kueue_start_s"] is not None and r["replay_start_s"] is not None
+                          and abs(r["kueue_start_s"] - r["replay_start_s"]) <= tolerance_s),
+        "same_preempted_or_not": sum(1 for r in rows.values()
+                                     if ((r["kueue_preemptions"] or 0) > 0) == (r["replay_preemptions"] > 0)),
         "preempted": {"kueue": sorted(j for j, r in rows.items() if (r["kueue_preemptions"] or 0) > 0),
                       "replay": sorted(j for j, r in rows.items() if r["replay_preemptions"] > 0)},
         "admission_order_pairs_same": round(same / pairs, 4) if pairs else None,
@@ -69,12 +83,18 @@ def compare(real: dict[str, Any], sim: dict[str, dict[str, Any]], *, tolerance_s
     }
 
 
+def _order(difference: float, tolerance_s: float) -> int:
+    """-1, 0 or 1: before, together within the tolerance, after."""
+    return 0 if abs(difference) <= tolerance_s else (1 if difference > 0 else -1)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.real_kube.bench_compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", type=Path, required=True)
     parser.add_argument("--bench-json", type=Path, required=True)
-    parser.add_argument("--tolerance-s", type=float, default=180.0)
+    parser.add_argument("--tolerance-s", type=float, default=300.0,
+                        help="trace seconds; 300 is 5 wall seconds at scale 60")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     runs = json.loads(args.bench_json.read_text())["results"]
