@@ -114,8 +114,8 @@ class JobFigures:
 
 def job_figures(job: BenchJob, pods: Iterable[PodSeen], submitted: float, *, end: float,
                 checkpoint_s: float) -> JobFigures:
-    """One job from its pods: admitted when its first pod appeared, started when its first
-    `workers` pods were all Running, done when `workers` pods had succeeded. A pod that ended
+    """One job from its pods: admitted when its first pod appeared, started when `workers` of
+    its pods had been Running, done when `workers` pods had succeeded. A pod that ended
     without succeeding was preempted; it loses its run since its last checkpoint (every
     `checkpoint_s`, if the job is resumable), or all of it."""
     out = JobFigures(submitted)
@@ -123,9 +123,11 @@ def job_figures(job: BenchJob, pods: Iterable[PodSeen], submitted: float, *, end
     if not mine:
         return out
     out.admitted = mine[0].created
-    first = mine[:job.workers]
-    if len(first) == job.workers and all(p.running is not None for p in first):
-        out.all_running = max(p.running for p in first if p.running is not None)
+    # Its `workers`-th pod to run: an attempt whose pods were stopped before they all ran (a
+    # preemption while starting) does not hide the start of the next.
+    ran = sorted(p.running for p in mine if p.running is not None)
+    if len(ran) >= job.workers:
+        out.all_running = ran[job.workers - 1]
     done = sorted(p.ended for p in mine if p.succeeded and p.ended is not None)
     if len(done) >= job.workers:
         out.completed = done[job.workers - 1]

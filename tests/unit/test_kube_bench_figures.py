@@ -37,6 +37,13 @@ def test_a_job_that_cannot_checkpoint_loses_its_whole_run_and_one_still_running_
     assert f.held_gpu_s == (5.0 + 12.0) * 8
 
 
+def test_an_attempt_stopped_before_it_ran_does_not_hide_the_next_start() -> None:
+    job = BenchJob("y", 0, 10, 1, 8, "training", "b", resumable=True)
+    pods = [PodSeen("y", 1.0, ended=2.0), PodSeen("y", 5.0, running=6.0, ended=16.0, succeeded=True)]
+    f = job_figures(job, pods, submitted=0.5, end=20.0, checkpoint_s=4.0)
+    assert (f.admitted, f.all_running, f.completed, f.preemptions, f.lost_gpu_s) == (1.0, 6.0, 16.0, 0, 0.0)
+
+
 def test_a_job_never_admitted_has_no_times_and_the_summary_says_not_all_were() -> None:
     f = job_figures(GANG, [], submitted=1.0, end=9.0, checkpoint_s=4.0)
     assert (f.admitted, f.all_running, f.completed) == (None, None, None)
