@@ -1,6 +1,6 @@
 """Rota and the real Kueue on the same KWOK control plane, one at a time, on the same jobs:
 
-    uv run python -m tests.real_kube.bench --scheduler rota|kueue|both --trace T.csv --nodes N
+    uv run python -m tests.real_kube.bench run --scheduler rota|kueue|both --trace T.csv --nodes N
 
 The trace is a rota-csv file (`rota replay --format rota-csv`; `python -m
 tests.real_kube.bench trace ...` writes a synthetic one). Each run gets a fresh cluster of N
