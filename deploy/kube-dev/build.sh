@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Builds the real control plane the `real_kube` test tier runs on, from Go modules with the
 # ordinary `go build`: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (Kubernetes
-# v1.37.2), etcd v3.6.16, kwok and kwokctl v0.8.0, and helm v4.3.2. Each lives in a small wrapper
+# v1.37.2), etcd v3.6.16, kwok and kwokctl v0.8.0, helm v4.3.2 and Kueue v0.17.0 (which pins its
+# own k8s.io libraries; it talks to the v1.37.2 API server like any client). Each lives in a small wrapper
 # module of its own beside this script (go.mod + go.sum, no Go code), so that their dependency
 # graphs never have to agree with each other.
 #
 # The binaries go to $ROTA_KUBE_CACHE (default ~/.cache/rota/kube-v1.37.2/bin), outside git.
 # A binary already there is kept; `--force` builds everything again. Prints what it does and how
-# long each step took; the last line is the cache folder.
+# long each step took; the last line is the cache folder. Kueue's CRDs and webhook manifests are
+# copied from its module source to $cache (kueue-crds/, kueue-webhooks.yaml), so that starting
+# Kueue needs no Go toolchain.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 kube_version=v1.37.2
 etcd_version=3.6.16
 kwok_version=v0.8.0
 helm_version=v4.3.2
+kueue_version=v0.17.0
 cache="${ROTA_KUBE_CACHE:-$HOME/.cache/rota/kube-$kube_version}"
 bin="$cache/bin"
 force=0
@@ -56,6 +60,16 @@ build_helm() {
   go build -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitCommit=release" \
     -o "$bin/helm" helm.sh/helm/v4/cmd/helm
 }
+build_kueue() {
+  cd "$here/kueue"
+  go build -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version -X sigs.k8s.io/kueue/pkg/version.GitCommit=release" \
+    -o "$bin/kueue" sigs.k8s.io/kueue/cmd/kueue
+  local src
+  src="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components"
+  rm -rf "$cache/kueue-crds" && mkdir -p "$cache/kueue-crds"
+  cp "$src"/crd/bases/*.yaml "$cache/kueue-crds/" && chmod u+w "$cache/kueue-crds"/*.yaml
+  cp "$src/webhook/manifests.yaml" "$cache/kueue-webhooks.yaml" && chmod u+w "$cache/kueue-webhooks.yaml"
+}
 
 total=$SECONDS
 step "go: $(go version); cache: $cache"
@@ -64,5 +78,8 @@ else step "kubernetes $kube_version: building (the longest step)"; timed "kubern
 if have etcd; then step "etcd $etcd_version: cached"; else timed "etcd $etcd_version" build_etcd; fi
 if have kwok kwokctl; then step "kwok $kwok_version: cached"; else timed "kwok $kwok_version" build_kwok; fi
 if have helm; then step "helm $helm_version: cached"; else timed "helm $helm_version" build_helm; fi
+if [ "${ROTA_SKIP_KUEUE:-0}" = 1 ]; then step "kueue $kueue_version: skipped (ROTA_SKIP_KUEUE=1)"
+elif have kueue && [ -f "$cache/kueue-crds/kueue.x-k8s.io_workloads.yaml" ] && [ -f "$cache/kueue-webhooks.yaml" ]; then step "kueue $kueue_version: cached"
+else timed "kueue $kueue_version" build_kueue; fi
 step "done in $((SECONDS - total)) s; $(du -sh "$bin" | cut -f1) in $bin"
 echo "$bin"

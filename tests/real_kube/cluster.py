@@ -144,8 +144,10 @@ def wait_until(predicate: Any, timeout: float, what: str, every: float = 0.2) ->
         time.sleep(every)
 
 
-def start_cluster(workdir: Path, name: str = "rota") -> KubeCluster:
-    """Create the cluster, add the GPU nodes, and wait until they are Ready."""
+def start_cluster(workdir: Path, name: str = "rota", *, nodes: Iterable[GpuNode] = NODES,
+                  extra_args: Iterable[str] = (), audit_policy: Path | None = None) -> KubeCluster:
+    """Create the cluster, add the GPU nodes, and wait until they are Ready. `extra_args`:
+    kwokctl's `--extra-args component=key=value` pairs; `audit_policy`: the API server's."""
     bin_dir = cache_bin()
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = workdir / "kubeconfig"
@@ -162,6 +164,10 @@ def start_cluster(workdir: Path, name: str = "rota") -> KubeCluster:
             # 429s a busy real API server answers.
             "--config", str(STAGES), "--kubeconfig", str(kubeconfig),
             "--wait", "120s"]
+    for pair in extra_args:
+        argv += ["--extra-args", pair]
+    if audit_policy is not None:
+        argv += ["--kube-audit-policy", str(audit_policy)]
     env = {**cluster.env(), "KWOK_KUBECTL_BINARY": str(bin_dir / "kubectl")}
     env.pop("KUBECONFIG", None)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
@@ -171,7 +177,7 @@ def start_cluster(workdir: Path, name: str = "rota") -> KubeCluster:
             if logs.exists() else {}
         raise RuntimeError(f"kwokctl create cluster failed ({done.returncode}):\n{done.stderr[-4000:]}"
                            f"\n{json.dumps(tails, indent=1)}")
-    cluster.apply(n.manifest() for n in NODES)
+    cluster.apply(n.manifest() for n in nodes)
     wait_until(lambda: all(_ready(n) for n in cluster.get("nodes")["items"]), 60, "GPU nodes Ready")
     return cluster
 
