@@ -247,8 +247,8 @@ def replay_speed(
         min=1, help="Only the first N jobs of the trace (a smoke test); all unless given.")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
 ) -> None:
-    """Replay speed with every scheduling feature against the single-flavor replay (issue 16's
-    1.3x target): CPU per job of Rota replays of the Philly jobs with every feature on
+    """Replay speed with every scheduling feature against the single-flavor replay (the 1.3x
+    target): CPU per job of Rota replays of the Philly jobs with every feature on
     philly-hetero-blocks, side by side first with the same jobs there with every feature off,
     then with philly-768; their ratios, and each replay's policy CPU per cycle by queue depth.
     Two processes at a time; about 3 minutes on 2 cores."""
