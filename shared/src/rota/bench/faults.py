@@ -102,15 +102,31 @@ def verdict(events: list[tuple[dict[str, Any], datetime]], sids: list[str],
     }
 
 
-async def stuck_consumers(nc: Client) -> dict[str, dict[str, int]]:
+async def unsettled_consumers(nc: Client) -> tuple[dict[str, dict[str, int]], float]:
+    """The durable consumers with messages pending or unacknowledged, and the longest ack wait
+    among all of them."""
     js = nc.jetstream(timeout=JS_TIMEOUT_S)
-    stuck = {}
+    unsettled, ack_wait = {}, 0.0
     for stream in (STREAM_CMD, STREAM_EVT):
         for info in await js.consumers_info(stream):
+            ack_wait = max(ack_wait, float(info.config.ack_wait or 0.0))
             if info.num_pending or info.num_ack_pending:
-                stuck[f"{stream}/{info.name}"] = {"pending": info.num_pending or 0,
-                                                  "ack_pending": info.num_ack_pending or 0}
-    return stuck
+                unsettled[f"{stream}/{info.name}"] = {"pending": info.num_pending or 0,
+                                                      "ack_pending": info.num_ack_pending or 0}
+    return unsettled, ack_wait
+
+
+async def stuck_consumers(nc: Client) -> tuple[dict[str, dict[str, int]], float]:
+    """The consumers still unsettled once every one of them has had its ack wait (plus 10 s)
+    to redeliver what a fault left unacknowledged, and how long settling took. A delivery
+    whose ack was lost with a server is redelivered after the ack wait: only what is still
+    there after it is stuck."""
+    start = time.monotonic()
+    unsettled, ack_wait = await unsettled_consumers(nc)
+    while unsettled and time.monotonic() - start < ack_wait + 10.0:
+        await asyncio.sleep(1.0)
+        unsettled, ack_wait = await unsettled_consumers(nc)
+    return unsettled, round(time.monotonic() - start, 1)
 
 
 async def phase(nats_urls: list[str], creds: str | None, *, name: str, jobs: int, rate: float,
@@ -162,8 +178,9 @@ async def phase(nats_urls: list[str], creds: str | None, *, name: str, jobs: int
             break
         await asyncio.sleep(2)
     await asyncio.sleep(5)
+    stuck, settled_after_s = await stuck_consumers(nc)
     result = {"phase": name, "jobs": jobs, "offered_per_s": rate, **found,
-              "stuck_consumers": await stuck_consumers(nc)}
+              "stuck_consumers": stuck, "consumers_settled_after_s": settled_after_s}
     await nc.close()
     return result
 
