@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from rota import waits
 from rota.cli.running import Executor, Stack
 from rota.settings import Settings
 from rota.tracing import job_root_span_id, trace_id_hex
@@ -225,6 +226,7 @@ def test_rota_trace_shows_the_preemption_its_ack_and_the_notification(scenario: 
     assert any(d["decision"] == "preempt" and d["factors"] for d in caused["decisions"])
 
     text = " ".join(rota(scenario.env, "trace", scenario.victim, json_out=False).split())
-    assert "suffered" in text and plan["reason"] in text
+    # The plan's rule in words (`rota:lower_tier` reads "its runs are in a lower queue").
+    assert "suffered" in text and waits.plan_reason(plan["reason"]) in text
     assert f"acked {plan['acked_at'][:23].replace('T', ' ')}" in text
     assert "preemption_noticed to user:research/dave by email: sent" in text
