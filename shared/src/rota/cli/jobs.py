@@ -339,8 +339,13 @@ def print_wait(answer: dict[str, Any], now: datetime) -> None:
 
 
 def _when(value: Any) -> datetime | None:
+    """A time from an answer, or None when there is none or it is not a time: a reason's
+    details are a team's text too, and a bad one must not stop the answer being printed."""
     if isinstance(value, str) and value:
-        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        try:
+            at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
         return at if at.tzinfo else at.replace(tzinfo=UTC)
     return None
 
