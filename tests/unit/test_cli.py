@@ -149,3 +149,27 @@ def test_the_replay_table_gives_each_reasons_eta_figures_a_row() -> None:
     assert cells("eta_by_reason.QUOTA_EXCEEDED.p50") == ["0.2500", "-"]
     assert cells("eta_by_reason.FRAGMENTATION.coverage") == ["-", "0.5000"]
     assert cells("jobs") == ["10", "10"]
+
+
+@pytest.mark.parametrize("command", [["preemptions"], ["allocations"], ["notifications"]])
+def test_a_platform_command_with_team_credentials_says_it_needs_the_admins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: list[str]
+) -> None:
+    from rota.auth.keys import AuthDir
+
+    auth = AuthDir(tmp_path / "home" / "auth").ensure()
+    team_creds = auth.issue_team("nlp", "alice", tmp_path / "nlp.creds")
+    monkeypatch.setenv("ROTA_NATS_CREDS", str(team_creds))
+    monkeypatch.setenv("ROTA_NATS_URL", "nats://127.0.0.1:4222")
+    get_settings.cache_clear()
+
+    async def no_connection(*args: object, **kwargs: object) -> None:
+        raise AssertionError("said before connecting, not after the server's refusal")
+
+    monkeypatch.setattr("nats.connect", no_connection)
+    result = runner.invoke(app, [*command, "--json"])
+    assert result.exit_code == 1, result.output
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "team nlp" in message and "admin" in message
+    assert str(auth.creds_path("admin")) in message and "ROTA_NATS_CREDS" in message
+    assert "violation" not in message.lower()

@@ -44,7 +44,7 @@ class Executor(StrEnum):
     kubernetes = "kubernetes"
 
 
-def console_login(admin_creds: Path | None) -> str:
+def console_login(admin_creds: Path | str | None) -> str:
     """How to log in to the console: it asks for a .creds file, pasted or chosen."""
     team = "a team's .creds from `rota creds issue --team <team>`"
     if admin_creds is None:
