@@ -173,3 +173,15 @@ def test_a_platform_command_with_team_credentials_says_it_needs_the_admins(
     assert "team nlp" in message and "admin" in message
     assert str(auth.creds_path("admin")) in message and "ROTA_NATS_CREDS" in message
     assert "violation" not in message.lower()
+
+
+@pytest.mark.parametrize("command", ["job", "why", "trace", "cancel"])
+@pytest.mark.parametrize("job_id", ["my-training-run", "abc", "0123456789abcdef0123456789abcdef012345"])
+def test_a_malformed_job_id_says_what_one_looks_like_and_how_to_find_it(
+        command: str, job_id: str) -> None:
+    result = runner.invoke(app, [command, job_id, "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["field"] == "job_id"
+    assert "rota jobs" in error["message"] and "hex" in error["message"]
+    assert "String should" not in error["message"] and "pattern" not in error["message"]
