@@ -66,6 +66,9 @@ class ListNotifications(StrictModel):
     failed: StrictBool = Field(False, description="Only the dead letter.")
     limit: StrictInt = Field(50, ge=1, le=1000)
     job_id: Uuid | None = None
+    with_channels: StrictBool = Field(
+        False, description="Answer `{channels, notifications}`: the channels the notifier is "
+        "configured with (none: nothing is recorded, nor sent), then the list.")
 
 
 class ListPreemptions(StrictModel):
