@@ -185,3 +185,22 @@ def test_a_malformed_job_id_says_what_one_looks_like_and_how_to_find_it(
     assert error["field"] == "job_id"
     assert "rota jobs" in error["message"] and "hex" in error["message"]
     assert "String should" not in error["message"] and "pattern" not in error["message"]
+
+
+def test_rota_jobs_filters_by_user_and_name_as_squeue_u_and_n(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rota.cli import jobs
+    from rota.contracts import messages as m
+
+    asked: list[m.ListJobs] = []
+
+    def call(settings: object, subject: str, query: m.ListJobs) -> list[object]:
+        asked.append(query)
+        return []
+
+    monkeypatch.setattr(jobs, "call", call)
+    result = runner.invoke(app, ["jobs", "--user", "alice", "--name", "llama-ft", "--json"])
+    assert result.exit_code == 0, result.output
+    assert (asked[0].user, asked[0].name) == ("alice", "llama-ft")
+    bad = runner.invoke(app, ["jobs", "--user", "Alice Smith", "--json"])
+    assert bad.exit_code == 2 and json.loads(bad.stdout)["error"]["field"] == "user"

@@ -184,15 +184,18 @@ def jobs(
     team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     state: Annotated[str | None, typer.Option(help="Only this state, e.g. pending.")] = None,
+    user: Annotated[str | None, typer.Option(
+        "--user", "-u", help="Only this user's jobs (as squeue -u).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", "-n", help="Only the jobs of this name (as squeue -n).")] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
     output: OutputOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List jobs, newest first: one line each; JOB is the short id every command takes."""
-    query = m.ListJobs.model_validate(
-        {k: v for k, v in {"team": team, "queue": queue, "state": state, "limit": limit}.items()
-         if v is not None}
-    )
+    filters = {"team": team, "queue": queue, "state": state, "user": user, "name": name,
+               "limit": limit}
+    query = m.ListJobs.model_validate({k: v for k, v in filters.items() if v is not None})
     rows: list[dict[str, Any]] = call(get_settings(), s.API_JOBS_LIST, query)
     if json_out:
         emit_json(rows)

@@ -136,7 +136,7 @@ def envelope(
 
 PLAIN_RULES: dict[tuple[str, str], str] = {
     ("GetJob", "job_id"): "a job id is 8 to 36 hex digits and dashes: the whole id, its last "
-    "12 characters (the ID column of `rota jobs`), or 8+ characters from its start or end; "
+    "12 characters (the JOB column of `rota jobs`), or 8+ characters from its start or end; "
     "`rota jobs` lists them",
 }
 """What a field looks like, said instead of the validator's own words (a regular expression

@@ -46,6 +46,8 @@ class ListJobs(StrictModel):
     queue: Tier | None = None
     state: JobStateName | None = None
     limit: StrictInt = Field(100, ge=1, le=10_000)
+    user: Name | None = Field(None, description="Only this user's jobs (`squeue -u`).")
+    name: Name | None = Field(None, description="Only the jobs of this name (`squeue -n`).")
 
 
 class ListAllocations(StrictModel):
