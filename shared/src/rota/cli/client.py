@@ -70,8 +70,8 @@ def refused_to_team(settings: Settings, subject: str, team: str) -> str | None:
     if asked in team_subjects(team):
         return None
     admin = AuthDir(settings.home / "auth").creds_path(ADMIN)
-    return (f"this command needs the admin's credentials, and ROTA_NATS_CREDS "
-            f"({settings.nats_creds}) are team {team}'s: set ROTA_NATS_CREDS to {admin} "
+    return (f"this needs the admin's credentials ({subject} is not a team's to ask), and "
+            f"ROTA_NATS_CREDS ({settings.nats_creds}) are team {team}'s: set ROTA_NATS_CREDS to {admin} "
             "(which `rota up` or `rota auth init` makes), or see your team's view in the "
             "console")
 
