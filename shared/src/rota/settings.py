@@ -12,8 +12,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 HOME_NAME = ".rota"
 
 
-def nearest_home(start: Path) -> Path | None:
-    """The nearest `.rota` directory at or above `start`, if any."""
+def nearest_home(start: Path | None = None) -> Path | None:
+    """The nearest `.rota` directory at or above `start` (the working directory), if any."""
+    try:
+        start = start or Path.cwd()
+    except OSError:  # the working directory was removed
+        return None
     for directory in (start, *start.parents):
         if (directory / HOME_NAME).is_dir():
             return directory / HOME_NAME
@@ -204,7 +208,7 @@ class Settings(BaseSettings):
         # Unset, the home is the nearest `.rota` at or above the working directory (as git
         # finds .git), so that every command works below where `rota up` ran.
         if "home" not in self.model_fields_set and not self.home.is_dir():
-            self.home = nearest_home(Path.cwd()) or self.home
+            self.home = nearest_home() or self.home
         return self
 
     @model_validator(mode="after")
