@@ -38,3 +38,21 @@ async def test_jobs_submitted_together_are_told_apart_by_their_short_ids(
     other_team = await api(nc, s.team_query(s.API_JOB_GET, "vision"),
                            m.GetJob(job_id=shorts[job_ids[0]]))
     assert other_team.error is not None and other_team.error.code == "JOB_NOT_FOUND"
+
+
+async def test_jobs_are_listed_by_user_and_by_name(nc: Client, submission: ServiceProcess) -> None:
+    mine = {}
+    for user, name in (("alice", "by-user-a"), ("bob", "by-user-b"), ("alice", "by-user-c")):
+        reply = await api(nc, s.api_submit("nlp"), submit_job(user=user, name=name))
+        assert reply.ok, reply.error
+        mine[reply.result["job_id"]] = (user, name)
+    by_name = await api(nc, s.API_JOBS_LIST, m.ListJobs(name="by-user-b"))
+    assert [row["job_id"] for row in by_name.result] == [
+        job_id for job_id, (_, name) in mine.items() if name == "by-user-b"]
+    by_user = await api(nc, s.API_JOBS_LIST, m.ListJobs(team="nlp", user="alice", limit=1000))
+    assert by_user.ok and {row["user_name"] for row in by_user.result} == {"alice"}
+    assert {j for j, (user, _) in mine.items() if user == "alice"} <= {
+        row["job_id"] for row in by_user.result}
+    scoped = await api(nc, s.team_query(s.API_JOBS_LIST, "nlp"), m.ListJobs(user="bob", name="by-user-b"))
+    assert [row["job_id"] for row in scoped.result] == [
+        job_id for job_id, (_, name) in mine.items() if name == "by-user-b"]

@@ -149,3 +149,58 @@ def test_the_replay_table_gives_each_reasons_eta_figures_a_row() -> None:
     assert cells("eta_by_reason.QUOTA_EXCEEDED.p50") == ["0.2500", "-"]
     assert cells("eta_by_reason.FRAGMENTATION.coverage") == ["-", "0.5000"]
     assert cells("jobs") == ["10", "10"]
+
+
+@pytest.mark.parametrize("command", [["preemptions"], ["allocations"], ["notifications"]])
+def test_a_platform_command_with_team_credentials_says_it_needs_the_admins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: list[str]
+) -> None:
+    from rota.auth.keys import AuthDir
+
+    auth = AuthDir(tmp_path / "home" / "auth").ensure()
+    team_creds = auth.issue_team("nlp", "alice", tmp_path / "nlp.creds")
+    monkeypatch.setenv("ROTA_NATS_CREDS", str(team_creds))
+    monkeypatch.setenv("ROTA_NATS_URL", "nats://127.0.0.1:4222")
+    get_settings.cache_clear()
+
+    async def no_connection(*args: object, **kwargs: object) -> None:
+        raise AssertionError("said before connecting, not after the server's refusal")
+
+    monkeypatch.setattr("nats.connect", no_connection)
+    result = runner.invoke(app, [*command, "--json"])
+    assert result.exit_code == 1, result.output
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "team nlp" in message and "admin" in message
+    assert str(auth.creds_path("admin")) in message and "ROTA_NATS_CREDS" in message
+    assert "violation" not in message.lower()
+
+
+@pytest.mark.parametrize("command", ["job", "why", "trace", "cancel"])
+@pytest.mark.parametrize("job_id", ["my-training-run", "abc", "0123456789abcdef0123456789abcdef012345"])
+def test_a_malformed_job_id_says_what_one_looks_like_and_how_to_find_it(
+        command: str, job_id: str) -> None:
+    result = runner.invoke(app, [command, job_id, "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["field"] == "job_id"
+    assert "rota jobs" in error["message"] and "hex" in error["message"]
+    assert "String should" not in error["message"] and "pattern" not in error["message"]
+
+
+def test_rota_jobs_filters_by_user_and_name_as_squeue_u_and_n(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rota.cli import jobs
+    from rota.contracts import messages as m
+
+    asked: list[m.ListJobs] = []
+
+    def call(settings: object, subject: str, query: m.ListJobs) -> list[object]:
+        asked.append(query)
+        return []
+
+    monkeypatch.setattr(jobs, "call", call)
+    result = runner.invoke(app, ["jobs", "--user", "alice", "--name", "llama-ft", "--json"])
+    assert result.exit_code == 0, result.output
+    assert (asked[0].user, asked[0].name) == ("alice", "llama-ft")
+    bad = runner.invoke(app, ["jobs", "--user", "Alice Smith", "--json"])
+    assert bad.exit_code == 2 and json.loads(bad.stdout)["error"]["field"] == "user"

@@ -169,3 +169,46 @@ def test_rota_queues_shows_a_share_as_its_fraction(monkeypatch: pytest.MonkeyPat
     result = runner.invoke(app, ["queues"])
     assert result.exit_code == 0, result.output
     assert "(0.5" in result.stdout and "1.5/4" in result.stdout  # 80 columns wrap "GPUs)"
+
+
+def allocation_row(**fields: Any) -> dict[str, Any]:
+    granted = (datetime.now(UTC) - timedelta(minutes=3)).isoformat()
+    return {"run_id": new_id(), "job_id": new_id(), "team": "computer-vision-research",
+            "queue": "production", "gpus": 64, "borrowed_gpus": 16,
+            "placement": [{"node": f"gpu-node-{n:03d}.rack-a.zone-1", "gpus": list(range(8))}
+                          for n in range(8)],
+            "granted_at": granted, **fields}
+
+
+def test_rota_allocations_prints_one_line_per_run_in_80_columns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [allocation_row(), allocation_row(gpus=8, borrowed_gpus=0)]
+    monkeypatch.setattr(operations, "call", lambda *args: {"allocations": rows})
+    result = runner.invoke(app, ["allocations"])
+    assert result.exit_code == 0, result.output
+    lines = assert_fits(result.stdout, [r["job_id"] for r in rows])
+    assert len(lines) == 1 + len(rows)
+    assert "3m" in lines[1]  # the grant's age, as `rota jobs` prints ages
+    wide = runner.invoke(app, ["allocations", "-o", "wide"]).stdout
+    assert all(r["run_id"] in wide and r["job_id"] in wide for r in rows)
+    assert "gpu-node-007.rack-a.zone-1[0,1,2,3,4,5,6,7]" in wide
+
+
+def test_rota_queues_prints_one_line_per_queue_and_team_in_80_columns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    oldest = (datetime.now(UTC) - timedelta(minutes=42)).isoformat()
+    rows = [{"queue": queue, "team": "computer-vision-research", "flavor": "h100-80gb-sxm",
+             "pending_jobs": 12, "pending_gpus": 96, "running_jobs": 30, "gpus_in_use": 240,
+             "borrowed_gpus": 16, "oldest_pending_at": oldest, "quota": 256,
+             "budget_gpu_hours": 10_000.0, "budget_used_gpu_hours": 1_234.0,
+             "budget_resets_at": "2026-12-14T00:00:00+00:00"}
+            for queue in ("production", "training", "experiment")]
+    monkeypatch.setattr(jobs_cli, "call", lambda *args: rows)
+    result = runner.invoke(app, ["queues"])
+    assert result.exit_code == 0, result.output
+    lines = assert_fits(result.stdout, [])
+    assert len(lines) == 1 + len(rows)
+    assert all(cell in lines[1] for cell in ("production", "12 (96)", "240/256", "42m", "12%"))
+    wide = runner.invoke(app, ["queues", "-o", "wide"]).stdout
+    assert "computer-vision-research" in wide and "1,234/10,000" in wide
+    assert "2026-12-14" in wide and oldest[:19].replace("T", " ") in wide

@@ -54,6 +54,8 @@ def resolve(settings: Settings, *, need_database: bool = True) -> Endpoints:
             if not value
         )
         raise NotRunningError(
-            f"{missing} not set and no `rota up` is running under {settings.home}"
+            f"{missing} not set and no `rota up` is running under {settings.home}: start one "
+            "with `rota up`, or point at the home of a running one with ROTA_HOME=<its .rota>"
+            " (unset, the nearest .rota at or above the working directory)"
         ) from None
     return Endpoints(nats_url or running["nats_url"], database_url or running["database_url"])

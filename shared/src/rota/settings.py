@@ -9,11 +9,27 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+HOME_NAME = ".rota"
+
+
+def nearest_home(start: Path | None = None) -> Path | None:
+    """The nearest `.rota` directory at or above `start` (the working directory), if any."""
+    try:
+        start = start or Path.cwd()
+    except OSError:  # the working directory was removed
+        return None
+    for directory in (start, *start.parents):
+        if (directory / HOME_NAME).is_dir():
+            return directory / HOME_NAME
+    return None
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROTA_", extra="ignore")
 
-    home: Path = Field(Path(".rota"), description="Where embedded NATS and PostgreSQL keep data.")
+    home: Path = Field(Path(HOME_NAME), description="Where embedded NATS and PostgreSQL keep "
+                       "data; unset, the nearest .rota at or above the working directory (as "
+                       "git finds .git), else ./.rota.")
     config: Path | None = Field(None, description="The rota.yaml to load; the example if unset.")
     nats_url: str | None = Field(None, description="An existing NATS server; embedded if unset.")
     nats_user: str | None = None
@@ -186,6 +202,14 @@ class Settings(BaseSettings):
         7 * 86_400.0, ge=0,
         description="How long published outbox rows and processed-message ids are kept (0: forever).",
     )
+
+    @model_validator(mode="after")
+    def _home_found_upward(self) -> Settings:
+        # Unset, the home is the nearest `.rota` at or above the working directory (as git
+        # finds .git), so that every command works below where `rota up` ran.
+        if "home" not in self.model_fields_set and not self.home.is_dir():
+            self.home = nearest_home() or self.home
+        return self
 
     @model_validator(mode="after")
     def _replica_in_range(self) -> Settings:

@@ -171,7 +171,8 @@ async def api_subject(
         subject = f"rota.test.notifier.list.{uuid.uuid4().hex}"
 
         async def respond(msg: Msg) -> None:
-            await msg.respond(await answer(notifier_engine, msg.data, redactor))
+            await msg.respond(await answer(notifier_engine, msg.data, redactor,
+                                           channels=("email", "slack")))
 
         subs.append(await nc.subscribe(subject, cb=respond))
         await flushed(nc)

@@ -53,3 +53,19 @@ def test_the_consoles_identity_may_read_and_cancel_but_never_submit(subject: str
     from rota.auth.permissions import console_permissions
 
     assert any(_matches(p, subject) for p in console_permissions().publish) is allowed
+
+
+def test_rota_up_says_how_to_log_in_to_the_console(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from rota.cli.running import console_login
+
+    admin = Path("/tmp/rota-home/auth/creds/admin.creds")
+    print_summary({"nats_url": "nats://x", "nats": "embedded", "nats_auth": "on",
+                   "database_url": "postgresql://x", "database": "embedded", "executor": "sim",
+                   "services": {}, "console": {"url": "http://127.0.0.1:8089", "state": "ready",
+                                               "login": console_login(admin)}})
+    said = capsys.readouterr().err
+    login = next(line for line in said.splitlines() if line.startswith("Log in"))
+    assert str(admin) in login and "rota creds issue --team" in login
+    assert "rota creds issue --team" in console_login(None)

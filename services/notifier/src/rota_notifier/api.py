@@ -6,6 +6,7 @@ are `ListNotifications` envelopes; replies are the usual `ApiReply` envelope.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -34,17 +35,23 @@ def _jsonable(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
 
 
 async def list_notifications(
-    engine: AsyncEngine, query: m.ListNotifications, redactor: Redactor
+    engine: AsyncEngine, query: m.ListNotifications, redactor: Redactor,
+    channels: Collection[str],
 ) -> m.ApiReply:
     async with engine.connect() as conn:
         rows = await store.list_notifications(conn, failed=query.failed, limit=query.limit,
                                               job_id=query.job_id)
-    return m.ApiReply(ok=True, result=[_jsonable(row, redactor) for row in rows])
+    listed = [_jsonable(row, redactor) for row in rows]
+    if query.with_channels:
+        return m.ApiReply(ok=True, result={"channels": sorted(channels), "notifications": listed})
+    return m.ApiReply(ok=True, result=listed)
 
 
-async def answer(engine: AsyncEngine, raw: bytes, redactor: Redactor) -> bytes:
-    """One request's reply, always an envelope: errors are replies, never exceptions."""
+async def answer(engine: AsyncEngine, raw: bytes, redactor: Redactor, *,
+                 channels: Collection[str]) -> bytes:
+    """One request's reply, always an envelope: errors are replies, never exceptions.
+    `channels`: those configured, which a request `with_channels` is told."""
     return await answer_query(
-        raw, m.ListNotifications, lambda q: list_notifications(engine, q, redactor),
+        raw, m.ListNotifications, lambda q: list_notifications(engine, q, redactor, channels),
         source=SOURCE, max_bytes=MAX_REQUEST_BYTES, redact=redactor.redact,
     )

@@ -114,7 +114,8 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None,
     @service.broker.subscriber(LIST_SUBJECT, queue="notifier-api")
     async def list_notifications(msg: NatsMessage) -> bytes:
         """Request/reply: recent notifications, or the dead letter (`failed`)."""
-        return await answer(service.engine, msg.body, notifier.redactor)
+        return await answer(service.engine, msg.body, notifier.redactor,
+                            channels=[channel.value for channel in notifier.senders])
 
     @service.app.after_startup
     async def start_dispatcher() -> None:

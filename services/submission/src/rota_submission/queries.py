@@ -116,7 +116,7 @@ async def list_jobs(engine: AsyncEngine, query: m.ListJobs, *, team: str | None)
     async with engine.connect() as conn:
         rows = await store.list_jobs(
             conn, team=team or query.team, queue=query.queue.value if query.queue else None,
-            state=query.state, limit=query.limit,
+            state=query.state, limit=query.limit, user=query.user, name=query.name,
         )
     return m.ApiReply(ok=True, result=[_with_short_id(row) for row in rows])
 

@@ -175,9 +175,14 @@ async def find_job(
 
 
 async def list_jobs(
-    conn: AsyncConnection, *, team: str | None, queue: str | None, state: str | None, limit: int
+    conn: AsyncConnection, *, team: str | None, queue: str | None, state: str | None, limit: int,
+    user: str | None = None, name: str | None = None,
 ) -> list[dict[str, Any]]:
     query = sa.select(*_public())
+    if user:
+        query = query.where(jobs.c.user_name == user)
+    if name:
+        query = query.where(jobs.c.name == name)
     if team:
         query = query.where(jobs.c.team == team)
     if queue:

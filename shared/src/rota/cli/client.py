@@ -15,6 +15,8 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
 
+from rota.auth.keys import ADMIN, AuthDir
+from rota.auth.permissions import team_subjects
 from rota.bus.options import connect_options, creds_team
 from rota.cli.output import CommandFailed, InvalidInput
 from rota.contracts import envelope
@@ -61,8 +63,24 @@ async def connected(settings: Settings) -> AsyncIterator[Connection]:
         await nc.close()
 
 
+def refused_to_team(settings: Settings, subject: str, team: str) -> str | None:
+    """Why a team's credentials may not ask `subject`, said before the server refuses it
+    with a bare permissions violation; None when they may."""
+    asked = team_query(subject, team) if subject in TEAM_QUERIES else subject
+    if asked in team_subjects(team):
+        return None
+    admin = AuthDir(settings.home / "auth").creds_path(ADMIN)
+    return (f"this needs the admin's credentials ({subject} is not a team's to ask), and "
+            f"ROTA_NATS_CREDS ({settings.nats_creds}) are team {team}'s: set ROTA_NATS_CREDS to {admin} "
+            "(which `rota up` or `rota auth init` makes), or see your team's view in the "
+            "console")
+
+
 async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     """Send one API request and return its `result`, or raise with the server's reason."""
+    team = creds_team(settings.nats_creds) if settings.nats_creds is not None else None
+    if team is not None and (refused := refused_to_team(settings, subject, team)):
+        raise CommandFailed(refused)
     async with connected(settings) as conn:
         if subject in TEAM_QUERIES and conn.team is not None:
             subject = team_query(subject, conn.team)  # all a team identity may ask

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.table import Table
 
 from rota import waits
 from rota.cli import record
@@ -184,15 +183,18 @@ def jobs(
     team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     state: Annotated[str | None, typer.Option(help="Only this state, e.g. pending.")] = None,
+    user: Annotated[str | None, typer.Option(
+        "--user", "-u", help="Only this user's jobs (as squeue -u).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", "-n", help="Only the jobs of this name (as squeue -n).")] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
     output: OutputOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List jobs, newest first: one line each; JOB is the short id every command takes."""
-    query = m.ListJobs.model_validate(
-        {k: v for k, v in {"team": team, "queue": queue, "state": state, "limit": limit}.items()
-         if v is not None}
-    )
+    filters = {"team": team, "queue": queue, "state": state, "user": user, "name": name,
+               "limit": limit}
+    query = m.ListJobs.model_validate({k: v for k, v in filters.items() if v is not None})
     rows: list[dict[str, Any]] = call(get_settings(), s.API_JOBS_LIST, query)
     if json_out:
         emit_json(rows)
@@ -246,40 +248,55 @@ def cancel(
         console.print(untrusted(f"{result['job_id']} {result['state']}"), highlight=False)
 
 
+QUEUE_COLUMNS = (
+    Column("QUEUE", whole=True), Column("TEAM"), Column("FLAVOR"),
+    Column("PENDING", whole=True), Column("RUNNING", whole=True),
+    Column("GPUS/QUOTA", whole=True), Column("BORROWED", whole=True),
+    Column("WAITING", whole=True),
+)
+BUDGET_COLUMNS = (Column("BUDGET", whole=True), Column("GPU-HOURS/BUDGET", wide=True),
+                  Column("RESETS", wide=True))
+OLDEST_COLUMN = Column("OLDEST PENDING", wide=True)
+
+
 @handled
 def queues(
     team: Annotated[str | None, typer.Option(help="Only this team.")] = None,
+    output: OutputOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Per queue and team: pending and running jobs, GPUs in use against quota, borrowed, and
-    GPU-hours used this period against the team's budget of the flavor."""
+    """Per queue and team: pending jobs (and their GPUs), running jobs, GPUs in use against
+    quota, borrowed, how long the oldest pending job has waited, and the share of the team's
+    GPU-hour budget of the flavor used this period (wide: the figures and when it resets)."""
     rows: list[dict[str, Any]] = call(
         get_settings(), s.API_QUEUES_SUMMARY, m.SummarizeQueues(team=team)
     )
     if json_out:
         emit_json(rows)
         return
+    if not rows:
+        console.print("no pending or running jobs")
+        return
     budgets = any(row.get("budget_gpu_hours") for row in rows)
-    table = Table(box=None, header_style="bold")
-    for column in ("QUEUE", "TEAM", "FLAVOR", "PENDING", "RUNNING", "GPUS/QUOTA", "BORROWED",
-                   "OLDEST PENDING", *(("GPU-HOURS/BUDGET", "RESETS") if budgets else ())):
-        table.add_column(column)
+    columns = (*QUEUE_COLUMNS, *(BUDGET_COLUMNS if budgets else ()), OLDEST_COLUMN)
+    lines = []
     for row in rows:
         cells = [row["queue"], row["team"], row["flavor"],
-                 f"{row['pending_jobs']} ({row['pending_gpus']} GPUs)",
-                 str(row["running_jobs"]), f"{row['gpus_in_use']}/{row['quota']}",
-                 str(row["borrowed_gpus"]), str(row["oldest_pending_at"] or "-")[:19]]
+                 f"{row['pending_jobs']} ({row['pending_gpus']:g})", str(row["running_jobs"]),
+                 f"{row['gpus_in_use']:g}/{row['quota']:g}", f"{row['borrowed_gpus']:g}",
+                 age(row["oldest_pending_at"])]
         if budgets:
             cells.extend(_budget_cells(row))
-        table.add_row(*map(untrusted, cells))
-    console.print(table if rows else "no pending or running jobs")
+        lines.append([*cells, str(row["oldest_pending_at"] or "-")[:19].replace("T", " ")])
+    print_table(console, columns, lines, wide=output is Output.wide)
 
 
 def _budget_cells(row: dict[str, Any]) -> list[str]:
     if not row.get("budget_gpu_hours"):
-        return ["-", "-"]
+        return ["-", "-", "-"]
     used, budget = row["budget_used_gpu_hours"], row["budget_gpu_hours"]
-    return [f"{used:,.0f}/{budget:,.0f} ({used / budget:.0%})", str(row["budget_resets_at"])[:16]]
+    return [f"{used / budget:.0%}", f"{used:,.0f}/{budget:,.0f}",
+            str(row["budget_resets_at"])[:16].replace("T", " ")]
 
 
 @handled

@@ -16,6 +16,12 @@ from rota.contracts.subjects import NOTIFICATIONS_LIST
 from rota.settings import get_settings
 
 SUBJECT = NOTIFICATIONS_LIST
+NO_CHANNEL = (
+    "no channel is configured, so the notifier records and sends nothing: give it Slack "
+    "(ROTA_SLACK_TOKEN, or ROTA_SLACK_WEBHOOK_URL) or email (ROTA_SMTP_HOST, and ROTA_SMTP_USER,"
+    " ROTA_SMTP_PASSWORD if the server asks) in the notifier's environment (with `rota up`, "
+    "its own) and restart it"
+)
 
 
 def _short_time(value: str | None) -> str:
@@ -50,12 +56,17 @@ def notifications(
         "--limit", min=1, max=1000, help="At most this many, newest first.")] = 50,
 ) -> None:
     """Notifications sent, retrying or dead, newest first. No secret is ever shown."""
-    rows: list[dict[str, Any]] = call(
-        get_settings(), SUBJECT, m.ListNotifications(failed=failed, limit=limit)
+    answer: dict[str, Any] = call(
+        get_settings(), SUBJECT, m.ListNotifications(failed=failed, limit=limit,
+                                                     with_channels=True)
     )
+    rows: list[dict[str, Any]] = answer["notifications"]
     if json_out:
         emit_json(rows)
-    elif rows:
+        return
+    if rows:
         console.print(table(rows, failed=failed))
-    else:
+    if not answer["channels"]:
+        console.print(NO_CHANNEL, highlight=False)
+    elif not rows:
         console.print("no failed notifications" if failed else "no notifications yet")

@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from rota.cli.client import call
-from rota.cli.columns import Column, Output, OutputOpt, print_table
+from rota.cli.columns import Column, Output, OutputOpt, age, print_table
 from rota.cli.output import console, emit_json, handled
-from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, PREEMPTION_PLANS
 from rota.ids import short_id
@@ -78,26 +76,40 @@ def preemptions(
     print_table(console, PREEMPTION_COLUMNS, preemption_rows(plans), wide=output is Output.wide)
 
 
+ALLOCATION_COLUMNS = (
+    Column("JOB", whole=True), Column("TEAM"), Column("QUEUE"), Column("GPUS", whole=True),
+    Column("BORROWED", whole=True), Column("AGE", whole=True), Column("PLACEMENT"),
+    Column("RUN", wide=True), Column("JOB ID", wide=True), Column("GRANTED", wide=True),
+)
+
+
+def allocation_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """One line per run: its job's short id, the grant's age, where its GPUs are (cut to fit;
+    whole with `-o wide`, beside the full ids and the grant's time)."""
+    return [[
+        short_id(row["job_id"]), row["team"], row["queue"], str(row["gpus"]),
+        str(row["borrowed_gpus"]), age(row["granted_at"]),
+        " ".join(f"{p['node']}[{','.join(map(str, p['gpus']))}]" for p in row["placement"]),
+        row["run_id"], row["job_id"], str(row["granted_at"])[:19].replace("T", " "),
+    ] for row in rows]
+
+
 @handled
 def allocations(
     all_runs: Annotated[bool, typer.Option("--all", help="Released ones too, newest first.")] = False,
     limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many.")] = 1000,
+    output: OutputOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The ledger's allocations: which run holds which GPUs, and how many are borrowed."""
+    """The ledger's allocations, one line per run: which job holds how many GPUs, how many
+    are borrowed, since when, and where."""
     result: dict[str, Any] = call(get_settings(), LEDGER_ALLOCATIONS,
                                   m.ListAllocations(active_only=not all_runs, limit=limit))
     rows = result["allocations"]
     if json_out:
         emit_json(result)
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("RUN", "JOB", "TEAM", "QUEUE", "GPUS", "BORROWED", "PLACEMENT", "GRANTED"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        placement = " ".join(f"{p['node']}[{','.join(map(str, p['gpus']))}]"
-                             for p in row["placement"])
-        table.add_row(*map(untrusted, (
-            row["run_id"][:13], row["job_id"][:13], row["team"], row["queue"], str(row["gpus"]),
-            str(row["borrowed_gpus"]), placement, row["granted_at"][:19])))
-    console.print(table if rows else "no allocations")
+    if not rows:
+        console.print("no allocations")
+        return
+    print_table(console, ALLOCATION_COLUMNS, allocation_rows(rows), wide=output is Output.wide)

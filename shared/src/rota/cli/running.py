@@ -44,6 +44,14 @@ class Executor(StrEnum):
     kubernetes = "kubernetes"
 
 
+def console_login(admin_creds: Path | str | None) -> str:
+    """How to log in to the console: it asks for a .creds file, pasted or chosen."""
+    team = "a team's .creds from `rota creds issue --team <team>`"
+    if admin_creds is None:
+        return f"paste or choose {team}"
+    return f"paste or choose {admin_creds} (the admin: every team), or {team}"
+
+
 @dataclass
 class Stack:
     settings: Settings
@@ -92,6 +100,7 @@ class Stack:
             # that team's own subjects.
             process, console = start_console({**env, **self.infra.identity_env(CONSOLE)},
                                              logs / f"{CONSOLE}.log")
+            console["login"] = console_login(self.endpoints.nats_creds)
             self.processes.append(process)
         write_runtime_file(self.settings.runtime_file, self.endpoints, os.getpid())
         return {**self.infra.describe(self.endpoints), "home": str(self.settings.home.resolve()),

@@ -156,6 +156,8 @@ def print_summary(summary: Mapping[str, Any], *, wide: bool = False) -> None:
         for name, info in services.items()], wide=wide)
     if (console := summary.get("console")) is not None:
         say(f"Console   {console['url']} ({console['state']})")
+        if login := console.get("login"):
+            say(f"Log in    {login}")
     say("Rota is up. Ctrl-C stops it.")
 
 

@@ -134,11 +134,24 @@ def envelope(
     )
 
 
+PLAIN_RULES: dict[tuple[str, str], str] = {
+    ("GetJob", "job_id"): "a job id is 8 to 36 hex digits and dashes: the whole id, its last "
+    "12 characters (the JOB column of `rota jobs`), or 8+ characters from its start or end; "
+    "`rota jobs` lists them",
+}
+"""What a field looks like, said instead of the validator's own words (a regular expression
+or a length) when a value breaks the field's pattern or length: keyed by (model, field)."""
+
+SHAPE_ERRORS = frozenset({"string_pattern_mismatch", "string_too_short", "string_too_long"})
+
+
 def first_error(exc: ValidationError, prefix: str = "") -> ContractError:
     """The first validation problem, as a field path and a plain rule."""
     err = exc.errors(include_url=False)[0]
     path = ".".join(str(p) for p in err["loc"] if p != "__root__")
     message = str(err["msg"])
+    if err["type"] in SHAPE_ERRORS and (rule := PLAIN_RULES.get((exc.title, path))):
+        message = rule
     if err["type"] == "value_error" and ": " in message.removeprefix("Value error, "):
         # Model validators name their own field: "sim.checkpoint_interval_s: needs ...".
         inner_path, _, rule = message.removeprefix("Value error, ").partition(": ")

@@ -46,6 +46,8 @@ class ListJobs(StrictModel):
     queue: Tier | None = None
     state: JobStateName | None = None
     limit: StrictInt = Field(100, ge=1, le=10_000)
+    user: Name | None = Field(None, description="Only this user's jobs (`squeue -u`).")
+    name: Name | None = Field(None, description="Only the jobs of this name (`squeue -n`).")
 
 
 class ListAllocations(StrictModel):
@@ -66,6 +68,9 @@ class ListNotifications(StrictModel):
     failed: StrictBool = Field(False, description="Only the dead letter.")
     limit: StrictInt = Field(50, ge=1, le=1000)
     job_id: Uuid | None = None
+    with_channels: StrictBool = Field(
+        False, description="Answer `{channels, notifications}`: the channels the notifier is "
+        "configured with (none: nothing is recorded, nor sent), then the list.")
 
 
 class ListPreemptions(StrictModel):

@@ -133,9 +133,8 @@ def demo(
             else:
                 err_console.print(f"rota demo: NATS {summary['nats_url']}, six services up")
                 if (web := summary.get("console")) is not None:
-                    admin = stack.endpoints.nats_creds or "a team's .creds (`rota creds issue`)"
-                    err_console.print(f"rota demo: watch it live at {web['url']} (log in with "
-                                      f"{admin})", highlight=False, soft_wrap=True)
+                    err_console.print(f"rota demo: watch it live at {web['url']} (log in: "
+                                      f"{web['login']})", highlight=False, soft_wrap=True)
                 with Live(_view(story, 0.0), console=console, refresh_per_second=4) as live:
                     asyncio.run(_play(settings, stack.endpoints.nats_url, story, live))
         finally:
