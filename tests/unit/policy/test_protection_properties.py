@@ -114,7 +114,9 @@ def test_a_plan_loses_work_only_where_a_lender_past_its_wait_target_takes_back_b
 ) -> None:
     """The loss cap counts every victim but other teams' borrowers taken back by a job that has
     waited its wait target; those borrowers' loss is in the plan's expected loss, and together
-    they hold no more than their team borrows (counting the cycle's admissions)."""
+    they hold no more than their team borrows (counting the cycle's admissions, and the
+    preemptors of the plans made before, whose GPUs the cycle holds for them from then on:
+    `Cycle.accept_plan`)."""
     snap, config = world
     cap = config.max_lost_gpu_s_per_plan
     assert cap is not None
@@ -128,6 +130,7 @@ def test_a_plan_loses_work_only_where_a_lender_past_its_wait_target_takes_back_b
     for plan in d.plans:
         job = pending[plan.preemptor_job_id]
         assert plan.expected_lost_gpu_s == sum(v.expected_lost_gpu_s for v in plan.victims)
+        held_from_here, in_use[job.team] = in_use.copy(), in_use[job.team] + job.gpus
         if plan.expected_lost_gpu_s <= cap:
             continue
         assert NOW - job.submitted_at >= config.tier(job.tier).long_wait_s, plan
@@ -136,6 +139,8 @@ def test_a_plan_loses_work_only_where_a_lender_past_its_wait_target_takes_back_b
         for v in plan.victims:
             taken[v.team] += v.gpus
             lost[v.team] += v.expected_lost_gpu_s
-        reclaimed = {t for t in taken if t != job.team and taken[t] <= in_use[t] - config.team(t).on("gpu").quota}
+        reclaimed = {
+            t for t in taken if t != job.team and taken[t] <= held_from_here[t] - config.team(t).on("gpu").quota
+        }
         assert sum(gpu_s for t, gpu_s in lost.items() if t not in reclaimed) <= cap, plan
         assert reclaimed, plan
