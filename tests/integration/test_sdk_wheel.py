@@ -83,6 +83,12 @@ def test_the_wheels_hold_the_sdk_and_nothing_of_the_services(sdk_python: Path) -
         "rota.sdk", "rota.data_order", "rota.contracts"}
 
 
+async def run_job(python: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The example to its end, outside the event loop that serves the test's NATS client."""
+    return await asyncio.to_thread(subprocess.run, [str(python), str(TRAIN)], env=env,
+                                   capture_output=True, text=True, timeout=300)
+
+
 def final_checkpoint(output: str) -> dict[str, object]:
     found = re.search(r"final checkpoint (file://\S+)", output)
     assert found, output
@@ -92,9 +98,8 @@ def final_checkpoint(output: str) -> dict[str, object]:
 
 async def test_an_example_job_resumes_from_its_acknowledged_checkpoint(
         sdk_python: Path, nc: Client, endpoints: Endpoints, tmp_path: Path) -> None:
-    whole = subprocess.run([str(sdk_python), str(TRAIN)], capture_output=True, text=True,
-                           timeout=300, env=job_env(ROTA_CHECKPOINT_DIR=str(tmp_path / "whole"),
-                                                    TRAIN_STEP_S="0"))
+    whole = await run_job(sdk_python, job_env(ROTA_CHECKPOINT_DIR=str(tmp_path / "whole"),
+                                              TRAIN_STEP_S="0"))
     assert whole.returncode == 0, whole.stdout + whole.stderr
 
     run_id, job_id, token = new_id(), new_id(), "t" * 24
@@ -121,10 +126,9 @@ async def test_an_example_job_resumes_from_its_acknowledged_checkpoint(
     step = int(re.search(r"step-(\d+)\.json", acknowledged).group(1))  # type: ignore[union-attr]
     assert 50 <= step < 400  # preempted mid-run: the resume has work left
 
-    resumed = subprocess.run(
-        [str(sdk_python), str(TRAIN)], capture_output=True, text=True, timeout=300,
-        env=job_env(ROTA_CHECKPOINT_DIR=str(tmp_path / "attempt-2"), TRAIN_STEP_S="0",
-                    ROTA_RESUME_FROM=acknowledged))
+    resumed = await run_job(sdk_python, job_env(
+        ROTA_CHECKPOINT_DIR=str(tmp_path / "attempt-2"), TRAIN_STEP_S="0",
+        ROTA_RESUME_FROM=acknowledged))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"resumed from step {step} ({acknowledged})" in resumed.stdout
     assert final_checkpoint(resumed.stdout) == final_checkpoint(whole.stdout)
