@@ -128,3 +128,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     line = config.stash.get(REAL_KUBE_NOT_RUN, None)
     if line is not None:
         terminalreporter.write_line(line, yellow=True, bold=True)
+    # A test that cannot run here skips with a reason starting "NOT RUN:": said in one line.
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        if reason.removeprefix("Skipped: ").startswith("NOT RUN:"):
+            terminalreporter.write_line(f"== {reason.removeprefix('Skipped: ')} ({report.nodeid})",
+                                        yellow=True, bold=True)

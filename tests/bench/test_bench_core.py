@@ -6,7 +6,7 @@ the benchmark code keeps working.
 
 from __future__ import annotations
 
-from rota_policy.bench import run_core_bench
+from rota_replay.bench import run_core_bench
 
 
 def test_core_bench_smoke() -> None:

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from rota.bus.flushed import flushed
 from rota.bus.query import api_error
 from rota.contracts import envelope, parse
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
+from rota.flushed import flushed
 
 MAX_BYTES = 64 * 1024
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import nats
-from rota.bus.flushed import flushed
 from rota.endpoints import Endpoints
+from rota.flushed import flushed
 
 
 def _record_writes(nc: nats.NATS) -> list[bytes]:

@@ -10,13 +10,13 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from rota.bus.flushed import flushed
 from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
 from rota.contracts.job import WorkerPlacement
 from rota.db.engine import make_engine
 from rota.endpoints import Endpoints
+from rota.flushed import flushed
 from rota.ids import new_id
 from rota_submission import store
 from rota_submission.feed import Feeder

@@ -32,7 +32,7 @@ from typing import Any
 from rota.config.loader import parse_config
 from rota.config.model import RotaConfig
 from rota.k8s.kueue import kueue_job, kueue_objects
-from rota_policy.sim.rotacsv import HEADER, load_rota_csv
+from rota_replay.rotacsv import HEADER, load_rota_csv
 
 from tests.real_kube import bench_observe as obs
 from tests.real_kube.bench_rota import RotaSide

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from rota_policy import policy_config_from
-from rota_policy.sim.replay import nodes_from, team_quotas
-from rota_policy.sim.rotacsv import load_rota_csv
-from rota_policy.sim.simulator import Simulator
+from rota_replay.replay import nodes_from, team_quotas
+from rota_replay.rotacsv import load_rota_csv
+from rota_replay.simulator import Simulator
 
 from tests.real_kube import bench
 

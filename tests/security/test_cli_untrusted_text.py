@@ -104,7 +104,7 @@ def test_a_teams_text_reaches_the_terminal_inert(args: list[str]) -> None:
 
 
 def test_config_check_shows_a_rules_pattern_whole(tmp_path: Path) -> None:
-    doc = yaml.safe_load((Path(__file__).parents[2] / "shared/src/rota/config" / EXAMPLE_NAME)
+    doc = yaml.safe_load((Path(__file__).parents[2] / "packages/contracts/src/rota/config" / EXAMPLE_NAME)
                          .read_text())
     doc["cluster"]["flavors"][0]["name"] = "H100"
     path = tmp_path / "rota.yaml"

@@ -15,9 +15,9 @@ from rota.auth.jwt import claims_of, read_creds
 from rota.auth.keys import ADMIN, DEFAULT_TEAM_LIMITS, AuthDir, TeamLimits
 from rota.auth.permissions import team_inbox
 from rota.bus.broker import ensure_streams
-from rota.bus.flushed import flushed
 from rota.contracts.subjects import STREAM_CMD, submit, team_feed
 from rota.embedded import EmbeddedNats
+from rota.flushed import flushed
 
 from tests.integration.security.test_permissions import Identity
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rota.contractgen.spec import current_release, release_problems
 from rota.contracts import ContractError, envelope, parse, parse_any
 from rota.contracts import messages as m
 from rota.contracts.compat import Release, schema_breaks, subject_covers, version_problems
 from rota.contracts.release import released
-from rota.contracts.spec import current_release, release_problems
 from rota.contracts.versions import PROTOCOL_VERSION, message_version
 from rota.ids import new_id
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from rota.contractgen.spec import differences
 from rota.contracts import ContractError, envelope, parse, parse_any
 from rota.contracts import messages as m
 from rota.contracts.envelope import first_error
-from rota.contracts.spec import differences
 from rota.ids import derived_id, new_id
 
 from tests.builders import spec_doc, submit_job

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HOOK = ROOT / "shared/src/rota/docsite/hooks.py"
+HOOK = ROOT / "packages/cli/src/rota/docsite/hooks.py"
 
 
 def _build(project: Path, site: Path) -> subprocess.CompletedProcess[str]:

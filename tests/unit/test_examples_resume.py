@@ -34,7 +34,7 @@ def torch_python() -> str | None:
 def env_for(tmp: Path, name: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in NOT_A_RUN}
     # This checkout's rota first: a torch venv may hold an install of another checkout.
-    path = os.pathsep.join(str(REPO / p) for p in ("shared/src", "policy/src"))
+    path = os.pathsep.join(str(REPO / p) for p in ("packages/sdk/src", "packages/contracts/src"))
     return {**env, "ROTA_CHECKPOINT_DIR": str(tmp / name), **extra,
             "PYTHONPATH": os.pathsep.join(filter(None, (path, env.get("PYTHONPATH"))))}
 

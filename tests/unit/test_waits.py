@@ -118,7 +118,7 @@ def test_the_trace_shows_the_hold_between_the_submission_and_the_preemption() ->
     from rota_submission.explain import timeline
     from rota_submission.record import decisions
 
-    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "shared" / "src" / "rota" / "config"
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "packages" / "contracts" / "src" / "rota" / "config"
                           / "example.rota.yaml").read_text())
     doc["queues"]["production"]["preemption_delay_s"] = 300
     doc.setdefault("preemption", {})["max_lost_gpu_s_per_plan"] = None

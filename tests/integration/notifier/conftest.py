@@ -20,13 +20,13 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import SecretStr
 from rota.bus.broker import publish_headers
-from rota.bus.flushed import flushed
 from rota.clock import FakeClock
 from rota.contracts import Envelope
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.db import migrate
 from rota.db.engine import make_engine
 from rota.endpoints import Endpoints
+from rota.flushed import flushed
 from rota.settings import Settings
 from rota_notifier.api import answer
 from rota_notifier.app import MIGRATIONS, Notifier, assemble

@@ -18,7 +18,6 @@ from nats.aio.client import Client
 from rota.auth.keys import ADMIN, AuthDir, run_creds
 from rota.auth.permissions import run_inbox, team_inbox
 from rota.bus.broker import ensure_streams
-from rota.bus.flushed import flushed
 from rota.contracts.subjects import (
     EVENT_SUBJECTS,
     RUN_PROTOCOL,
@@ -30,6 +29,7 @@ from rota.contracts.subjects import (
     team_feed,
 )
 from rota.embedded import EmbeddedNats
+from rota.flushed import flushed
 
 RUN = "01a00000-0000-7000-8000-00000000a001"
 OTHER_RUN = "01a00000-0000-7000-8000-00000000b002"

@@ -13,9 +13,9 @@ from rota.contracts.common import Tier
 from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import BudgetLimit, Decisions, PolicyConfig
 from rota_policy.model import NodeState
-from rota_policy.sim.metrics import metrics
-from rota_policy.sim.simulator import Simulator
-from rota_policy.sim.workload import TraceJob
+from rota_replay.metrics import metrics
+from rota_replay.simulator import Simulator
+from rota_replay.workload import TraceJob
 
 from tests.unit.policy.builders import Run, cluster, gpu_jobs, team_config
 from tests.unit.policy.test_policy_scenarios import NOW, Row, explanation, run_row

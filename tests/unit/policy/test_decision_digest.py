@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from rota.contracts.messages import WaitReasonCode
 from rota_policy import Admission, Decisions, PendingExplanation, Reason, ScoreBreakdown, Slot
-from rota_policy.sim.digest import decision_digest, decisions_text
+from rota_replay.digest import decision_digest, decisions_text
 
 from tests.unit.policy.test_replay import HEAD
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from rota.contracts.common import Tier
 from rota_policy.model import NodeState
-from rota_policy.sim.hetero import ELASTIC_DRAWS, hetero_jobs
-from rota_policy.sim.metrics import metrics
-from rota_policy.sim.rotacsv import HEADER, TraceFormatError, load_rota_csv, write_rota_csv
-from rota_policy.sim.simulator import Simulator
-from rota_policy.sim.workload import TraceJob, load_philly
+from rota_replay.hetero import ELASTIC_DRAWS, hetero_jobs
+from rota_replay.metrics import metrics
+from rota_replay.rotacsv import HEADER, TraceFormatError, load_rota_csv, write_rota_csv
+from rota_replay.simulator import Simulator
+from rota_replay.workload import TraceJob, load_philly
 
 from tests.unit.policy.builders import team_config
 from tests.unit.policy.test_replay import HEAD

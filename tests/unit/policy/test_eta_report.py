@@ -9,10 +9,10 @@ from rota.config import load_config
 from rota.contracts.common import Tier
 from rota.contracts.messages import WaitReasonCode
 from rota_policy import PendingJob, RunningRun
-from rota_policy.sim.etas import probe_times
-from rota_policy.sim.replay import find_scenario, replay_run
-from rota_policy.sim.squeue import BF_MAX_JOB_TEST, FreeProfile, squeue_start
-from rota_policy.sim.workload import load_philly
+from rota_replay.etas import probe_times
+from rota_replay.replay import find_scenario, replay_run
+from rota_replay.squeue import BF_MAX_JOB_TEST, FreeProfile, squeue_start
+from rota_replay.workload import load_philly
 
 from tests.unit.policy.test_replay import HEAD
 

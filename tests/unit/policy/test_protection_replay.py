@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from rota.contracts.common import Tier
 from rota_policy import NodeState, PolicyConfig, TeamLimits, TeamPolicy
-from rota_policy.sim.metrics import metrics
-from rota_policy.sim.simulator import Simulator
-from rota_policy.sim.workload import TraceJob
+from rota_replay.metrics import metrics
+from rota_replay.simulator import Simulator
+from rota_replay.workload import TraceJob
 
 NODE = (NodeState("n0", "gpu", "r0", 8, tuple(range(8))),)
 

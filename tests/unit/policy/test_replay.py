@@ -12,10 +12,10 @@ from rota.config import load_config
 from rota.contracts.common import Tier
 from rota_policy import Decisions, PendingQueue, PolicyConfig, Snapshot, policy_config_from
 from rota_policy.fairshare import accrue, decay, fairshare_factors, usage_share_gap, water_fill
-from rota_policy.sim.metrics import METRIC_KEYS
-from rota_policy.sim.replay import find_scenario, nodes_from, replay_run
-from rota_policy.sim.simulator import Simulator
-from rota_policy.sim.workload import load_philly, scenario_quotas
+from rota_replay.metrics import METRIC_KEYS
+from rota_replay.replay import find_scenario, nodes_from, replay_run
+from rota_replay.simulator import Simulator
+from rota_replay.workload import load_philly, scenario_quotas
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACE_NAME = Path("data") / "philly" / "philly-2017-09-10.csv"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from rota.cli.main import app
-from rota_policy.sim.speed import PAIRS, _bucket, replay_speed
+from rota_replay.speed import PAIRS, _bucket, replay_speed
 from typer.testing import CliRunner
 
 runner = CliRunner()

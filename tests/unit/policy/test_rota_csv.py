@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from rota.config import load_config
 from rota.contracts.common import Tier
-from rota_policy.sim.hetero import hetero_jobs, hetero_quotas, hetero_shares, whole_gpus
-from rota_policy.sim.replay import find_scenario, load, replay_run
-from rota_policy.sim.rotacsv import HEADER, TraceFormatError, load_rota_csv, write_rota_csv
-from rota_policy.sim.workload import load_philly
+from rota_replay.hetero import hetero_jobs, hetero_quotas, hetero_shares, whole_gpus
+from rota_replay.replay import find_scenario, load, replay_run
+from rota_replay.rotacsv import HEADER, TraceFormatError, load_rota_csv, write_rota_csv
+from rota_replay.workload import load_philly
 
 from tests.unit.policy.test_replay import HEAD
 

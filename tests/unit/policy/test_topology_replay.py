@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 from rota.config import load_config
 from rota_policy import TopologyNeed, policy_config_from
-from rota_policy.sim.metrics import METRIC_KEYS
-from rota_policy.sim.replay import find_scenario, nodes_from, replay_run
-from rota_policy.sim.workload import load_philly
+from rota_replay.metrics import METRIC_KEYS
+from rota_replay.replay import find_scenario, nodes_from, replay_run
+from rota_replay.workload import load_philly
 
 from tests.unit.policy.test_replay import HEAD
 
