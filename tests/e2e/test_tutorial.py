@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -116,12 +118,18 @@ def test_the_page_and_the_steps_name_the_same_commands_and_facts() -> None:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def env() -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ROTA_NATS_URL", "ROTA_DATABASE_URL", "ROTA_CONFIG", "ROTA_HOME")}
-    # Wide enough that no line the facts read is wrapped.
-    return {**env, "ROTA_HOME": str(tmp_path_factory.mktemp("tutorial") / ".rota"),
-            "COLUMNS": "250"}
+    # Not under pytest's own temporary root: embedded PostgreSQL runs as another user, which
+    # must reach the directory, and pytest sessions running side by side reset that root's
+    # mode.
+    home = Path(tempfile.mkdtemp(prefix="rota-tutorial-"))
+    try:
+        # Wide enough that no line the facts read is wrapped.
+        yield {**env, "ROTA_HOME": str(home / ".rota"), "COLUMNS": "250"}
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def start_rota_up(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
