@@ -95,7 +95,8 @@ def shown_commands(markdown: str) -> list[Shown]:
     after it."""
     found: list[Shown] = []
     for block in re.findall(r"^```console\n(.*?)^```", markdown, flags=re.M | re.S):
-        command, output = None, []
+        command: str | None = None
+        output: list[str] = []
         for line in block.splitlines():
             if line.startswith("$ "):
                 if command is not None:

@@ -216,7 +216,8 @@ def _labels(family: Any) -> str:
     """A family's labels, each with the values the catalog knows in advance (it starts them at
     0), e.g. `outcome` = acked, forced; labels whose values come from rota.yaml (team, queue,
     flavor) have none."""
-    names = tuple(getattr(family, "_labelnames", None) or getattr(family, "labelnames", ()))
+    names: tuple[str, ...] = tuple(getattr(family, "_labelnames", None)
+                                   or getattr(family, "labelnames", None) or ())
     known = list(getattr(family, "_metrics", {}))
     words = []
     for i, name in enumerate(names):
