@@ -34,6 +34,7 @@ from tests.e2e.rota_cli import REPO, ROTA
 pytestmark = pytest.mark.e2e
 
 PAGE = REPO / "docs" / "tutorial.md"
+UP_TIMEOUT_S = 600.0
 ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
@@ -139,7 +140,9 @@ def start_rota_up(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     lines: list[str] = []
-    deadline = time.monotonic() + 180
+    # Generous: on a loaded machine the first start (initdb, migrations, six services and the
+    # console) takes minutes; `rota up` itself waits up to 60 s for the services.
+    deadline = time.monotonic() + UP_TIMEOUT_S
     while time.monotonic() < deadline and not any("Rota is up" in line for line in lines):
         ready, _, _ = select.select([process.stderr], [], [], max(0.0, deadline - time.monotonic()))
         line = process.stderr.readline() if ready else ""
@@ -149,7 +152,7 @@ def start_rota_up(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
     output = "\n".join(lines)
     if "Rota is up" not in output:
         process.kill()
-        pytest.fail(f"rota up was not up in 180 s:\n{output}")
+        pytest.fail(f"rota up was not up in {UP_TIMEOUT_S:g} s:\n{output}")
     return process, output
 
 
