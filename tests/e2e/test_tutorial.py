@@ -202,6 +202,9 @@ def until_true(step: Step, env: dict[str, str], variables: dict[str, str], *,
         time.sleep(2)
 
 
+# rota up (minutes on a loaded machine), the victim's minimum runtime (5 min), the production
+# job's run (3 min), and every command in between.
+@pytest.mark.timeout(1800)
 def test_the_tutorial_runs_as_written(stack: str, env: dict[str, str]) -> None:
     [up, *rest] = STEPS
     matches = [re.search(fact, stack, flags=re.M) for fact in up.facts]
