@@ -10,7 +10,8 @@ from rota.docsite import reference
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("page", [reference.CLI_PAGE, reference.CONFIG_PAGE, reference.ENVIRONMENT_PAGE],
+@pytest.mark.parametrize("page", [reference.CLI_PAGE, reference.CONFIG_PAGE, reference.ENVIRONMENT_PAGE,
+                                  reference.METRICS_PAGE],
                          ids=str)
 def test_the_committed_page_is_what_the_code_generates(page: Path) -> None:
     generated = reference.pages()[page]
@@ -55,3 +56,10 @@ def test_check_names_a_stale_page(tmp_path: Path, capsys: pytest.CaptureFixture[
     (tmp_path / reference.CONFIG_PAGE).write_text("# edited by hand\n")
     assert reference.main(["--check"]) == 1
     assert str(reference.CONFIG_PAGE) in capsys.readouterr().out
+
+
+def test_every_metric_family_has_its_row() -> None:
+    from rota import metrics
+
+    page = reference.metrics_reference()
+    assert metrics.NAMES and all(f"| `{name}` |" in page for name in metrics.NAMES)

@@ -52,7 +52,9 @@ async def connected(settings: Settings) -> AsyncIterator[Connection]:
 
     try:
         nc = await nats.connect(
-            url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0,
+            # nats-py reads 0 attempts as "no limit" on the first connect too: 1 gives up.
+            url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=1,
+            reconnect_time_wait=0.2,
             error_cb=on_error, **connect_options(settings),
         )
     except (TimeoutError, OSError, NatsTimeout, nats.errors.NoServersError) as exc:

@@ -1,6 +1,6 @@
 """docs/reference/cli.md from the Typer app and docs/reference/configuration.md from the
-`rota.yaml` model, docs/reference/environment.md from the typed settings, so that no reference
-can drift from the code.
+`rota.yaml` model, docs/reference/environment.md from the typed settings, docs/reference/metrics.md
+from the metrics catalog, so that no reference can drift from the code.
 
     uv run python -m rota.docsite.reference           # rewrite the pages
     uv run python -m rota.docsite.reference --check   # exit 1 if a page differs from the code
@@ -23,6 +23,7 @@ from pydantic_core import PydanticUndefined
 CLI_PAGE = Path("docs/reference/cli.md")
 CONFIG_PAGE = Path("docs/reference/configuration.md")
 ENVIRONMENT_PAGE = Path("docs/reference/environment.md")
+METRICS_PAGE = Path("docs/reference/metrics.md")
 # Every typed settings class of the workspace, by module: this tool documents the services too,
 # so it names them rather than importing them at the top (the shared package is below them).
 SETTINGS_CLASSES = (("rota.settings", "Settings", "every service and the CLI"),
@@ -211,9 +212,52 @@ def environment_reference() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _labels(family: Any) -> str:
+    """A family's labels, each with the values the catalog knows in advance (it starts them at
+    0), e.g. `outcome` = acked, forced; labels whose values come from rota.yaml (team, queue,
+    flavor) have none."""
+    names: tuple[str, ...] = tuple(getattr(family, "_labelnames", None)
+                                   or getattr(family, "labelnames", None) or ())
+    known = list(getattr(family, "_metrics", {}))
+    words = []
+    for i, name in enumerate(names):
+        values = list(dict.fromkeys(key[i] for key in known))
+        words.append(f"{name} = {', '.join(values)}" if values else name)
+    return "; ".join(words)
+
+
+def metrics_reference() -> str:
+    from rota import metrics
+
+    lines = [_GENERATED, "", "# Metrics", "",
+             "Every Prometheus metric family Rota exports, from the one catalog the services",
+             "register (`rota.metrics`). Each family is served by exactly one service, except the",
+             "last section's, which every service serves about itself. How to scrape them, the",
+             "dashboards and example queries: [Operating Rota](../operating.md#metrics-and-dashboards).",
+             "Counters are counted after the transaction that records their fact commits, so a",
+             "redelivered message counts once; no label ever holds a job, run or user id.", ""]
+    sections = [*((f"`{service}`", owned) for service, owned in metrics.OWNERS.items()),
+                ("every service", metrics.EVERY_SERVICE)]
+    for service, families in sections:
+        lines += [f"## Served by {service}", "",
+                  "| metric | type | labels | meaning |", "|---|---|---|---|"]
+        for family in families:
+            described = next(iter(family.describe()))
+            labels = _labels(family)
+            kind = "gauge" if isinstance(family, metrics.SnapshotGauge) else described.type
+            meaning = described.documentation
+            if bounds := getattr(family, "_upper_bounds", None):
+                shown = [f"{b:g}" for b in bounds if b != float("inf")]
+                meaning += f" Buckets (s): {', '.join(shown)}, +Inf."
+            lines.append(f"| `{metrics.family_name(family)}` | {kind} | {_cell(labels) or '—'} |"
+                         f" {_cell(meaning)} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def pages() -> dict[Path, str]:
     return {CLI_PAGE: cli_reference(), CONFIG_PAGE: config_reference(),
-            ENVIRONMENT_PAGE: environment_reference()}
+            ENVIRONMENT_PAGE: environment_reference(), METRICS_PAGE: metrics_reference()}
 
 
 def differences(root: Path) -> list[str]:
