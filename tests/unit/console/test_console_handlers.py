@@ -232,3 +232,19 @@ def test_a_borrowed_gpus_colour_is_a_custom_property_so_its_hatching_is_not_over
     html = client.get("/cluster", headers={HEADER: PLATFORM}).text
     assert 'class="gpu used tier-training borrowed"' in html
     assert "style=\"background" not in html and 'style="--c: ' in html
+
+
+def test_the_job_page_shows_no_raw_time_in_its_summary(client: TestClient, api: FakeApi) -> None:
+    asked = api.request
+
+    async def with_a_summary(subject: str, data: BaseModel) -> Any:
+        answer = await asked(subject, data)
+        if "job.why" in subject:
+            return {**answer, "summary": "running since 2026-12-07 13:20:09.701757+00:00 (attempt 1)"}
+        return answer
+
+    api.request = with_a_summary  # type: ignore[method-assign]
+    html = client.get(f"/jobs/{OURS['job_id']}", headers={HEADER: "nlp"}).text
+    summary = html.split('data-testid="summary">', 1)[1].split("</p>", 1)[0]
+    assert '<time datetime="2026-12-07T13:20:09.701757+00:00"' in summary
+    assert ">13:20:09</time>" in summary and " ago)</span> (attempt 1)" in summary
