@@ -92,9 +92,52 @@ def swaps(viewer: Viewer) -> list[dict[str, Any]]:
     return recorded
 
 
+IDLE_GREY = "rgb(230, 233, 239)"
+
+
+def _style(viewer: Viewer, selector: str, prop: str) -> list[str]:
+    found: list[str] = viewer.page.eval_on_selector_all(
+        selector, f"els => els.map(e => getComputedStyle(e).{prop})")
+    return found
+
+
+def test_a_waiting_jobs_score_legend_has_its_segments_colours(
+        demo: Demo, viewers: dict[str, Viewer]) -> None:
+    platform = viewers["platform"]
+
+    def a_waiting_job_with_a_score() -> str | None:
+        # Five jobs of 8 GPUs on 32 GPUs at the start: one of them waits, with a score.
+        for job in demo.story.jobs.values():
+            found = platform.json(f"/jobs/{job.job_id}") if job.job_id else (404, {})
+            if found[0] == 200 and found[1]["state"] == "pending" and found[1]["factors"]:
+                return job.job_id
+        return None
+
+    job_id = eventually(a_waiting_job_with_a_score, "a waiting job with score factors", 60)
+    platform.goto(f"/jobs/{job_id}")
+    swatches = _style(platform, ".legend .swatch", "backgroundColor")
+    segments = _style(platform, ".bar .seg", "backgroundColor")
+    assert swatches and swatches == segments, (swatches, segments)  # each its segment's colour
+    assert IDLE_GREY not in swatches and len(set(swatches)) == min(len(swatches), 4)
+    platform.shot("job-waiting")
+
+
 def test_the_queue_page_shows_the_borrowers_live_and_the_cluster_picture_changes_when_production_starts(
         demo: Demo, viewers: dict[str, Viewer]) -> None:
-    platform, nlp = viewers["platform"], viewers["nlp"]
+    platform, nlp, vision = viewers["platform"], viewers["nlp"], viewers["vision"]
+
+    def vision_borrows() -> bool | None:
+        vision.goto("/cluster")
+        return vision.page.locator(".gpu.borrowed").count() > 0 or None
+
+    # vision borrows nlp's idle quota: its borrowed GPUs are hatched over vision's colour.
+    eventually(vision_borrows, "a borrowed GPU of vision's on its cluster picture", 60)
+    hatches = _style(vision, ".gpu.borrowed", "backgroundImage")
+    assert hatches and all("repeating-linear-gradient" in h for h in hatches), hatches
+    assert set(_style(vision, ".gpu.borrowed", "backgroundColor")) == {"rgb(242, 142, 43)"}
+    assert "repeating-linear-gradient" in _style(vision, ".legend .swatch.borrowed",
+                                                 "backgroundImage")[0]
+    vision.shot("cluster-borrowed")
     platform.goto("/queues")
     nlp.goto("/cluster")
     first = [(g["team"], g["tier"]) for g in _cells(nlp)]
@@ -133,7 +176,7 @@ def test_a_victims_job_page_shows_notice_then_ack_then_resume(
         # saw it on the stream (it gathers events for up to 0.2 s; DECISIONS 96).
         vision.goto(f"/jobs/{job_id}")
         shown: list[list[str]] = vision.page.eval_on_selector_all(
-            "[data-testid=timeline] li", "els => els.map(e => [e.dataset.type, e.innerText])")
+            "[data-testid=timeline] > li", "els => els.map(e => [e.dataset.type, e.innerText])")
         kinds = [kind for kind, _ in shown]
         stops = [i for i, kind in enumerate(kinds) if kind == "RunStopped"]
         return shown if stops and "RunStarted" in kinds[stops[0]:] else None
@@ -146,7 +189,7 @@ def test_a_victims_job_page_shows_notice_then_ack_then_resume(
     stopped = kinds.index("RunStopped", acked)
     resumed = kinds.index("RunStarted", stopped)
     assert noticed < acked < stopped < resumed
-    ack_uri = vision.page.locator("[data-testid=timeline] li").nth(acked).locator("code.uri").inner_text()
+    ack_uri = vision.page.locator("[data-testid=timeline] > li").nth(acked).locator("code.uri").inner_text()
     assert ack_uri in entries[resumed][1], "the resume uses the acknowledged checkpoint"
     assert "suffered" in vision.page.locator(".plan").first.inner_text()
     vision.shot("job-victim")
@@ -168,7 +211,28 @@ def test_the_fair_share_and_preemption_pages_show_the_story(
 
     texts = eventually(both_plans_acked, "nlp's preemption and the drain, acknowledged", 120)
     assert all(" of None" not in t for t in texts), texts
+    # A checkpoint URI is cut to its column, whole in its title.
+    cells = platform.page.locator("td.checkpoint code.uri")
+    assert cells.count() > 0
+    for i in range(cells.count()):
+        cell = cells.nth(i)
+        assert cell.get_attribute("title") == cell.inner_text()
+        assert cell.evaluate("e => e.getBoundingClientRect().width") <= 16 * 16  # 16rem
+        assert cell.evaluate("e => e.scrollWidth > e.clientWidth || e.innerText.length < 30")
     platform.shot("preemptions")
+    # The preemptor's own page: what it caused, victim by victim.
+    prod = demo.story.jobs["nlp-prod-release"].job_id
+    platform.goto(f"/jobs/{prod}")
+    caused = platform.page.locator("[data-role=caused] [data-testid=caused-victims] tbody tr")
+    rows = [caused.nth(i).inner_text() for i in range(caused.count())]
+    assert rows and any("research-sweep" in r or "vision-train" in r for r in rows), rows
+    assert any("acked" in r for r in rows), rows
+    assert all("\u2013\t\u2013\t\u2013" not in r for r in rows), rows  # notice, deadline, ack known
+    platform.shot("job-preemptor")
+    nlp = viewers["nlp"]
+    nlp.goto(f"/jobs/{prod}")
+    theirs = nlp.page.locator("[data-role=caused] [data-testid=caused-victims]").inner_text()
+    assert "another team" in theirs and "research-sweep" not in theirs and "vision-train" not in theirs
     platform.goto("/fairshare")
     lines = platform.page.locator("[data-testid=fairshare-plot] polyline")
     assert lines.count() == 3
@@ -237,7 +301,7 @@ def test_every_page_has_a_json_twin_that_validates_and_renders_without_console_e
     platform, research = viewers["platform"], viewers["research"]
     victim = demo.story.jobs["research-sweep"].job_id
     urls = {"queues": "/queues", "job": f"/jobs/{victim}", "cluster": "/cluster",
-            "fairshare": "/fairshare", "preemptions": "/preemptions"}
+            "fairshare": "/fairshare", "preemptions": "/preemptions", "jobs": "/jobs"}
     secrets = [part for path in demo.creds.values() for part in read_creds(path.read_text())]
     for viewer in (platform, research):
         for name, url in urls.items():
@@ -249,6 +313,25 @@ def test_every_page_has_a_json_twin_that_validates_and_renders_without_console_e
             assert not [s for s in secrets if s in shown], f"a secret on {url}"
     platform.goto("/queues")
     platform.shot("queues")
+    # Search from the queue page's box, then narrow by team on the jobs list.
+    platform.page.fill("input[name=q]", "vision-train")
+    platform.page.press("input[name=q]", "Enter")
+    platform.page.wait_for_url("**/jobs?q=vision-train")
+    names = platform.page.eval_on_selector_all("[data-testid=jobs] tbody tr[data-job] td:nth-child(2)",
+                                               "els => els.map(e => e.innerText)")
+    assert sorted(names) == ["vision-train-a", "vision-train-b", "vision-train-c"], names
+    platform.page.select_option("select[name=state]", "finished")
+    platform.page.click("[data-testid=job-filters] button[type=submit]")
+    platform.page.wait_for_url("**/jobs?q=vision-train*state=finished*")
+    states = platform.page.eval_on_selector_all("[data-testid=jobs] tbody tr[data-job] td.state",
+                                                "els => els.map(e => e.innerText)")
+    assert set(states) <= {"finished"}
+    platform.shot("jobs-search")
+    research.goto("/jobs?q=vision-train")
+    assert research.page.locator("[data-testid=jobs] tbody tr[data-job]").count() == 0
+    assert research.goto("/jobs?team=vision").status == 403
+    research.errors.remove("Failed to load resource: the server responded with a status of 403 "
+                           "(Forbidden)")  # that 403 is the point
     research.goto(f"/jobs/{victim}")
     research.shot("job")
     # What research may not see: another team's job, and whose the other GPUs are.

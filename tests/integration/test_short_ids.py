@@ -56,3 +56,35 @@ async def test_jobs_are_listed_by_user_and_by_name(nc: Client, submission: Servi
     scoped = await api(nc, s.team_query(s.API_JOBS_LIST, "nlp"), m.ListJobs(user="bob", name="by-user-b"))
     assert [row["job_id"] for row in scoped.result] == [
         job_id for job_id, (_, name) in mine.items() if name == "by-user-b"]
+
+
+async def test_jobs_are_searched_by_a_part_of_the_name_or_the_id_and_paged(
+        nc: Client, submission: ServiceProcess) -> None:
+    ids: dict[str, str] = {}
+    for team, name in (("nlp", "Search-Alpha"), ("nlp", "search-beta"), ("nlp", "other"),
+                       ("research", "search-gamma")):
+        member = {"research": {"user": "dave", "queue": "experiment"}}.get(team, {})
+        reply = await api(nc, s.api_submit(team), submit_job(team=team, name=name, **member))
+        assert reply.ok, reply.error
+        ids[name] = reply.result["job_id"]
+    found = await api(nc, s.API_JOBS_LIST, m.ListJobs(search="SEARCH-", limit=1000))
+    named = {row["name"] for row in found.result}
+    assert {"Search-Alpha", "search-beta", "search-gamma"} <= named and "other" not in named
+    # By the short id (the id's last 12 characters), and by the id's start.
+    for part in (ids["other"][-12:], ids["other"][:13]):
+        by_id = await api(nc, s.API_JOBS_LIST, m.ListJobs(search=part, limit=1000))
+        assert ids["other"] in [row["job_id"] for row in by_id.result], part
+    # `_`, a LIKE wildcard, is a character like any other: no name has one.
+    assert (await api(nc, s.API_JOBS_LIST, m.ListJobs(search="search_", limit=1000))).result == []
+    # A team's own subject searches only that team's jobs.
+    scoped = await api(nc, s.team_query(s.API_JOBS_LIST, "nlp"), m.ListJobs(search="search-"))
+    assert {row["team"] for row in scoped.result} == {"nlp"}
+    refused = await api(nc, s.team_query(s.API_JOBS_LIST, "nlp"), m.ListJobs(team="research"))
+    assert refused.error is not None and refused.error.code == "UNAUTHORISED"
+    # Pages: newest first, each page the next `limit` after `offset`, no job twice.
+    everyone = (await api(nc, s.API_JOBS_LIST, m.ListJobs(search="search-", limit=1000))).result
+    pages = [(await api(nc, s.API_JOBS_LIST,
+                        m.ListJobs(search="search-", limit=2, offset=offset))).result
+             for offset in range(0, len(everyone) + 2, 2)]
+    assert [row["job_id"] for page in pages for row in page] == [r["job_id"] for r in everyone]
+    assert pages[-1] == []

@@ -139,6 +139,17 @@ def test_a_preempted_job_carries_its_checkpoint_back_to_the_queue() -> None:
     assert changes["resume_from"] == "s3://ckpt/7"
 
 
+def test_a_failed_runs_error_is_the_jobs_detail_which_rota_why_shows() -> None:
+    from rota_submission.explain import why
+
+    error = "the executor restarted with the sim backend; this local run cannot continue"
+    state, changes = apply_event("running", "RunFailed", {"error": error})
+    assert (state, changes) == ("failed", {"ended": True, "detail": error})
+    job = {"job_id": "j", "name": "n", "state": state, "queue": "training", "team": "nlp",
+           "ended_at": "2026-12-07T13:20:09+00:00", **changes}
+    assert why(job)["summary"] == f"failed at 2026-12-07T13:20:09+00:00: {error}"
+
+
 def test_preemption_events_belong_to_the_victims_too() -> None:
     from rota_submission.domain import related_jobs
 

@@ -32,9 +32,14 @@ class FakeApi(Reader):
         super().__init__(nc=None)  # type: ignore[arg-type]
         self.asked: list[str] = []
         self.cancelled: list[tuple[str, str]] = []
+        self.listed: list[dict[str, Any]] = []
 
     async def request(self, subject: str, data: BaseModel) -> Any:
         self.asked.append(subject)
+        if isinstance(data, m.ListJobs):
+            self.listed.append({k: v for k, v in data.model_dump().items()
+                                if k in ("search", "state", "queue", "user", "offset", "limit",
+                                         "team", "name")})
         parts = subject.split(".")
         team = parts[4] if subject.startswith("rota.api.") and len(parts) == 5 else None
         visible = [j for j in (OURS, THEIRS) if team in (None, j["team"])]
@@ -60,7 +65,7 @@ class FakeApi(Reader):
                      "recipient": "alice@example.com"}]
         if subject == "rota.sys.ledger.allocations":
             return {"allocations": [allocation(OURS["job_id"], "nlp", "training", "node-0", [0, 1]),
-                                    allocation("x", "vision", "training", "node-1", [0])]}
+                                    allocation("x", "vision", "training", "node-1", [0], borrowed=1)]}
         if subject == "rota.sys.preemption.plans":
             return [{"plan_id": "p1", "preemptor_job_id": THEIRS["job_id"], "preemptor_team": "vision",
                      "preemptor_queue": "production", "state": "completed", "reason": "RECLAIM",
@@ -106,7 +111,7 @@ def test_another_teams_job_is_not_found_exactly_like_a_missing_one(client: TestC
 
 def test_each_page_has_a_json_twin_that_validates_against_its_model(client: TestClient) -> None:
     urls = {"queues": "/queues", "job": f"/jobs/{OURS['job_id']}", "cluster": "/cluster",
-            "fairshare": "/fairshare", "preemptions": "/preemptions"}
+            "fairshare": "/fairshare", "preemptions": "/preemptions", "jobs": "/jobs"}
     for name, url in urls.items():
         by_accept = client.get(url, headers={HEADER: "nlp", "Accept": "application/json"})
         by_query = client.get(f"{url}?format=json", headers={HEADER: "nlp"})
@@ -198,3 +203,48 @@ def test_a_team_sees_the_preemptions_its_jobs_took_part_in_without_others_names(
     assert html.status_code == 200
     assert "another team" in html.text and "secret-sweep" not in html.text
     assert "research" not in html.text
+
+
+def test_the_jobs_list_asks_the_teams_own_subject_with_the_filters(
+        client: TestClient, api: FakeApi) -> None:
+    page = client.get("/jobs?q=our&state=running&queue=training&user=alice&offset=50&format=json",
+                      headers={HEADER: "nlp"}).json()
+    assert [j["name"] for j in page["jobs"]] == ["ours"] and page["teams"] == ["nlp"]
+    assert api.asked[-1] == "rota.api.jobs.list.nlp"
+    assert api.listed[-1] == {"search": "our", "state": "running", "queue": "training",
+                              "user": "alice", "offset": 50, "limit": 51, "team": None,
+                              "name": None}
+    html = client.get("/jobs?q=our", headers={HEADER: "nlp"}).text
+    assert 'value="our"' in html and "theirs" not in html
+
+
+def test_the_jobs_list_refuses_another_team_and_a_bad_user_naming_the_field(
+        client: TestClient, api: FakeApi) -> None:
+    other = client.get("/jobs?team=vision&format=json", headers={HEADER: "nlp"})
+    assert other.status_code == 403 and other.json()["error"]["field"] == "team"
+    bad = client.get("/jobs?user=Not%20A%20User&format=json", headers={HEADER: PLATFORM})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "user"
+    assert "rota.api.jobs.list.vision" not in api.asked
+
+
+def test_a_borrowed_gpus_colour_is_a_custom_property_so_its_hatching_is_not_overridden(
+        client: TestClient) -> None:
+    html = client.get("/cluster", headers={HEADER: PLATFORM}).text
+    assert 'class="gpu used tier-training borrowed"' in html
+    assert "style=\"background" not in html and 'style="--c: ' in html
+
+
+def test_the_job_page_shows_no_raw_time_in_its_summary(client: TestClient, api: FakeApi) -> None:
+    asked = api.request
+
+    async def with_a_summary(subject: str, data: BaseModel) -> Any:
+        answer = await asked(subject, data)
+        if "job.why" in subject:
+            return {**answer, "summary": "running since 2026-12-07 13:20:09.701757+00:00 (attempt 1)"}
+        return answer
+
+    api.request = with_a_summary  # type: ignore[method-assign]
+    html = client.get(f"/jobs/{OURS['job_id']}", headers={HEADER: "nlp"}).text
+    summary = html.split('data-testid="summary">', 1)[1].split("</p>", 1)[0]
+    assert '<time datetime="2026-12-07T13:20:09.701757+00:00"' in summary
+    assert ">13:20:09</time>" in summary and " ago)</span> (attempt 1)" in summary

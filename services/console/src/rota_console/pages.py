@@ -88,6 +88,9 @@ class TimelineEntry(BaseModel):
     source: str
     summary: str
     checkpoint_uri: str | None = None
+    collapsed: list[TimelineEntry] = []
+    """Consecutive periodic checkpoints shown as this one row (the last of them), each here:
+    `at` is the last one's, `checkpoint_uri` the last URI."""
 
 
 class Notification(BaseModel):
@@ -148,6 +151,30 @@ class PendingPreemption(BaseModel):
     """A GPU share victim counts its fraction of one GPU."""
 
 
+class JobFilters(BaseModel):
+    """What the jobs list was asked for: each filter, or None for any."""
+
+    search: str | None = None
+    """A part of the name (any case), or of the id from its start or end."""
+    team: str | None = None
+    user: str | None = None
+    state: str | None = None
+    queue: str | None = None
+
+
+class JobsPage(Page):
+    filters: JobFilters
+    jobs: list[dict[str, Any]]
+    """This page of the jobs that match, newest first (the API's job rows)."""
+    offset: int
+    limit: int
+    has_next: bool
+    teams: list[str]
+    """The teams the viewer may filter by: every team for the platform, else its own."""
+    states: list[str]
+    queues: list[str]
+
+
 class ClusterPage(Page):
     nodes: list[NodeCells]
     teams: list[str]
@@ -184,5 +211,5 @@ class PreemptionsPage(Page):
 
 PAGE_MODELS: dict[str, type[Page]] = {
     "queues": QueuesPage, "job": JobPage, "cluster": ClusterPage, "fairshare": FairSharePage,
-    "preemptions": PreemptionsPage,
+    "preemptions": PreemptionsPage, "jobs": JobsPage,
 }

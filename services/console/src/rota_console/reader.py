@@ -79,9 +79,12 @@ class Reader:
         rows = await self.request(self._scoped(s.API_QUEUES_SUMMARY, viewer), m.SummarizeQueues())
         return list(rows)
 
-    async def jobs(self, viewer: Viewer, *, state: str | None = None,
-                   limit: int = 200) -> list[dict[str, Any]]:
-        query = m.ListJobs.model_validate({"state": state, "limit": limit})
+    async def jobs(self, viewer: Viewer, *, state: str | None = None, limit: int = 200,
+                   **filters: Any) -> list[dict[str, Any]]:
+        """The newest jobs the viewer may see; `filters` are `ListJobs`' others (team, queue,
+        user, search, offset). A team viewer asks its own team's subject, where the service
+        answers only about that team (and refuses another team's name)."""
+        query = m.ListJobs.model_validate({"state": state, "limit": limit, **filters})
         return list(await self.request(self._scoped(s.API_JOBS_LIST, viewer), query))
 
     async def why(self, viewer: Viewer, job_id: str) -> dict[str, Any]:
@@ -107,12 +110,12 @@ class Reader:
         result = await self.request(s.LEDGER_ALLOCATIONS, m.ListAllocations(limit=10_000))
         return list(result["allocations"])
 
-    async def plans(self, viewer: Viewer, *, open_only: bool = False,
-                    limit: int = 100) -> list[dict[str, Any]]:
-        """Preemption sagas; a team sees those its jobs took part in, as preemptor or victim,
-        and of the other teams' victims only how many GPUs they gave up."""
+    async def plans(self, viewer: Viewer, *, open_only: bool = False, limit: int = 100,
+                    job_id: str | None = None) -> list[dict[str, Any]]:
+        """Preemption sagas (those of `job_id`, as preemptor or victim); a team sees those its
+        jobs took part in, and of the other teams' victims only how many GPUs they gave up."""
         rows = await self.request(s.PREEMPTION_PLANS,
-                                  m.ListPreemptions(open=open_only, limit=limit))
+                                  m.ListPreemptions(open=open_only, limit=limit, job_id=job_id))
         if viewer.is_platform:
             return list(rows)
         return [redact_plan(plan, viewer) for plan in rows

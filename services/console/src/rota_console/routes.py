@@ -4,6 +4,7 @@ login, the live feed and the one write: cancelling a job of one's own team."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from rota_console import views
+from rota_console import joblist, views
 from rota_console.access import (
     LoginRefused,
     check_form_token,
@@ -31,10 +32,14 @@ from rota_console.app import Console
 from rota_console.fairshare import fairshare_page, polyline
 from rota_console.pages import Page, PreemptionsPage
 from rota_console.reader import PLATFORM, ApiFailure, Viewer
+from rota_console.times import prose, time_html
 
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.globals["polyline"] = polyline
 templates.env.globals["plan_reason"] = waits.plan_reason
+templates.env.globals["prose"] = prose
+templates.env.globals["time_html"] = time_html
+templates.env.globals["page_url"] = joblist.page_url
 
 STATUS = {"NOT_FOUND": 404, "JOB_NOT_FOUND": 404, "AMBIGUOUS_ID": 400, "UNAUTHORISED": 403,
           "UNTRUSTED_PEER": 403, "UNAVAILABLE": 503, "INTERNAL": 502}
@@ -124,14 +129,27 @@ async def job(request: Request, viewer: Viewer) -> Response:
     job_id = request.path_params["job_id"]
     why, trace = await asyncio.gather(api.why(viewer, job_id), api.trace(viewer, job_id))
     notifications: list[dict[str, Any]] = []
+    plans: list[dict[str, Any]] = []
     error = None
     try:
         notifications = await api.notifications(viewer, trace["job"])
     except ApiFailure as exc:  # the notifier down costs the list, not the page
         error = exc.message
+    if trace.get("preemptions"):
+        # The victims' notices and acknowledgements are the coordinator's; without it the
+        # caused card shows what the trace has.
+        with contextlib.suppress(ApiFailure):
+            plans = await api.plans(viewer, job_id=trace["job"]["job_id"])
     page = views.job_page(viewer, why, trace, notifications, jaeger_url=console.settings.jaeger_url,
-                          notifications_error=error, now=_now())
+                          notifications_error=error, now=_now(), plans=plans)
     return render(request, "job.html", page)
+
+
+async def jobs(request: Request, viewer: Viewer) -> Response:
+    console = _console(request)
+    page = await joblist.jobs_page(console.api(), viewer, console.config,
+                                   dict(request.query_params), _now())
+    return render(request, "jobs.html", page)
 
 
 async def cluster(request: Request, viewer: Viewer) -> Response:
@@ -252,6 +270,7 @@ ROUTES = [
     Route("/login", login, methods=["POST"]),
     Route("/logout", logout, methods=["POST"]),
     Route("/queues", guarded(queues)),
+    Route("/jobs", guarded(jobs)),
     Route("/jobs/{job_id}", guarded(job)),
     Route("/jobs/{job_id}/cancel", guarded(cancel), methods=["POST"]),
     Route("/cluster", guarded(cluster)),

@@ -125,14 +125,13 @@ def factor_bars(factors: dict[str, Any] | None) -> list[Factor]:
 
 def job_page(viewer: Viewer, why: dict[str, Any], trace: dict[str, Any],
              notifications: list[dict[str, Any]], *, jaeger_url: str | None,
-             notifications_error: str | None, now: datetime) -> JobPage:
+             notifications_error: str | None, now: datetime,
+             plans: list[dict[str, Any]] | None = None) -> JobPage:
+    """`plans`: the coordinator's sagas of this job (`Reader.plans`, redacted for a team),
+    whose per-victim notice, deadline and acknowledgement the trace of a preemptor lacks."""
     job = trace["job"]
     state = why.get("state") or job["state"]
-    timeline = [TimelineEntry(at=e["at"], type=e["type"], source=e.get("source") or "",
-                              summary=e.get("summary") or "",
-                              checkpoint_uri=(e.get("data") or {}).get("checkpoint_uri")
-                              or (e.get("data") or {}).get("resumed_from"))
-                for e in trace.get("timeline", [])]
+    timeline = collapse_checkpoints(trace.get("timeline", []))
     trace_id = str(trace.get("trace_id") or "")
     link = f"{jaeger_url.rstrip('/')}/trace/{trace_id}" if jaeger_url and trace_id else None
     summary = why.get("summary")
@@ -145,11 +144,73 @@ def job_page(viewer: Viewer, why: dict[str, Any], trace: dict[str, Any],
         summary=summary if isinstance(summary, str) else None,
         reasons=[Reason.model_validate(waits.for_people(r)) for r in why.get("reasons") or []],
         factors=factor_bars(why.get("factors")), timeline=timeline,
-        preemptions=list(trace.get("preemptions") or []),
+        preemptions=[with_victims(p, plans or [], viewer) for p in trace.get("preemptions") or []],
         notifications=[Notification.model_validate(n) for n in notifications],
         notifications_error=notifications_error, trace_id=trace_id, jaeger_link=link,
         can_cancel=(not viewer.is_platform and job.get("team") == viewer.team
                     and job.get("state") not in ("finished", "failed", "cancelled")))
+
+
+def _entry(event: dict[str, Any]) -> TimelineEntry:
+    data = event.get("data") or {}
+    return TimelineEntry(at=event["at"], type=event["type"], source=event.get("source") or "",
+                         summary=event.get("summary") or "",
+                         checkpoint_uri=data.get("checkpoint_uri") or data.get("resumed_from"))
+
+
+def _periodic(event: dict[str, Any]) -> bool:
+    """A checkpoint a run saved on its own schedule, not for a notice."""
+    return event["type"] == "RunCheckpointed" and not (event.get("data") or {}).get("notice_id")
+
+
+def collapse_checkpoints(events: list[dict[str, Any]]) -> list[TimelineEntry]:
+    """One row per event, except that consecutive periodic checkpoints are one row: `N
+    checkpoints, last at T`, with each of them in `collapsed` (the page can expand it). A
+    long run saves hundreds; what happened around them must stay in view."""
+    out: list[TimelineEntry] = []
+    run: list[TimelineEntry] = []
+
+    def close() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            last = run[-1]
+            out.append(last.model_copy(update={
+                "summary": f"{len(run)} checkpoints saved, the last {last.checkpoint_uri}",
+                "collapsed": list(run)}))
+        run.clear()
+
+    for event in events:
+        if _periodic(event):
+            run.append(_entry(event))
+            continue
+        close()
+        out.append(_entry(event))
+    close()
+    return out
+
+
+PLAN_VICTIM_FIELDS = ("noticed_at", "deadline", "acked_at", "checkpoint_uri", "outcome",
+                      "lost_gpu_seconds", "state")
+
+
+def with_victims(plan: dict[str, Any], sagas: list[dict[str, Any]],
+                 viewer: Viewer) -> dict[str, Any]:
+    """A plan of the job's trace, its victims completed from the coordinator's saga (each
+    victim's notice, deadline, acknowledgement, checkpoint, outcome and loss). For a team, a
+    victim of another team keeps only its GPUs and outcome, as on the preemptions page."""
+    saga = next((p for p in sagas if p.get("plan_id") == plan.get("plan_id")), {})
+    by_run = {v.get("run_id"): v for v in saga.get("victims", []) if v.get("run_id")}
+    victims = []
+    for victim in plan.get("victims") or []:
+        known = by_run.get(victim.get("run_id"), {})
+        merged = {**victim, **{k: known[k] for k in PLAN_VICTIM_FIELDS
+                               if known.get(k) is not None}}
+        if not viewer.may_see(victim.get("team")):
+            merged = {"team": OTHER_TEAM, "gpus": victim.get("gpus"),
+                      "outcome": merged.get("outcome"), "state": merged.get("state")}
+        victims.append(merged)
+    return {**plan, "victims": victims}
 
 
 def cluster_page(viewer: Viewer, config: RotaConfig, allocations: list[dict[str, Any]],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import signal
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,7 +30,7 @@ from rota.service import RotaService
 from rota.tracing import context_from_headers, job_span
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rota_executor import metrics, store
+from rota_executor import metrics, procs, store
 from rota_executor.backend import Backend, Checkpoint, Exit, RunRecord, WorkerProcess
 from rota_executor.domain import mint_token, outcome, placement_problem, token_sha256
 
@@ -386,9 +387,15 @@ class Executor:
                     if self.service.partition.owns(run.run_id)]
         for run in live:
             if run.backend != backend.name:
+                # Only a run placed on the old backend cannot go on; a job that waits has
+                # no run, and the new backend runs it when it is admitted.
                 await self.ended(run.run_id, Exit(None, (
                     f"the executor restarted with the {backend.name} backend; this"
                     f" {run.backend} run cannot continue")))
+                stopped = stop_orphaned_processes(run)
+                if stopped:
+                    log.info("run %s: its %s processes %s told to stop (SIGTERM)", run.run_id,
+                             run.backend, stopped)
                 continue
             try:
                 await backend.adopt(run)
@@ -397,3 +404,12 @@ class Executor:
                 await self.ended(run.run_id, Exit(None, f"lost in a restart: {exc}"))
         if live:
             log.info("recovered %d live run(s)", len(live))
+
+
+def stop_orphaned_processes(run: RunRecord) -> list[int]:
+    """SIGTERM to the process groups of a local run that no backend of this executor will
+    watch again (it restarted with another): the run has failed and its GPUs go back to the
+    ledger, so its job must not keep running on them. The pids still alive, as recorded
+    (with their start time, so a reused pid is left alone), that were signalled."""
+    return [p.pid for p in run.processes
+            if procs.alive(p.pid, p.start) and procs.signal_group(p.pid, signal.SIGTERM)]

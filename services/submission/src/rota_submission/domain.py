@@ -263,6 +263,8 @@ def apply_event(
         node = f" {data['node']}" if data.get("node") else ""
         return "preempting", {"detail": f"drain: its node{node} is drained; told to checkpoint"
                                         " and stop (no preemption budget spent)"}
+    if event_type == "RunFailed":  # why it failed is what `rota why` and `rota jobs` show
+        return "failed", {"ended": True, "detail": data.get("error")}
     if event_type in _TRANSITIONS:
         new_state = _TRANSITIONS[event_type]
         return new_state, {"ended": new_state in TERMINAL_STATES}

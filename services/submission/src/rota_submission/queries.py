@@ -117,6 +117,7 @@ async def list_jobs(engine: AsyncEngine, query: m.ListJobs, *, team: str | None)
         rows = await store.list_jobs(
             conn, team=team or query.team, queue=query.queue.value if query.queue else None,
             state=query.state, limit=query.limit, user=query.user, name=query.name,
+            search=query.search, offset=query.offset,
         )
     return m.ApiReply(ok=True, result=[_with_short_id(row) for row in rows])
 

@@ -176,9 +176,17 @@ async def find_job(
 
 async def list_jobs(
     conn: AsyncConnection, *, team: str | None, queue: str | None, state: str | None, limit: int,
-    user: str | None = None, name: str | None = None,
+    user: str | None = None, name: str | None = None, search: str | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
     query = sa.select(*_public())
+    if search:
+        # A part of the name, any case; or of the id from its start or its end (a short id).
+        query = query.where(sa.or_(
+            jobs.c.name.icontains(search, autoescape=True),
+            jobs.c.job_id.startswith(search.lower(), autoescape=True),
+            sa.func.reverse(jobs.c.job_id).startswith(search.lower()[::-1], autoescape=True),
+        ))
     if user:
         query = query.where(jobs.c.user_name == user)
     if name:
@@ -189,7 +197,8 @@ async def list_jobs(
         query = query.where(jobs.c.queue == queue)
     if state:
         query = query.where(jobs.c.state == state)
-    query = query.order_by(jobs.c.submitted_at.desc(), jobs.c.job_id.desc()).limit(limit)
+    query = (query.order_by(jobs.c.submitted_at.desc(), jobs.c.job_id.desc())
+             .offset(offset).limit(limit))
     return [dict(row._mapping) for row in await conn.execute(query)]
 
 

@@ -138,6 +138,8 @@ PLAIN_RULES: dict[tuple[str, str], str] = {
     ("GetJob", "job_id"): "a job id is 8 to 36 hex digits and dashes: the whole id, its last "
     "12 characters (the JOB column of `rota jobs`), or 8+ characters from its start or end; "
     "`rota jobs` lists them",
+    ("ListJobs", "search"): "a search is 1 to 128 characters of a job's name or id: letters, "
+    "digits and . _ : / -",
 }
 """What a field looks like, said instead of the validator's own words (a regular expression
 or a length) when a value breaks the field's pattern or length: keyed by (model, field)."""

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt
+from pydantic import Field, StrictBool, StrictInt, StringConstraints
 
 from rota.contracts.common import Name, OpenModel, ShortText, StrictModel, SubmissionId, Tier, Uuid
 
 JobStateName = Literal[
     "pending", "admitted", "running", "preempting", "finished", "failed", "cancelled"
 ]
+
+
+SearchText = Annotated[str, StringConstraints(min_length=1, max_length=128,
+                                              pattern=r"^[A-Za-z0-9._:/-]+$")]
+"""What a job's name or id may contain: letters, digits and `._:/-`."""
 
 
 class ApiError(OpenModel):
@@ -48,6 +53,11 @@ class ListJobs(StrictModel):
     limit: StrictInt = Field(100, ge=1, le=10_000)
     user: Name | None = Field(None, description="Only this user's jobs (`squeue -u`).")
     name: Name | None = Field(None, description="Only the jobs of this name (`squeue -n`).")
+    search: SearchText | None = Field(
+        None, description="Only the jobs whose name contains this text (any case), or whose id "
+        "starts or ends with it (a short id is the id's last 12 characters).")
+    offset: StrictInt = Field(0, ge=0, le=1_000_000, description="Skip this many of the jobs "
+                              "that match, newest first: the next page starts at offset + limit.")
 
 
 class ListAllocations(StrictModel):

@@ -19,7 +19,23 @@
       event.preventDefault();
     }
   });
+  // Times come as UTC clock times in <time datetime>; the viewer reads them in local time,
+  // with the whole date and the UTC time in the title.
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function localTimes(root) {
+    var times = (root || document).querySelectorAll("time[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var el = times[i], at = new Date(el.getAttribute("datetime"));
+      if (isNaN(at.getTime())) { continue; }
+      el.textContent = pad(at.getHours()) + ":" + pad(at.getMinutes()) + ":" + pad(at.getSeconds());
+      el.title = at.getFullYear() + "-" + pad(at.getMonth() + 1) + "-" + pad(at.getDate()) + " "
+        + el.textContent + " local · " + at.toISOString().replace("T", " ").slice(0, 19) + " UTC";
+      el.setAttribute("data-local", "");
+    }
+  }
+  document.addEventListener("htmx:afterSettle", function (event) { localTimes(event.target); });
   document.addEventListener("DOMContentLoaded", function () {
+    localTimes(document);
     if (!document.body.hasAttribute("data-live") || !window.EventSource) { return; }
     var feed = new EventSource("/events");
     feed.addEventListener("rota", function () {
