@@ -25,6 +25,7 @@ import random
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from rota.k8s.kueue import kueue_job, kueue_objects
 from rota_replay.rotacsv import HEADER, load_rota_csv
 
 from tests.real_kube import bench_observe as obs
+from tests.real_kube import bench_shapes
 from tests.real_kube.bench_rota import RotaSide
 from tests.real_kube.cluster import GpuNode, KubeCluster, start_cluster
 from tests.real_kube.kueue import BURST, QPS, start_kueue
@@ -53,17 +55,21 @@ def bench_nodes(n: int) -> list[GpuNode]:
     return [GpuNode(f"gpu-{i}", 8, PRODUCT, f"zone-{i % 2}") for i in range(n)]
 
 
-def bench_config(nodes: list[GpuNode], teams: list[str], *, scale: float) -> RotaConfig:
-    """The nodes, one flavor, the trace's teams with equal quotas and no borrowing limit;
-    Rota's minimum runtime and notice grace scaled like the trace."""
+def bench_config(nodes: list[GpuNode], teams: list[str], *, scale: float,
+                 borrowing_limit: int | None = None) -> RotaConfig:
+    """The nodes, one flavor, the trace's teams with equal quotas and the borrowing limit
+    (none by default); Rota's minimum runtime and notice grace scaled like the trace."""
     total = 8 * len(nodes)
     quota = total // len(teams)
+    team: dict[str, Any] = {"quota": {FLAVOR: quota}}
+    if borrowing_limit is not None:
+        team["borrowing_limit"] = {FLAVOR: borrowing_limit}
     grace = max(1.0, 60 / scale)
     return parse_config({
         "cluster": {"flavors": [{"name": FLAVOR}],
                     "nodes": [{"name": n.name, "flavor": FLAVOR, "gpus": n.gpus, "rack": n.zone} for n in nodes]},
         "queues": {t: {"preemption_grace_s": grace} for t in ("production", "training", "experiment")},
-        "teams": {t: {"quota": {FLAVOR: quota}} for t in teams},
+        "teams": {t: dict(team) for t in teams},
         "preemption": {"min_runtime_s": round(300 / scale, 3), "default_grace_s": grace},
     })
 
@@ -159,10 +165,9 @@ async def drive(cluster: KubeCluster, jobs: list[obs.BenchJob], submit: Any, *, 
         by_id = {j.job_id: j for j in jobs}
         last_said = 0.0
         while time.monotonic() < deadline:
-            done = {p.job_id for p in watcher.pods.values() if p.succeeded}
-            finished = sum(1 for jid in done
-                           if sum(1 for p in watcher.pods.values() if p.job_id == jid and p.succeeded)
-                           >= by_id[jid].workers)
+            # One pass over the pods (a shape run has tens of thousands of them).
+            succeeded = Counter(p.job_id for p in watcher.pods.values() if p.succeeded)
+            finished = sum(1 for jid, n in succeeded.items() if jid in by_id and n >= by_id[jid].workers)
             if finished == len(jobs):
                 break
             if time.monotonic() - last_said > 15:
@@ -261,6 +266,11 @@ def main(argv: list[str]) -> int:
     t.add_argument("--span-s", type=float, default=3600.0, help="submissions over this many trace seconds")
     t.add_argument("--resumable", type=float, default=0.7, help="the share of resumable jobs")
     t.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("shape", help="write one of Kueue's performance-test shapes as a trace (bench_shapes)")
+    s.add_argument("--shape", choices=bench_shapes.SHAPES, required=True)
+    s.add_argument("--jobs", type=int, default=bench_shapes.BASELINE_JOBS)
+    s.add_argument("--scale", type=float, default=60.0, help="trace seconds per wall second, as `run --scale`")
+    s.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("run", help="run the trace on a fresh KWOK cluster per scheduler")
     r.add_argument("--scheduler", choices=["rota", "kueue", "both"], default="both")
     r.add_argument("--trace", type=Path, required=True)
@@ -268,6 +278,7 @@ def main(argv: list[str]) -> int:
     r.add_argument("--scale", type=float, default=60.0, help="trace seconds per wall second")
     r.add_argument("--timeout-s", type=float, default=1800.0)
     r.add_argument("--workdir", type=Path, default=Path("/tmp/rota-kube-bench"))
+    r.add_argument("--borrowing-limit", type=int, help="every team's borrowing limit, GPUs (default: none)")
     r.add_argument("--no-borrow-within-cohort", action="store_true",
                    help="Kueue's ClusterQueues without borrowWithinCohort (as the `kueue` replay baseline)")
     r.add_argument("--json", type=Path, help="also write the results here")
@@ -277,12 +288,17 @@ def main(argv: list[str]) -> int:
                         resumable=args.resumable)
         print(json.dumps({"trace": str(args.out), "jobs": args.jobs}))
         return 0
+    if args.command == "shape":
+        count = bench_shapes.shape_trace(args.out, shape=args.shape, jobs=args.jobs, scale=args.scale)
+        print(json.dumps({"trace": str(args.out), "shape": args.shape, "jobs": count}))
+        return 0
     if args.command != "run":
         parser.print_help()
         return 2
     jobs = load_trace(args.trace, args.scale)
     nodes = bench_nodes(args.nodes)
-    config = bench_config(nodes, sorted({j.team for j in jobs}), scale=args.scale)
+    config = bench_config(nodes, sorted({j.team for j in jobs}), scale=args.scale,
+                          borrowing_limit=args.borrowing_limit)
 
     def say(text: str) -> None:
         print(f"bench: {text}", file=sys.stderr, flush=True)

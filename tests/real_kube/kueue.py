@@ -32,6 +32,10 @@ NAMESPACE = "kueue-system"
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 QPS, BURST = 100, 200
 """Kueue's client limits, the same as the control plane's controllers get in the bench."""
+GROUP_KIND_CONCURRENCY = {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5, "LocalQueue.kueue.x-k8s.io": 1,
+                          "Cohort.kueue.x-k8s.io": 1, "ClusterQueue.kueue.x-k8s.io": 1,
+                          "ResourceFlavor.kueue.x-k8s.io": 1}
+"""Reconcilers per kind, Kueue v0.17's shipped `controller.groupKindConcurrency`."""
 
 
 def crds_dir() -> Path:
@@ -96,6 +100,9 @@ def configuration(*, webhook_port: int, cert_dir: Path, health_port: int, metric
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": qps, "burst": burst},
+        # As Kueue's own manifests ship it (config/components/manager): without it every
+        # controller has one worker, and Jobs wait long after admission to be resumed.
+        "controller": {"groupKindConcurrency": GROUP_KIND_CONCURRENCY},
         "integrations": {"frameworks": ["batch/job"]},
         # The visibility API server would want an APIService and a port of its own: not needed.
         "featureGates": {"TopologyAwareScheduling": True, "VisibilityOnDemand": False},

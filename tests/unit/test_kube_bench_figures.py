@@ -77,3 +77,25 @@ def test_a_job_decided_the_same_starts_within_the_tolerance_and_is_preempted_in_
     assert out["harness_latency_s"] == 120.0
     # a before b and c in both; b and c together in the replay but 600 s apart in the real run.
     assert out["admission_order_pairs_same"] == round(2 / 3, 4)
+
+
+def test_kueue_performance_shapes_as_traces(tmp_path: Path) -> None:
+    from collections import Counter
+
+    from rota_policy.sim.rotacsv import load_rota_csv
+
+    from tests.real_kube.bench_shapes import QUEUES, shape_trace
+
+    # Kueue's baseline: per queue 350 small (1), 100 medium (5), 50 large (20) = 15,000 in all.
+    mixed = load_rota_csv(tmp_path / "mixed.csv") if shape_trace(tmp_path / "mixed.csv", shape="mixed",
+                                                                 jobs=15_000) == 15_000 else []
+    assert Counter(j.gpus for j in mixed) == {1: 10_500, 5: 3_000, 20: 1_500}
+    assert Counter(j.tier.value for j in mixed) == {"experiment": 10_500, "training": 3_000, "production": 1_500}
+    assert len({j.team for j in mixed}) == QUEUES
+    # Each set at its own pace from the start, in trace seconds at scale 60: the last large
+    # workload of a queue at 49 x 1.2 s, its small ones 0.2 s long.
+    assert max(j.submit for j in mixed if j.gpus == 20) == 49 * 1.2 * 60
+    assert {j.duration for j in mixed if j.gpus == 1} == {12.0}
+    small = load_rota_csv(tmp_path / "small.csv") if shape_trace(tmp_path / "small.csv", shape="small",
+                                                                 jobs=1_500) == 1_500 else []
+    assert {j.gpus for j in small} == {1} and len(small) == 1_500

@@ -22,11 +22,13 @@ def greedy_plan(
     style: str,
     *,
     quotas: bool,
+    within: Callable[[int], bool] | None = None,
 ) -> PreemptionPlan | None:
     """Kueue's and Slurm's way: add victims in order until the job fits, then drop the unneeded.
 
     `allowed(candidate, taken_per_team, own_released)` re-checks a candidate against the victims
-    chosen so far (Kueue only reclaims from a team while it is still borrowing).
+    chosen so far (Kueue only reclaims from a team while it is still borrowing). `within(own_released)`,
+    if given, is a further quota test the job must pass to fit (Kueue's attempt without borrowing).
     """
     state, quota, index = ctx.state, ctx.quota, ctx.state.layout.index
     nodes, counts = state.layout.flavor_nodes.get(job.flavor, []), state.counts()
@@ -34,6 +36,8 @@ def greedy_plan(
 
     def fits(own: int) -> Fit | None:
         if quotas and not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
+            return None
+        if within is not None and not within(own):
             return None
         if sum(counts[n] for n in nodes) < job.gpus:
             return None
