@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rota_policy.sim.rotacsv import HEADER
+from rota_replay.rotacsv import HEADER
 
 FLAVOR = "h100"
 QUEUES = 30

@@ -82,7 +82,7 @@ def test_a_job_decided_the_same_starts_within_the_tolerance_and_is_preempted_in_
 def test_kueue_performance_shapes_as_traces(tmp_path: Path) -> None:
     from collections import Counter
 
-    from rota_policy.sim.rotacsv import load_rota_csv
+    from rota_replay.rotacsv import load_rota_csv
 
     from tests.real_kube.bench_shapes import QUEUES, shape_trace
 
