@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from rota.contracts import messages as m
 
 
@@ -20,3 +21,16 @@ def spec_doc(**overrides: Any) -> dict[str, Any]:
 
 def submit_job(**overrides: Any) -> m.SubmitJob:
     return m.SubmitJob.model_validate(spec_doc(**overrides))
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def message(kind: type[M], **fields: Any) -> M:
+    """A contract message built from its fields, by name: a field the message does not have is
+    an error here (events ignore unknown fields on the wire), so a field renamed in a contract
+    fails the tests that build it."""
+    unknown = sorted(set(fields) - set(kind.model_fields))
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no field {', '.join(unknown)}")
+    return kind.model_validate(fields)

@@ -32,6 +32,7 @@ from rota.bus.query import answer_query, api_error
 from rota.config import RotaConfig, load_config
 from rota.contracts import ContractError, Envelope, envelope, parse_any
 from rota.contracts import messages as m
+from rota.contracts.lifecycle import Phase
 from rota.contracts.subjects import (
     EVENT_SUBJECTS,
     LEDGER_ALLOCATIONS,
@@ -59,10 +60,11 @@ from rota_scheduler.budgets import BudgetReporter
 from rota_scheduler.drains import add_drain_actions, node_states
 from rota_scheduler.heap import FrozenHeap
 from rota_scheduler.lease import Lease
+from rota_scheduler.records import JobRecord
 from rota_scheduler.refresh import RefreshPass
-from rota_scheduler.snapshot import running_runs
+from rota_scheduler.snapshot import policy_snapshot, running_runs
 from rota_scheduler.tracing import JobTraces, decision_span, paired
-from rota_scheduler.view import ClusterView, JobRecord
+from rota_scheduler.view import ClusterView
 
 log = logging.getLogger("rota.scheduler")
 
@@ -153,9 +155,8 @@ class Scheduler:
     def _take(self, msg: Msg) -> None:
         own_echo = self._own_pending_echo(msg)
         if not own_echo and (env := self._believed(msg)) is not None:
-            data = env.data.model_dump(mode="json")
-            self.view.apply(env.type, data, env.occurred_at.timestamp())
-            self.traces.observe(env.type, env.job_id, data, msg.headers)
+            self.view.apply(env.data, env.occurred_at.timestamp())
+            self.traces.observe(env.data, env.job_id, msg.headers)
         self.last_seq = msg.metadata.sequence.stream
         if self.last_seq >= self.replay_target:
             self.caught_up.set()
@@ -353,7 +354,7 @@ class Scheduler:
         again = self.refresh.take(epoch, self._pending_ids, self._still_pending,
                                   EXPLAINED_PER_CYCLE - len(asked), self.view.changes)
         self.refreshing = bool(again)
-        snapshot = self.view.snapshot(epoch, asked.union(again, wanted))
+        snapshot = policy_snapshot(self.view, epoch, asked.union(again, wanted))
         decisions = schedule(snapshot, epoch, self.policy)
         # The queue gauges cost a pass over every job (0.2 s at 100,000 pending): only when
         # something changed, and within `GAUGE_DUTY` of a core.
@@ -379,7 +380,7 @@ class Scheduler:
 
     def _still_pending(self, job_id: str) -> bool:
         job = self.view.jobs.get(job_id)
-        return job is not None and job.state == "pending" and not job.cancelled
+        return job is not None and job.phase is Phase.PENDING and not job.cancelled
 
     async def _start_granted(self, now: datetime) -> None:
         """Phase 1: StartRun once per granted run, all claimed in one transaction (a claim
