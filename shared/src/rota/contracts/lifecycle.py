@@ -4,7 +4,7 @@ this one function, the scheduler's view (`rota_scheduler.view`) and the read mod
 API (`rota_submission.domain`), so that they cannot disagree on where a job is.
 
     PENDING ──AllocationProposed──▶ PROPOSED ──AllocationGranted──▶ ADMITTED ──RunStarted──▶ RUNNING
-       ▲  ◀──AllocationRejected────────┘                                                   │  ▲
+       ▲  ◀──AllocationRejected────────┴───────────────────────────────┘                   │  ▲
        │                                                          PreemptionNoticed ▼      │  │ aborted
        └────────── RunStopped(preempted | lost | resized | drained) ◀── PREEMPTING ────────┘──┘
     any live phase ── RunFinished ▶ FINISHED, RunFailed ▶ FAILED, RunStopped(other) ▶ CANCELLED
@@ -85,7 +85,8 @@ def _granted(phase: Phase, event: m.AllocationGranted, cancel: bool) -> Phase:
 
 
 def _rejected(phase: Phase, event: m.AllocationRejected, cancel: bool) -> Phase:
-    if phase not in (Phase.PENDING, Phase.PROPOSED):
+    # The ledger answers a proposal once; a reader that saw a grant first still takes it back.
+    if phase not in (Phase.PENDING, Phase.PROPOSED, Phase.ADMITTED):
         return phase
     return Phase.CANCELLED if cancel else Phase.PENDING
 
