@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import get_args
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from rota.config import load_config
 from rota.contracts import messages as m
 from rota.contracts.job import TERMINAL_STATES
 from rota.contracts.lifecycle import (
@@ -23,10 +24,13 @@ from rota.contracts.lifecycle import (
     requeues,
 )
 from rota.contracts.requests import JobStateName
+from rota_scheduler.view import ClusterView
+from rota_submission.domain import STATE_EVENTS, apply_event
 
 from tests.builders import EVENT_DEFAULTS, event, message
 
 P = Phase
+CONFIG = load_config()
 
 # name, phase before, events in order, cancel requested, phase after
 SCENARIOS: list[tuple[str, Phase, list[BaseModel], bool, Phase]] = [
@@ -141,3 +145,74 @@ def test_an_event_folded_twice_moves_a_job_once(phase: Phase, message_: BaseMode
     """A redelivered event leaves the phase where its first delivery left it."""
     once = next_phase(phase, message_, cancel_requested=cancel)
     assert next_phase(once, message_, cancel_requested=cancel) is once
+
+
+ENDS = range(16, 20)
+"""Choices that end the run for good (finished, failed, stopped for good), if it may end."""
+CANCEL = 20
+"""The choice that cancels the job, whatever else may come next."""
+JOB_ID = EVENT_DEFAULTS[m.RunStarted]["job_id"]
+
+
+def _story(choices: list[int]) -> list[BaseModel]:
+    """A job's events as its senders may send them, in order: each choice picks one of what
+    may come next (a proposal only for a waiting job, a start only for a granted run, ...)."""
+    events: list[BaseModel] = [event(m.JobSubmitted)]
+    at, run, cancelled, runs = "waiting", "", False, 0
+    for choice in choices:
+        go_on: list[tuple[BaseModel, str]] = []
+        end: list[tuple[BaseModel, str]] = []
+        if at == "waiting":
+            runs += 1
+            fresh = f"0190b5c2-0000-7000-8000-{runs:012d}"
+            go_on.append((event(m.AllocationProposed, run_id=fresh, proposal_id=fresh), "proposed"))
+        elif at == "proposed":
+            go_on += [(event(m.AllocationGranted, run_id=run, proposal_id=run), "granted"),
+                      (event(m.AllocationRejected, run_id=run, proposal_id=run),
+                       "ended" if cancelled else "waiting")]
+        elif at in ("granted", "running", "noticed"):
+            for reason in m.StopReason:
+                stop = event(m.RunStopped, run_id=run, reason=reason)
+                if requeues(reason) and not cancelled:
+                    go_on.append((stop, "waiting"))
+                else:
+                    end.append((stop, "ended"))
+            if at == "granted":
+                go_on.append((event(m.RunStarted, run_id=run), "running"))
+            else:
+                end += [(event(m.RunFinished, run_id=run), "ended"),
+                        (event(m.RunFailed, run_id=run), "ended")]
+            if at == "running":
+                go_on.append((event(m.PreemptionNoticed, run_id=run), "noticed"))
+            if at == "noticed":
+                victims = [{"run_id": run, "job_id": JOB_ID, "outcome": "aborted"}]
+                go_on.append((event(m.PreemptionCompleted, aborted=True, victims=victims),
+                              "running"))
+        options = end if choice in ENDS and end else go_on or end
+        if choice == CANCEL and at != "ended" and not cancelled:  # a cancel, now and then
+            options = [(event(m.JobCancelled), "ended" if at == "waiting" else at)]
+        if not options:
+            break
+        chosen, at = options[choice % len(options)]
+        cancelled = cancelled or isinstance(chosen, m.JobCancelled)
+        if isinstance(chosen, m.AllocationProposed):
+            run = chosen.run_id
+        events.append(chosen)
+    return events
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 20), max_size=40))
+def test_the_scheduler_and_the_read_model_agree_on_every_job_s_state(choices: list[int]) -> None:
+    """Both fold the same stream through `next_phase`: at every step the scheduler's view, shown
+    as the API shows a phase, is the read model's state. (The scheduler does not fold notices,
+    a notice for humans: to it a run being preempted is running.)"""
+    view = ClusterView(CONFIG)
+    state: JobStateName = "pending"
+    for at, message_ in enumerate(_story(choices)):
+        view.apply(message_, 1_800_000_000.0 + at)
+        if type(message_) in STATE_EVENTS:
+            state, _ = apply_event(state, message_, JOB_ID)
+        [job] = view.jobs.values()
+        shown = public_state(job.phase, cancel_requested=job.cancelled)
+        assert shown == ("running" if state == "preempting" else state), (message_, job.phase)
