@@ -41,8 +41,7 @@ def scheduler_of(service: RotaService, config: RotaConfig, policy: PolicyConfig)
     intake = Intake(service, view, traces, dirty)
     questions = Questions(view, dirty.set, max_bytes=service.settings.max_message_bytes)
     cycle = SchedulingCycle(service, view, policy, intake, traces, questions, dirty)
-    return Scheduler(view, intake, cycle,
-                     Leadership(service, view, policy, intake, cycle, questions, dirty))
+    return Scheduler(view, intake, cycle, Leadership(service, cycle))
 
 
 async def prune_decisions(service: RotaService) -> None:

@@ -35,16 +35,15 @@ log = logging.getLogger("rota.scheduler")
 
 
 class Leadership:
-    def __init__(self, service: RotaService, view: ClusterView, policy: PolicyConfig,
-                 intake: Intake, cycle: SchedulingCycle, questions: Questions,
-                 dirty: asyncio.Event) -> None:
+    def __init__(self, service: RotaService, cycle: SchedulingCycle) -> None:
         self.service = service
-        self.view = view
-        self.policy = policy
-        self.intake = intake
         self.cycle = cycle
-        self.questions = questions
-        self.dirty = dirty
+        """The cycles it runs; their view, intake and questions are the ones it feeds."""
+        self.view: ClusterView = cycle.view
+        self.policy: PolicyConfig = cycle.policy
+        self.intake: Intake = cycle.intake
+        self.questions: Questions = cycle.questions
+        self.dirty: asyncio.Event = cycle.dirty
         settings = service.settings
         self.tick_s = settings.scheduler_tick_s
         self.debounce_s = settings.scheduler_debounce_s
