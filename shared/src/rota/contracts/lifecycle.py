@@ -3,17 +3,23 @@ event moves it (`next_phase`). Pure: every reader of the stream folds the same e
 this one function, the scheduler's view (`rota_scheduler.view`) and the read model behind the
 API (`rota_submission.domain`), so that they cannot disagree on where a job is.
 
-    PENDING ──AllocationProposed──▶ PROPOSED ──AllocationGranted──▶ ADMITTED ──RunStarted──▶ RUNNING
-       ▲  ◀──AllocationRejected────────┴───────────────────────────────┘                   │  ▲
-       │                                                          PreemptionNoticed ▼      │  │ aborted
-       └────────── RunStopped(preempted | lost | resized | drained) ◀── PREEMPTING ────────┘──┘
-    any live phase ── RunFinished ▶ FINISHED, RunFailed ▶ FAILED, RunStopped(other) ▶ CANCELLED
-    PENDING ── JobCancelled ▶ CANCELLED
+    from                         event                                   to
+    pending                      AllocationProposed                      proposed
+    pending, proposed            AllocationGranted                       admitted
+    pending, proposed, admitted  AllocationRejected                      pending
+    pending, proposed, admitted  RunStarted                              running
+    admitted, running            PreemptionNoticed                       preempting
+    preempting                   PreemptionCompleted (aborted)           running
+    any live phase               RunStopped (preempted, lost, resized,   pending
+                                            drained)
+    any live phase               RunStopped (cancelled, deadline)        cancelled
+    any live phase               RunFinished, RunFailed                  finished, failed
+    pending                      JobCancelled                            cancelled
 
 A cancel of a job whose run holds GPUs is a request (`cancel_requested`): the job stays where
-it is until its run stops (the scheduler stops it), and then ends CANCELLED, never back in its
-queue. Terminal phases never change again, so a replay, or a late, duplicate or out-of-order
-event, cannot bring a job back.
+it is until its run stops (the scheduler stops it), and then ends cancelled where it would
+have gone back to pending. Terminal phases never change again, so a replay, or a late,
+duplicate or out-of-order event, cannot bring a job back.
 
 Which run an event is about is the reader's business: the scheduler folds a run's events only
 when that run is the job's current one.
