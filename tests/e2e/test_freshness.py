@@ -35,6 +35,7 @@ from rota.contracts import parse_any
 from rota.contracts import subjects as s
 from rota.settings import Settings
 from rota_policy import PendingExplanation, policy_config_from, schedule
+from rota_scheduler.snapshot import policy_snapshot
 from rota_scheduler.staleness import TIME_IN_WORDS, eta_tolerance_s, words
 from rota_scheduler.view import ClusterView
 
@@ -92,18 +93,18 @@ class Fold:
 
     async def on_event(self, msg: Msg) -> None:
         env = parse_any(msg.data, max_bytes=1 << 22)
-        self.view.apply(env.type, env.data.model_dump(mode="json"), env.occurred_at.timestamp())
+        self.view.apply(env.data, env.occurred_at.timestamp())
         self.seq = msg.metadata.sequence.stream
 
     def state(self, job_id: str) -> str | None:
         job = self.view.jobs.get(job_id)
-        return None if job is None else job.state
+        return None if job is None else job.phase
 
     def holds_gpus(self, job_id: str) -> bool:
         return any(a.job_id == job_id for a in self.view.allocations.values())
 
     def explain(self, job_id: str, now: float) -> PendingExplanation:
-        decisions = schedule(self.view.snapshot(now, frozenset({job_id})), now, POLICY)
+        decisions = schedule(policy_snapshot(self.view, now, frozenset({job_id})), now, POLICY)
         [fresh] = [e for e in decisions.pending if e.job_id == job_id]
         return fresh
 
@@ -224,6 +225,6 @@ async def test_why_and_the_console_agree_with_a_fresh_explanation_within_two_cyc
         await request(live.settings, s.api_cancel("nlp"), cancel)
 
         async def released() -> bool:
-            return fold.state(filler) == "done" and not fold.holds_gpus(filler)
+            return fold.state(filler) == "cancelled" and not fold.holds_gpus(filler)
         await eventually(released, "the filler's GPUs released")
         await fresh_within_two_cycles(waiting, "the filler's run ended")

@@ -21,6 +21,7 @@ from rota_notifier.routing import Channel, route
 from rota_policy import BudgetLimit, policy_config_from, schedule
 from rota_scheduler import metrics as scheduler_metrics
 from rota_scheduler.budgets import REPORT_EVERY_S, BudgetReporter, budget_uses
+from rota_scheduler.snapshot import policy_snapshot
 
 from tests.unit.scheduler_service.test_view_and_actions import Story, of
 
@@ -115,10 +116,10 @@ def _running_story(gpus: int) -> tuple[Story, str]:
 def test_the_view_meters_use_and_the_policy_holds_the_team_at_its_budget() -> None:
     story, _ = _running_story(8)
     story.now += HOUR
-    assert story.view.snapshot(story.now).budget_used == {("nlp", "h100"): 8 * HOUR}
+    assert policy_snapshot(story.view, story.now).budget_used == {("nlp", "h100"): 8 * HOUR}
     story.now += 15 * 60  # 10 GPU-hours: the budget is spent
     waiting = story.submit(team="nlp", flavor="h100", gpus_per_worker=1, queue="training")
-    decisions = schedule(story.view.snapshot(story.now), story.now, policy_config_from(BUDGETED))
+    decisions = schedule(policy_snapshot(story.view, story.now), story.now, policy_config_from(BUDGETED))
     assert not decisions.admissions
     (explained,) = [e for e in decisions.pending if e.job_id == waiting]
     assert explained.primary is m.WaitReasonCode.BUDGET_EXHAUSTED
@@ -140,7 +141,7 @@ def test_the_report_goes_out_at_once_on_a_crossing_and_otherwise_every_few_minut
 def test_the_gauges_show_use_against_the_budget_only_where_there_is_one() -> None:
     story, _ = _running_story(8)
     story.now += HOUR
-    decisions = schedule(story.view.snapshot(story.now), story.now, policy_config_from(BUDGETED))
+    decisions = schedule(policy_snapshot(story.view, story.now), story.now, policy_config_from(BUDGETED))
     scheduler_metrics.observe_cycle(story.view, decisions, story.now)
     assert metrics.BUDGET_USED_GPU_HOURS.value("nlp", "h100") == 8.0
     assert metrics.BUDGET_GPU_HOURS.value("nlp", "h100") == 10.0

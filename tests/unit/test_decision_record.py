@@ -112,17 +112,21 @@ def test_an_ack_the_coordinator_refused_as_late_is_not_the_acknowledgement() -> 
 
 
 def test_a_drained_job_says_so_in_why_until_it_runs_again() -> None:
+    from rota.contracts import messages as m
     from rota_submission.domain import DRAINED_DETAIL, apply_event
     from rota_submission.explain import why
 
-    state, noticed = apply_event("running", "PreemptionNoticed", {"reason": "drain", "node": "n7"})
+    from tests.builders import event
+
+    state, noticed = apply_event("running", event(m.PreemptionNoticed, reason="drain", node="n7"))
     assert state == "preempting" and "n7" in noticed["detail"]
     assert "drain" in why({"job_id": "j", "name": "x", "state": state, "queue": "training",
                            "team": "nlp", **noticed})["summary"]
-    state, stopped = apply_event(state, "RunStopped", {"reason": "drained", "checkpoint_uri": "s3://c"})
+    state, stopped = apply_event(state, event(m.RunStopped, reason="drained",
+                                                checkpoint_uri="s3://c"))
     assert (state, stopped["detail"], stopped["resume_from"]) == ("pending", DRAINED_DETAIL, "s3://c")
     answer = why({"job_id": "j", "name": "x", "state": state, "queue": "training", "team": "nlp",
                   **stopped})
     assert answer["requeued"] == DRAINED_DETAIL and answer["resume_from"] == "s3://c"
-    state, started = apply_event(state, "RunStarted", {"run_id": "r2"})
+    state, started = apply_event(state, event(m.RunStarted))
     assert state == "running" and started["detail"] is None

@@ -17,6 +17,7 @@ from rota_executor.metrics import outcome_label
 from rota_policy import Decisions, schedule
 from rota_preemption.metrics import record_victims
 from rota_scheduler import metrics as scheduler_metrics
+from rota_scheduler.snapshot import policy_snapshot
 
 from tests.unit.scheduler_service.test_view_and_actions import POLICY, Story, of
 
@@ -73,7 +74,7 @@ def test_the_scheduler_gauges_follow_its_view() -> None:
     proposals = of(story.cycle(), m.AllocationProposed)
     for proposal in proposals:
         story.grant_and_start(proposal)
-    decisions = schedule(story.view.snapshot(story.now), story.now, POLICY)
+    decisions = schedule(policy_snapshot(story.view, story.now), story.now, POLICY)
     scheduler_metrics.observe_cycle(story.view, decisions, story.now)
 
     assert metrics.RUNNING_JOBS.value() == len(proposals) == 3

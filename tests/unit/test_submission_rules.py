@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from rota.config import load_config
 from rota.contracts import envelope, parse
 from rota.contracts import messages as m
+from rota.contracts.requests import JobStateName
 from rota_submission.domain import (
     SPEC_HEADROOM_BYTES,
     apply_event,
@@ -16,7 +18,12 @@ from rota_submission.domain import (
     spec_hash,
 )
 
-from tests.builders import submit_job
+from tests.builders import JOB_ID, VICTIM, event, submit_job
+
+PREEMPTOR = "0190b5c2-0000-7000-8000-0000000000f0"
+V1 = "0190b5c2-0000-7000-8000-0000000000f1"
+V2 = "0190b5c2-0000-7000-8000-0000000000f2"
+OTHER_RUN = "0190b5c2-0000-7000-8000-0000000000f3"
 
 CONFIG = load_config()
 
@@ -108,34 +115,38 @@ def test_spec_hash_is_stable_and_sensitive() -> None:
     assert spec_hash(a) != spec_hash(submit_job(submission_id="same", workers=2))
 
 
-# state before, event, data, expected state after
-TRANSITIONS: list[tuple[str, str, dict[str, Any], str]] = [
-    ("pending", "AllocationGranted", {"run_id": "r"}, "admitted"),
-    ("admitted", "RunStarted", {"run_id": "r"}, "running"),
-    ("running", "PreemptionNoticed", {}, "preempting"),
-    ("preempting", "RunStopped", {"reason": "preempted", "checkpoint_uri": "s3://c"}, "pending"),
-    ("running", "RunStopped", {"reason": "lost", "checkpoint_uri": "s3://c"}, "pending"),
-    ("running", "RunStopped", {"reason": "resized", "checkpoint_uri": "s3://c"}, "pending"),
-    ("running", "RunStopped", {"reason": "cancelled"}, "cancelled"),
-    ("running", "RunFinished", {}, "finished"),
-    ("running", "RunFailed", {}, "failed"),
-    ("pending", "JobCancelled", {}, "cancelled"),
-    ("admitted", "AllocationRejected", {"message": "stale"}, "pending"),
-    ("pending", "JobPending", {"reasons": []}, "pending"),
-    ("finished", "RunStarted", {"run_id": "late"}, "finished"),
-    ("cancelled", "AllocationGranted", {}, "cancelled"),
-    ("failed", "RunFinished", {}, "failed"),
+# state before, event, expected state after
+TRANSITIONS: list[tuple[JobStateName, BaseModel, JobStateName]] = [
+    ("pending", event(m.AllocationGranted), "admitted"),
+    ("admitted", event(m.RunStarted), "running"),
+    ("running", event(m.PreemptionNoticed), "preempting"),
+    ("preempting", event(m.RunStopped, reason="preempted", checkpoint_uri="s3://c"), "pending"),
+    ("running", event(m.RunStopped, reason="lost", checkpoint_uri="s3://c"), "pending"),
+    ("running", event(m.RunStopped, reason="resized", checkpoint_uri="s3://c"), "pending"),
+    ("running", event(m.RunStopped, reason="drained", checkpoint_uri="s3://c"), "pending"),
+    ("running", event(m.RunStopped, reason="cancelled"), "cancelled"),
+    ("running", event(m.RunStopped, reason="deadline"), "cancelled"),
+    ("running", event(m.RunFinished), "finished"),
+    ("running", event(m.RunFailed), "failed"),
+    ("pending", event(m.JobCancelled), "cancelled"),
+    ("running", event(m.JobCancelled), "cancelled"),
+    ("admitted", event(m.AllocationRejected, message="stale"), "pending"),
+    ("pending", event(m.JobPending), "pending"),
+    ("pending", event(m.AllocationProposed), "pending"),
+    ("finished", event(m.RunStarted, run_id=OTHER_RUN), "finished"),
+    ("cancelled", event(m.AllocationGranted), "cancelled"),
+    ("failed", event(m.RunFinished), "failed"),
 ]
 
 
-@pytest.mark.parametrize(("before", "event", "data", "after"), TRANSITIONS)
-def test_state_moves(before: str, event: str, data: dict[str, Any], after: str) -> None:
-    assert apply_event(before, event, data)[0] == after
+@pytest.mark.parametrize(("before", "message", "after"), TRANSITIONS)
+def test_state_moves(before: JobStateName, message: BaseModel, after: JobStateName) -> None:
+    assert apply_event(before, message)[0] == after
 
 
 def test_a_preempted_job_carries_its_checkpoint_back_to_the_queue() -> None:
-    _, changes = apply_event("preempting", "RunStopped",
-                             {"reason": "preempted", "checkpoint_uri": "s3://ckpt/7"})
+    _, changes = apply_event("preempting", event(m.RunStopped, reason="preempted",
+                                                 checkpoint_uri="s3://ckpt/7"))
     assert changes["resume_from"] == "s3://ckpt/7"
 
 
@@ -153,18 +164,22 @@ def test_a_failed_runs_error_is_the_jobs_detail_which_rota_why_shows() -> None:
 def test_preemption_events_belong_to_the_victims_too() -> None:
     from rota_submission.domain import related_jobs
 
-    data = {"preemptor_job_id": "p", "victims": [{"job_id": "v1"}, {"job_id": "v2"}]}
-    assert related_jobs("PreemptionRequested", data, "p") == ["p", "v1", "v2"]
-    assert related_jobs("RunStarted", data, "p") == ["p"]
-    assert related_jobs("UsageRecorded", {}, None) == []
+    victims = [{**VICTIM, "job_id": v} for v in (V1, V2)]
+    plan = event(m.PreemptionRequested, preemptor_job_id=PREEMPTOR, victims=victims)
+    assert related_jobs(plan, PREEMPTOR) == [PREEMPTOR, V1, V2]
+    assert related_jobs(event(m.RunStarted), PREEMPTOR) == [PREEMPTOR]
+    assert related_jobs(event(m.UsageRecorded), None) == []
 
 
 def test_an_aborted_preemption_puts_its_victims_back_to_running() -> None:
-    data = {"preemptor_job_id": "p", "aborted": True, "victims": [{"job_id": "v"}]}
-    assert apply_event("preempting", "PreemptionCompleted", data, "v")[0] == "running"
-    assert apply_event("pending", "PreemptionCompleted", data, "p")[0] == "pending"
-    done = {**data, "aborted": False}
-    assert apply_event("preempting", "PreemptionCompleted", done, "v")[0] == "preempting"
+    victims = [{"job_id": V1, "run_id": OTHER_RUN, "outcome": "aborted"}]
+    aborted = event(m.PreemptionCompleted, preemptor_job_id=PREEMPTOR, aborted=True,
+                    victims=victims)
+    assert apply_event("preempting", aborted, V1)[0] == "running"
+    assert apply_event("pending", aborted, PREEMPTOR)[0] == "pending"
+    assert apply_event("preempting", aborted, PREEMPTOR)[0] == "preempting"  # not a victim
+    done = event(m.PreemptionCompleted, preemptor_job_id=PREEMPTOR, victims=victims)
+    assert apply_event("preempting", done, V1)[0] == "preempting"
 
 
 def test_why_and_trace_words() -> None:
@@ -194,13 +209,11 @@ def test_why_and_trace_words() -> None:
 def test_events_outside_state_events_never_change_a_job() -> None:
     from rota_submission.domain import STATE_EVENTS
 
-    data = {"run_id": "r", "reason": "preempted", "checkpoint_uri": "c", "aborted": True,
-            "preemptor_job_id": "p", "message": "m", "borrowed_gpus": 1}
-    for event in ("JobSubmitted", "AllocationProposed", "RunCheckpointed", "PreemptionRequested",
-                  "UsageRecorded", "JobRejected"):
-        assert event not in STATE_EVENTS
+    for kind in (m.JobSubmitted, m.AllocationProposed, m.RunCheckpointed, m.PreemptionRequested,
+                 m.UsageRecorded, m.JobRejected):
+        assert kind not in STATE_EVENTS
         for state in ("pending", "admitted", "running", "preempting"):
-            assert apply_event(state, event, data, "j") == (state, {})
+            assert apply_event(state, event(kind), JOB_ID) == (state, {})
 
 
 ID = "0190b5c2-0000-7000-8000-000000000000"
@@ -241,8 +254,7 @@ def test_the_derived_event_fits_whenever_the_size_check_passes() -> None:
 
 
 def test_a_grant_records_the_flavor_the_job_runs_on() -> None:
-    state, changes = apply_event("pending", "AllocationGranted",
-                                 {"run_id": "r", "flavor": "a100", "borrowed_gpus": 0})
+    state, changes = apply_event("pending", event(m.AllocationGranted, flavor="a100"))
     assert (state, changes["flavor"]) == ("admitted", "a100")
 
 

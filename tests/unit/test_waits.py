@@ -14,6 +14,7 @@ from rota.cli import jobs
 from rota.config import load_config
 from rota.contracts.messages import WaitReasonCode
 from rota_policy import schedule
+from rota_scheduler.snapshot import policy_snapshot
 from rota_submission.explain import AgeRule, describe, why
 
 from tests.unit.scheduler_service.test_view_and_actions import POLICY, Story
@@ -47,7 +48,7 @@ def test_the_age_factor_at_display_is_the_policys() -> None:
     submitted = story.view.jobs[waiting].submitted_at
     for waited in (0.0, 59.0, 3600.0, 86_400.0, 30 * 86_400.0):
         story.now = submitted + waited
-        decisions = schedule(story.view.snapshot(story.now), story.now, POLICY)
+        decisions = schedule(policy_snapshot(story.view, story.now), story.now, POLICY)
         [explained] = [e for e in decisions.pending if e.job_id == waiting]
         shown = waits.age_factor(config.policy.weights.age, config.policy.age_cap_s, waited)
         assert shown == pytest.approx(explained.factors.age)
@@ -129,13 +130,13 @@ def test_the_trace_shows_the_hold_between_the_submission_and_the_preemption() ->
     rows: list[dict[str, Any]] = []
 
     def cycle() -> list[Any]:
-        out = plan_actions(story.view, schedule(story.view.snapshot(story.now), story.now, policy),
+        out = plan_actions(story.view, schedule(policy_snapshot(story.view, story.now), story.now, policy),
                            now=story.now, new_uuid=story.uuid)
         record_sent(story.view, out, story.now)
         messages = [item.message for item in out.outgoing]
         for message in messages:
             data = message.model_dump(mode="json")
-            story.event(type(message).__name__, **data)
+            story.fold(message)
             rows.append({"type": type(message).__name__, "data": data, "source": "scheduler",
                          "occurred_at": datetime.fromtimestamp(story.now, UTC)})
         return messages

@@ -24,7 +24,8 @@ from rota.ids import new_id
 from rota.service import RotaService
 from rota.settings import Settings
 from rota_policy import Decisions, PolicyConfig, Snapshot, policy_config_from
-from rota_scheduler import app
+from rota_scheduler import app, intake
+from rota_scheduler import cycle as scheduling
 from rota_scheduler.lease import Lease
 
 from tests.builders import spec_doc
@@ -48,7 +49,7 @@ def scheduler_on(endpoints: Endpoints) -> app.Scheduler:
     config = load_config()
     service = RotaService("scheduler", migrations=None, settings=Settings(),
                           endpoints=endpoints)  # fmt: skip
-    return app.Scheduler(service, config, policy_config_from(config))
+    return app.scheduler_of(service, config, policy_config_from(config))
 
 
 async def test_the_lease_is_renewed_while_a_long_cycle_decides(
@@ -69,7 +70,7 @@ async def test_the_lease_is_renewed_while_a_long_cycle_decides(
         renewed_while_deciding.append(lease.renewals - before)
         return Decisions()
 
-    monkeypatch.setattr(app, "schedule", slow_schedule)
+    monkeypatch.setattr(scheduling, "schedule", slow_schedule)
     scheduler = scheduler_on(endpoints)
     job_id = new_id()
 
@@ -81,13 +82,13 @@ async def test_the_lease_is_renewed_while_a_long_cycle_decides(
 
         await eventually(renewed, timeout=30 * TTL_S, interval=0.05)
         # An event that arrives mid-cycle waits: the view holds still under the policy.
-        await scheduler.on_event(_submitted(nc, job_id))
+        await scheduler.intake.on_event(_submitted(nc, job_id))
         assert job_id not in scheduler.view.jobs
         release.set()
 
     releaser = asyncio.create_task(release_after_renewals())
     try:
-        await scheduler.cycle()
+        await scheduler.cycle.run()
         assert renewed_while_deciding and renewed_while_deciding[0] >= RENEWALS
         assert not lost.is_set()
         assert await lease.renew(), "the lease was lost during the cycle"
@@ -106,15 +107,15 @@ async def test_a_long_backlog_of_held_events_is_folded_in_order_with_turns_for_t
     endpoints: Endpoints, nc: Client
 ) -> None:
     scheduler = scheduler_on(endpoints)
-    backlog = [new_id() for _ in range(3 * app.SLICE)]
-    scheduler._held = [_submitted(nc, job_id) for job_id in backlog]  # held while deciding
+    backlog = [new_id() for _ in range(3 * intake.SLICE)]
+    scheduler.intake._held = [_submitted(nc, job_id) for job_id in backlog]  # held while deciding
     turns = 0
     late = new_id()
 
     async def meanwhile() -> None:
         nonlocal turns
         await asyncio.sleep(0)
-        await scheduler.on_event(_submitted(nc, late))  # arrives while the backlog is folded
+        await scheduler.intake.on_event(_submitted(nc, late))  # arrives while the backlog is folded
         while True:
             turns += 1
             await asyncio.sleep(0)
@@ -122,10 +123,10 @@ async def test_a_long_backlog_of_held_events_is_folded_in_order_with_turns_for_t
     other = asyncio.create_task(meanwhile())
     await asyncio.sleep(0)
     try:
-        await scheduler._fold_held()
+        await scheduler.intake.fold_held()
     finally:
         other.cancel()
         await asyncio.gather(other, return_exceptions=True)
     assert turns >= 2, "the loop had no turn while the backlog was folded"
     assert list(scheduler.view.jobs) == [*backlog, late]  # in the stream's order
-    assert scheduler._held is None
+    assert not scheduler.intake.holding

@@ -9,7 +9,7 @@ from rota.contracts import envelope
 from rota.contracts import messages as m
 from rota.endpoints import Endpoints
 from rota.ids import new_id
-from rota_scheduler import app
+from rota_scheduler import intake
 
 from tests.integration.scheduler.test_lease_during_cycle import _submitted, scheduler_on
 
@@ -19,7 +19,7 @@ def _pending(nc: Client, job_id: str, code: str, seq: int) -> tuple[str, Msg]:
                          reasons=[m.WaitReason(code=code, message="waits", details={})],
                          factors=m.ScoreFactors())
     env = envelope(event, source="scheduler", job_id=job_id)
-    return env.id, Msg(nc, subject=app.JOB_PENDING, headers={"Nats-Msg-Id": env.id},
+    return env.id, Msg(nc, subject=intake.JOB_PENDING, headers={"Nats-Msg-Id": env.id},
                        reply=f"$JS.ACK.ROTA_EVT.view.1.{seq}.{seq}.0.0", data=env.to_bytes())
 
 
@@ -28,27 +28,27 @@ async def test_only_the_echo_of_its_own_job_pending_is_skipped(
 ) -> None:
     scheduler = scheduler_on(endpoints)
     job_id = new_id()
-    scheduler._take(_submitted(nc, job_id))
+    scheduler.intake.take(_submitted(nc, job_id))
     job = scheduler.view.jobs[job_id]
 
     own_id, own = _pending(nc, job_id, "QUOTA_EXCEEDED", 2)
-    scheduler._sent_pending([{"id": own_id, "subject": app.JOB_PENDING}])
-    scheduler.dirty.clear()
-    scheduler._take(own)
+    scheduler.intake.sent_pending([{"id": own_id, "subject": intake.JOB_PENDING}])
+    scheduler.intake.dirty.clear()
+    scheduler.intake.take(own)
     assert job.pending_fingerprint is None  # not read: the commit had folded it in
-    assert scheduler.last_seq == 2 and not scheduler.dirty.is_set()
-    assert scheduler.own_pending == {}
+    assert scheduler.intake.last_seq == 2 and not scheduler.intake.dirty.is_set()
+    assert scheduler.intake.own_pending == {}
 
     _, again = _pending(nc, job_id, "QUOTA_EXCEEDED", 3)  # not remembered: read
-    scheduler._take(again)
+    scheduler.intake.take(again)
     assert job.pending_fingerprint is not None
     assert job.pending_fingerprint.codes == ("QUOTA_EXCEEDED",)
-    assert scheduler.last_seq == 3 and scheduler.dirty.is_set()
+    assert scheduler.intake.last_seq == 3 and scheduler.intake.dirty.is_set()
 
 
 async def test_it_remembers_a_bounded_number_of_its_own(endpoints: Endpoints) -> None:
     scheduler = scheduler_on(endpoints)
-    rows = [{"id": str(i), "subject": app.JOB_PENDING} for i in range(app.OWN_ECHOES_KEPT + 5)]
-    scheduler._sent_pending([*rows, {"id": "other", "subject": "rota.evt.allocation.proposed"}])
-    assert len(scheduler.own_pending) == app.OWN_ECHOES_KEPT
-    assert "0" not in scheduler.own_pending and str(app.OWN_ECHOES_KEPT + 4) in scheduler.own_pending
+    rows = [{"id": str(i), "subject": intake.JOB_PENDING} for i in range(intake.OWN_ECHOES_KEPT + 5)]
+    scheduler.intake.sent_pending([*rows, {"id": "other", "subject": "rota.evt.allocation.proposed"}])
+    assert len(scheduler.intake.own_pending) == intake.OWN_ECHOES_KEPT
+    assert "0" not in scheduler.intake.own_pending and str(intake.OWN_ECHOES_KEPT + 4) in scheduler.intake.own_pending

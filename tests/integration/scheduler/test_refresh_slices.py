@@ -9,7 +9,7 @@ from nats.aio.client import Client
 from rota.endpoints import Endpoints
 from rota.ids import new_id
 from rota_policy import Decisions, PolicyConfig, Snapshot
-from rota_scheduler import app
+from rota_scheduler import cycle as scheduling
 from rota_scheduler.staleness import WaitPrint
 
 from tests.integration.scheduler.test_lease_during_cycle import _submitted, scheduler_on
@@ -24,17 +24,17 @@ async def test_a_deep_queue_is_refreshed_a_slice_per_cycle(
         asked.append(snapshot.explain)
         return Decisions()
 
-    monkeypatch.setattr(app, "schedule", recording_schedule)
+    monkeypatch.setattr(scheduling, "schedule", recording_schedule)
     scheduler = scheduler_on(endpoints)
-    waiting = [new_id() for _ in range(2 * app.REFRESH_SLICE + 10)]
+    waiting = [new_id() for _ in range(2 * scheduling.REFRESH_SLICE + 10)]
     for job_id in waiting:
-        scheduler._take(_submitted(nc, job_id))
+        scheduler.intake.take(_submitted(nc, job_id))
         scheduler.view.explained(scheduler.view.jobs[job_id],
                                  WaitPrint(("PRIORITY",), 0, None, 1, False, ()))
     epoch = 1_000_000.0
     for cycle in range(3):
-        scheduler._decide(epoch + 3600.0 * cycle)  # an hour apart: every slice is due
-    assert all(a is not None and len(a) <= app.REFRESH_SLICE for a in asked), \
+        scheduler.cycle.decide(epoch + 3600.0 * cycle)  # an hour apart: every slice is due
+    assert all(a is not None and len(a) <= scheduling.REFRESH_SLICE for a in asked), \
         [None if a is None else len(a) for a in asked]
     covered = set().union(*(a for a in asked if a is not None))
     assert covered == set(waiting)

@@ -7,6 +7,7 @@ import asyncio
 from rota.contracts import messages as m
 from rota_policy import schedule
 from rota_scheduler.asking import Questions
+from rota_scheduler.snapshot import policy_snapshot
 
 from tests.unit.scheduler_service.test_view_and_actions import POLICY, Story, of
 
@@ -26,7 +27,7 @@ async def test_a_question_wakes_a_cycle_and_gets_that_cycles_explanation() -> No
     await asyncio.wait_for(woken.wait(), 5)
     wanted = questions.take()
     assert wanted == {waiting}
-    decisions = schedule(story.view.snapshot(story.now, wanted), story.now, POLICY)
+    decisions = schedule(policy_snapshot(story.view, story.now, wanted), story.now, POLICY)
     questions.answer(wanted, decisions, story.now)
     reply = await asyncio.wait_for(asked, 5)
     assert reply.ok and reply.result["pending"] is True
@@ -56,7 +57,7 @@ async def test_a_job_admitted_by_the_cycle_that_was_asked_says_it_no_longer_wait
     asked = asyncio.create_task(questions._explain(m.GetJob(job_id=fits)))
     await asyncio.sleep(0)
     wanted = questions.take()
-    decisions = schedule(story.view.snapshot(story.now, wanted), story.now, POLICY)
+    decisions = schedule(policy_snapshot(story.view, story.now, wanted), story.now, POLICY)
     assert [a.job_id for a in decisions.admissions] == [fits]
     questions.answer(wanted, decisions, story.now)
     reply = await asyncio.wait_for(asked, 5)

@@ -11,7 +11,7 @@ from typing import Any
 from rota.contracts import messages as m
 from rota_scheduler.actions import Actions, record_sent
 from rota_scheduler.drains import add_drain_actions, node_states
-from rota_scheduler.snapshot import running_runs
+from rota_scheduler.snapshot import policy_snapshot, running_runs
 
 from tests.unit.scheduler_service.test_view_and_actions import POLICY, Story, of
 
@@ -23,11 +23,11 @@ def _iso(epoch: float) -> str:
 def drain_cycle(story: Story) -> list[Any]:
     """The drain half of a cycle: plans committed, folded, and echoed."""
     actions = Actions()
-    add_drain_actions(story.view, story.view.snapshot(story.now), actions, story.now,
+    add_drain_actions(story.view, policy_snapshot(story.view, story.now), actions, story.now,
                       default_runtime_s=POLICY.default_runtime_s, new_uuid=story.uuid)
     record_sent(story.view, actions, story.now)
     for item in actions.outgoing:
-        story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+        story.fold(item.message)
     assert [r.decision for r in actions.records] == ["preempt"] * len(actions.outgoing)
     return [item.message for item in actions.outgoing]
 
@@ -48,7 +48,7 @@ def two_runs_on_one_node(story: Story) -> tuple[str, str, m.AllocationProposed, 
 def test_a_drain_stops_the_long_run_once_and_leaves_the_short_one() -> None:
     story = Story()
     short, long, long_run, node = two_runs_on_one_node(story)
-    story.event("NodeDrainRequested", node=node, deadline=_iso(story.now + 3600),
+    story.event(m.NodeDrainRequested, node=node, deadline=_iso(story.now + 3600),
                 reason="firmware", requested_by="admin")
     [plan] = drain_cycle(story)
     assert isinstance(plan, m.PreemptionRequested)
@@ -64,12 +64,12 @@ def test_a_drain_stops_the_long_run_once_and_leaves_the_short_one() -> None:
 
     # The drained stop requeues from the checkpoint, spending no preemption budget, and the
     # job is placed again, but not on the drained node.
-    story.event("RunStopped", run_id=long_run.run_id, job_id=long, reason="drained",
+    story.event(m.RunStopped, run_id=long_run.run_id, job_id=long, reason="drained",
                 checkpoint_uri="s3://ckpt/long")
-    story.event("AllocationReleased", run_id=long_run.run_id, job_id=long, team="nlp",
+    story.event(m.AllocationReleased, run_id=long_run.run_id, job_id=long, team="nlp",
                 flavor="h100", gpus=4, gpu_seconds=1.0)
     record = story.view.jobs[long]
-    assert (record.state, record.resume_from, record.preemptions) == ("pending", "s3://ckpt/long", 0)
+    assert (record.phase, record.resume_from, record.preemptions) == ("pending", "s3://ckpt/long", 0)
     placed = [s.node for p in of(story.cycle(), m.AllocationProposed) for s in p.placement]
     assert placed and node not in placed
 
@@ -77,7 +77,7 @@ def test_a_drain_stops_the_long_run_once_and_leaves_the_short_one() -> None:
 def test_at_the_deadline_the_run_left_to_finish_is_stopped_too() -> None:
     story = Story()
     short, long, _, node = two_runs_on_one_node(story)
-    story.event("NodeDrainRequested", node=node, deadline=_iso(story.now + 3600),
+    story.event(m.NodeDrainRequested, node=node, deadline=_iso(story.now + 3600),
                 reason="kernel", requested_by="admin")
     assert [p.victims[0].job_id for p in drain_cycle(story)] == [long]
     story.now += 3600
@@ -87,9 +87,9 @@ def test_at_the_deadline_the_run_left_to_finish_is_stopped_too() -> None:
 def test_undrain_takes_placements_again_and_stops_nothing_more() -> None:
     story = Story()
     _, _, _, node = two_runs_on_one_node(story)
-    story.event("NodeDrainRequested", node=node, deadline=_iso(story.now),
+    story.event(m.NodeDrainRequested, node=node, deadline=_iso(story.now),
                 reason="x", requested_by="admin")
-    story.event("NodeDrainCancelled", node=node, requested_by="admin")
+    story.event(m.NodeDrainCancelled, node=node, requested_by="admin")
     assert drain_cycle(story) == []
     [state] = node_states(story.view, running_runs(story.view, story.now), story.now,
                           default_runtime_s=POLICY.default_runtime_s, runtime_scale=1.0, only=node)
@@ -100,7 +100,7 @@ def test_an_empty_drained_node_is_drained_and_gets_no_placement() -> None:
     story = Story()
     h100 = [n.name for n in story.view.config.expanded_nodes() if n.flavor == "h100"]
     for name in h100[1:]:
-        story.event("NodeDrainRequested", node=name, deadline=_iso(story.now), reason="x",
+        story.event(m.NodeDrainRequested, node=name, deadline=_iso(story.now), reason="x",
                     requested_by="admin")
     story.submit(workers=1)
     story.submit(workers=1)

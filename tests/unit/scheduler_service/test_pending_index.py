@@ -7,12 +7,15 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from rota.config import load_config
 from rota.contracts import JobSpec
+from rota.contracts import messages as m
 from rota_scheduler.pending_index import pending_job, queues_from_scratch
-from rota_scheduler.view import ClusterView, JobRecord
+from rota_scheduler.records import JobRecord
+from rota_scheduler.view import ClusterView
 
-from tests.builders import spec_doc
+from tests.builders import message, spec_doc
 
 CONFIG = load_config()
 JOBS = [f"00000000-0000-7000-8000-{i:012d}" for i in range(3)]
@@ -29,33 +32,37 @@ QUEUES = ["production", "training", "experiment"]
 FLAVORS = ["h100", "a100"]
 
 
-def event(step: Step, runs: dict[str, str]) -> tuple[str, dict[str, Any]]:
+def event(step: Step, runs: dict[str, str]) -> BaseModel:
     kind, index, variant = step
     job_id = JOBS[index]
     run_id = runs.setdefault(job_id, f"10000000-0000-7000-8000-{index:06d}{variant:06d}")
+    team, user = TEAMS[variant % 2]
+    flavor = FLAVORS[variant % 2]
     if kind == "submit":
-        team, user = TEAMS[variant % 2]
-        spec = spec_doc(team=team, user=user, queue=QUEUES[variant % 3],
-                        flavor=FLAVORS[variant % 2], gpus_per_worker=1 + variant)
-        return "JobSubmitted", {"job_id": job_id, "spec": spec,
-                                "submitted_at": f"2027-01-01T00:00:{variant:02d}Z"}
+        spec = spec_doc(team=team, user=user, queue=QUEUES[variant % 3], flavor=flavor,
+                        gpus_per_worker=1 + variant)
+        return message(m.JobSubmitted, job_id=job_id, spec=spec,
+                       submitted_at=f"2027-01-01T00:00:{variant:02d}Z")
     if kind == "cancel":
-        return "JobCancelled", {"job_id": job_id}
+        return message(m.JobCancelled, job_id=job_id, team=team, reason="cancelled by user")
     if kind == "propose":
         runs[job_id] = run_id = f"20000000-0000-7000-8000-{index:06d}{variant:06d}"
-        return "AllocationProposed", {"job_id": job_id, "run_id": run_id,
-                                      "placement": PLACEMENT}
+        return message(m.AllocationProposed, proposal_id=run_id, job_id=job_id, run_id=run_id,
+                       team=team, user=user, queue=QUEUES[variant % 3], flavor=flavor,
+                       placement=PLACEMENT, gpus=1)
     if kind == "reject":
-        return "AllocationRejected", {"job_id": job_id, "run_id": run_id}
+        return message(m.AllocationRejected, proposal_id=run_id, job_id=job_id, run_id=run_id,
+                       code="GPU_TAKEN", message="taken")
     if kind == "grant":
-        return "AllocationGranted", {"job_id": job_id, "run_id": run_id,
-                                     "placement": PLACEMENT}
+        return message(m.AllocationGranted, proposal_id=run_id, job_id=job_id, run_id=run_id,
+                       team=team, flavor=flavor, placement=PLACEMENT, gpus=1)
     if kind == "start":
-        return "RunStarted", {"job_id": job_id, "run_id": run_id}
+        return message(m.RunStarted, job_id=job_id, run_id=run_id, attempt=1,
+                       placement=PLACEMENT)
     if kind in ("preempted", "stopped"):
         reason = "preempted" if kind == "preempted" else "cancelled"
-        return "RunStopped", {"job_id": job_id, "run_id": run_id, "reason": reason}
-    return "RunFinished", {"job_id": job_id, "run_id": run_id}
+        return message(m.RunStopped, job_id=job_id, run_id=run_id, reason=reason)
+    return message(m.RunFinished, job_id=job_id, run_id=run_id)
 
 
 @settings(max_examples=500, deadline=None)
@@ -64,8 +71,7 @@ def test_the_index_always_gives_the_queues_a_rebuild_would(sequence: list[Step])
     view = ClusterView(CONFIG)
     runs: dict[str, str] = {}
     for at, step in enumerate(sequence):
-        kind, data = event(step, runs)
-        view.apply(kind, data, 1_800_000_000.0 + at)
+        view.apply(event(step, runs), 1_800_000_000.0 + at)
         assert view.pending_index.queues() == queues_from_scratch(view.jobs.values()), step
 
 
@@ -73,9 +79,9 @@ def test_a_queue_an_event_did_not_touch_is_not_rebuilt() -> None:
     view = ClusterView(CONFIG)
     runs: dict[str, str] = {}
     for step in (("submit", 0, 0), ("submit", 1, 1)):
-        view.apply(*event(step, runs), 1_800_000_000.0)
+        view.apply(event(step, runs), 1_800_000_000.0)
     before = view.pending_index.queues()
-    view.apply(*event(("submit", 2, 0), runs), 1_800_000_001.0)  # job 0's queue again
+    view.apply(event(("submit", 2, 0), runs), 1_800_000_001.0)  # job 0's queue again
     after = view.pending_index.queues()
     untouched = [q for q in before if q.team == "vision"]
     assert untouched and all(any(q is same for same in after) for q in untouched)

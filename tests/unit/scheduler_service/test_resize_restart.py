@@ -5,8 +5,7 @@ dropped ones; and a view rebuilt from the same events holds the same GPUs."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from pydantic import BaseModel
 from rota.contracts import messages as m
 
 from tests.unit.scheduler_service.test_view_and_actions import Story, of
@@ -17,11 +16,11 @@ class Recorded(Story):
 
     def __init__(self) -> None:
         super().__init__()
-        self.log: list[tuple[str, dict[str, Any], float]] = []
+        self.log: list[tuple[BaseModel, float]] = []
 
-    def event(self, type_: str, **data: Any) -> None:
-        self.log.append((type_, data, self.now))
-        super().event(type_, **data)
+    def fold(self, event: BaseModel) -> None:
+        self.log.append((event, self.now))
+        super().fold(event)
 
 
 def _shrink_planned() -> tuple[Recorded, m.AllocationProposed, m.PreemptionRequested, str]:
@@ -42,9 +41,9 @@ def _shrink_planned() -> tuple[Recorded, m.AllocationProposed, m.PreemptionReque
 
 def _stop_and_release(story: Story, proposal: m.AllocationProposed) -> None:
     story.now += 60
-    story.event("RunStopped", run_id=proposal.run_id, job_id=proposal.job_id,
+    story.event(m.RunStopped, run_id=proposal.run_id, job_id=proposal.job_id,
                 reason="preempted", checkpoint_uri="s3://ckpt/saved")
-    story.event("AllocationReleased", run_id=proposal.run_id, job_id=proposal.job_id)
+    story.released(proposal.run_id, proposal.job_id)
 
 
 def test_an_elastic_victim_is_planned_as_a_shrink_to_its_min() -> None:
@@ -79,7 +78,7 @@ def test_after_the_stop_the_victim_restarts_on_its_kept_gpus_and_the_preemptor_o
 def test_between_the_stop_and_the_release_it_waits_with_its_restart_as_the_reason() -> None:
     story, proposal, _plan, elastic = _shrink_planned()
     story.now += 60
-    story.event("RunStopped", run_id=proposal.run_id, job_id=proposal.job_id,
+    story.event(m.RunStopped, run_id=proposal.run_id, job_id=proposal.job_id,
                 reason="preempted", checkpoint_uri="s3://ckpt/saved")
     out = story.cycle()
     assert all(p.job_id != elastic for p in of(out, m.AllocationProposed))
@@ -94,9 +93,9 @@ def test_a_view_rebuilt_from_the_events_holds_the_same_restart() -> None:
     story, proposal, _plan, elastic = _shrink_planned()
     _stop_and_release(story, proposal)
     fresh = Story()
-    for type_, data, at in story.log:
+    for event, at in story.log:
         fresh.now = at
-        fresh.event(type_, **data)
+        fresh.fold(event)
     fresh.now = story.now
     assert fresh.view.restarts == story.view.restarts
     [restart] = [p for p in of(fresh.cycle(), m.AllocationProposed) if p.job_id == elastic]
@@ -105,7 +104,7 @@ def test_a_view_rebuilt_from_the_events_holds_the_same_restart() -> None:
 
 def test_a_plan_aborted_before_the_stop_drops_the_restart() -> None:
     story, proposal, plan, elastic = _shrink_planned()
-    story.event("PreemptionCompleted", plan_id=plan.plan_id,
+    story.event(m.PreemptionCompleted, plan_id=plan.plan_id,
                 preemptor_job_id=plan.preemptor_job_id, aborted=True,
                 victims=[{"run_id": proposal.run_id, "job_id": elastic, "outcome": "aborted"}])
     assert elastic not in story.view.restarts
@@ -128,8 +127,8 @@ def _grow_requested() -> tuple[Recorded, m.AllocationProposed, m.GrowRequested]:
     assert len(elastic.placement) == 2
     story.grant_and_start(elastic)
     story.now += 60
-    story.event("RunFinished", run_id=first.run_id, job_id=busy)
-    story.event("AllocationReleased", run_id=first.run_id, job_id=busy)
+    story.event(m.RunFinished, run_id=first.run_id, job_id=busy)
+    story.released(first.run_id, busy)
     assert not of(story.cycle(), m.GrowRequested)  # it has not run half an hour yet
     story.now += 1800
     [grow] = of(story.cycle(), m.GrowRequested)
@@ -149,9 +148,9 @@ def test_an_elastic_run_grows_onto_idle_gpus_held_for_it_and_restarts_on_them() 
     out = story.cycle()
     assert all(not added & {(w.node, g) for w in p.placement for g in w.gpus}
                for p in of(out, m.AllocationProposed) if p.job_id == late)
-    story.event("RunStopped", run_id=elastic.run_id, job_id=elastic.job_id,
+    story.event(m.RunStopped, run_id=elastic.run_id, job_id=elastic.job_id,
                 reason="resized", checkpoint_uri="s3://ckpt/grow")
-    story.event("AllocationReleased", run_id=elastic.run_id, job_id=elastic.job_id)
+    story.released(elastic.run_id, elastic.job_id)
     job = story.view.jobs[elastic.job_id]
     assert job.preemptions == 0 and job.resume_from == "s3://ckpt/grow"  # no preemption
     [again] = [p for p in of(story.cycle(), m.AllocationProposed) if p.job_id == elastic.job_id]
@@ -161,6 +160,6 @@ def test_an_elastic_run_grows_onto_idle_gpus_held_for_it_and_restarts_on_them() 
 
 def test_a_grow_that_was_not_grown_gives_its_gpus_back() -> None:
     story, elastic, grow = _grow_requested()
-    story.event("GrowCompleted", grow_id=grow.grow_id, job_id=elastic.job_id,
+    story.event(m.GrowCompleted, grow_id=grow.grow_id, job_id=elastic.job_id,
                 run_id=elastic.run_id, outcome="aborted")
     assert elastic.job_id not in story.view.restarts

@@ -8,7 +8,7 @@ from typing import Any
 
 from rota.contracts import messages as m
 from rota_policy.layout import layout_key
-from rota_scheduler.snapshot import snapshot_of
+from rota_scheduler.snapshot import policy_snapshot, snapshot_of
 
 from tests.unit.scheduler_service.test_view_and_actions import Story, of
 
@@ -21,7 +21,7 @@ class CheckedStory(Story):
         self.checks = 0
 
     def check(self) -> None:
-        reused = self.view.snapshot(self.now)
+        reused = policy_snapshot(self.view, self.now)
         fresh = snapshot_of(self.view, self.now, None)
         assert reused.layout is not None and reused.layout.key == layout_key(fresh.nodes)
         assert replace(reused, layout=None) == fresh, f"check {self.checks}"
@@ -45,17 +45,17 @@ def test_the_reused_running_runs_equal_fresh_ones_through_a_preemption_story() -
         story.check()
     story.now += 1800
     first = proposals[0]
-    story.event("RunCheckpointed", run_id=first.run_id, job_id=first.job_id,
-                checkpoint_uri="s3://ckpt/1", step=100)
+    story.event(m.RunCheckpointed, run_id=first.run_id, job_id=first.job_id,
+                checkpoint_uri="s3://ckpt/1", progress_s=100.0)
     story.check()
     story.now += 1800
     preemptor = story.submit(workers=2, team="nlp", user="alice", queue="production")
     [plan] = of(story.cycle(), m.PreemptionRequested)
     for victim in plan.victims:
-        story.event("RunStopped", run_id=victim.run_id, job_id=victim.job_id,
+        story.event(m.RunStopped, run_id=victim.run_id, job_id=victim.job_id,
                     reason="preempted", checkpoint_uri=f"s3://ckpt/{victim.job_id}")
         story.check()
-        story.event("AllocationReleased", run_id=victim.run_id, job_id=victim.job_id,
+        story.event(m.AllocationReleased, run_id=victim.run_id, job_id=victim.job_id,
                     team="research", flavor="h100", gpus=8, gpu_seconds=1.0)
         story.check()
     out = story.cycle()
@@ -66,22 +66,22 @@ def test_the_reused_running_runs_equal_fresh_ones_through_a_preemption_story() -
         story.grant_and_start(proposal)
     story.now += 7200
     story.check()
-    assert preemptor in {r.job_id for r in story.view.snapshot(story.now).running}
-    assert set(victims) & {r.job_id for r in story.view.snapshot(story.now).running}
+    assert preemptor in {r.job_id for r in policy_snapshot(story.view, story.now).running}
+    assert set(victims) & {r.job_id for r in policy_snapshot(story.view, story.now).running}
     assert story.checks >= 12
 
 
 def test_the_nodes_are_built_again_only_when_the_gpus_held_or_withdrawn_change() -> None:
     story = CheckedStory()
-    first = story.view.snapshot(story.now)
+    first = policy_snapshot(story.view, story.now)
     story.now += 60
-    again = story.view.snapshot(story.now)
+    again = policy_snapshot(story.view, story.now)
     assert again.nodes is first.nodes  # nothing held or withdrawn changed
     assert again.layout is first.layout
     first = again.nodes
     story.submit(workers=1, gpus_per_worker=2, team="research", user="dave", queue="experiment")
     [proposal] = of(story.cycle(), m.AllocationProposed)
-    held = story.view.snapshot(story.now).nodes
+    held = policy_snapshot(story.view, story.now).nodes
     assert held is not first and held != first
     taken = {slot.node for slot in proposal.placement}
     # Only the node the job went to is built again; every other node's state is the same one.
@@ -90,8 +90,8 @@ def test_the_nodes_are_built_again_only_when_the_gpus_held_or_withdrawn_change()
     story.grant_and_start(proposal)
     story.check()
     node = proposal.placement[0].node
-    story.event("NodeWithdrawn", node=node, reason="drained")
-    withdrawn = story.view.snapshot(story.now).nodes
+    story.event(m.NodeWithdrawn, node=node, reason="drained")
+    withdrawn = policy_snapshot(story.view, story.now).nodes
     assert withdrawn != held
     assert next(n for n in withdrawn if n.name == node).free == ()
     story.check()

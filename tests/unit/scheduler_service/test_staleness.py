@@ -5,6 +5,7 @@ from __future__ import annotations
 from rota.contracts import messages as m
 from rota_policy import schedule
 from rota_scheduler.actions import plan_actions, record_sent
+from rota_scheduler.snapshot import policy_snapshot
 from rota_scheduler.staleness import (
     NEVER,
     PLACE,
@@ -80,9 +81,8 @@ def test_the_job_behind_an_admitted_one_is_published_with_its_new_position() -> 
     published = {p.job_id: p for p in of(story.cycle(), m.JobPending)}
     assert published[behind].position == published[head].position + 1
     story.now += 5
-    story.event("RunFinished", run_id=proposal.run_id, job_id=running[0], exit_code=0)
-    story.event("AllocationReleased", run_id=proposal.run_id, job_id=running[0], gpus=32,
-                gpu_seconds=5.0)
+    story.event(m.RunFinished, run_id=proposal.run_id, job_id=running[0], exit_code=0)
+    story.released(proposal.run_id, running[0])
     out = story.cycle()
     assert [p.job_id for p in of(out, m.AllocationProposed)] == [head]
     [moved] = of(out, m.JobPending)
@@ -115,7 +115,7 @@ def test_never_explained_jobs_go_first_then_the_most_changed() -> None:
     story.cycle()  # explained once
     story.now += 3601  # past training's long-wait threshold: its words change
     newer = story.submit(workers=4, team="nlp", user="alice")
-    decisions = schedule(story.view.snapshot(story.now), story.now, POLICY)
+    decisions = schedule(policy_snapshot(story.view, story.now), story.now, POLICY)
     actions = plan_actions(story.view, decisions, now=story.now, new_uuid=story.uuid,
                            pending_limit=1)
     assert [p.job_id for p in of([o.message for o in actions.outgoing], m.JobPending)] == [newer]

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from itertools import count
 from typing import Any
 
+from pydantic import BaseModel
 from rota.config import load_config
 from rota.contracts import messages as m
 from rota.ids import new_id
 from rota_policy import policy_config_from, schedule
 from rota_policy.runtimes import RuntimeScale
 from rota_scheduler.actions import next_to_explain, plan_actions, record_sent
+from rota_scheduler.snapshot import policy_snapshot
 from rota_scheduler.view import ClusterView
 
-from tests.builders import spec_doc
+from tests.builders import message, spec_doc
 
 CONFIG = load_config()
 POLICY = policy_config_from(CONFIG)
@@ -29,29 +32,40 @@ class Story:
         ids = count()
         self.uuid = lambda: f"00000000-0000-7000-8000-{next(ids):012d}"
 
-    def event(self, type_: str, **data: Any) -> None:
-        self.view.apply(type_, data, self.now)
+    def event(self, kind: type[BaseModel], **fields: Any) -> None:
+        """Folds the contract message `kind` with these fields (`tests.builders.message`)."""
+        self.fold(message(kind, **fields))
+
+    def fold(self, event: BaseModel) -> None:
+        self.view.apply(event, self.now)
+
+    def released(self, run_id: str, job_id: str) -> None:
+        """The ledger's release of a run's GPUs, as it would say it."""
+        spec = self.view.jobs[job_id].spec
+        self.event(m.AllocationReleased, run_id=run_id, job_id=job_id, team=spec.team,
+                   flavor=spec.flavor, gpus=spec.total_gpus, gpu_seconds=0.0)
 
     def submit(self, **spec: Any) -> str:
         job_id = new_id()
-        self.event("JobSubmitted", job_id=job_id, spec=spec_doc(**spec), submitted_at=None)
+        self.event(m.JobSubmitted, job_id=job_id, spec=spec_doc(**spec),
+                   submitted_at=datetime.fromtimestamp(self.now, UTC))
         return job_id
 
     def cycle(self) -> list[Any]:
-        decisions = schedule(self.view.snapshot(self.now), self.now, POLICY)
+        decisions = schedule(policy_snapshot(self.view, self.now), self.now, POLICY)
         actions = plan_actions(self.view, decisions, now=self.now, new_uuid=self.uuid)
         record_sent(self.view, actions, self.now)
         for item in actions.outgoing:  # the echo, as the stream delivers it later
-            self.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+            self.fold(item.message)
         return [item.message for item in actions.outgoing]
 
     def grant_and_start(self, proposal: m.AllocationProposed) -> None:
-        data = proposal.model_dump(mode="json")
-        self.event("AllocationGranted", **{k: data[k] for k in (
-            "proposal_id", "job_id", "run_id", "team", "flavor", "placement", "gpus",
-            "borrowed_gpus")})
-        self.event("RunStarted", run_id=proposal.run_id, job_id=proposal.job_id, attempt=1,
-                   placement=data["placement"])
+        self.event(m.AllocationGranted, proposal_id=proposal.proposal_id, job_id=proposal.job_id,
+                   run_id=proposal.run_id, team=proposal.team, flavor=proposal.flavor,
+                   placement=proposal.placement, gpus=proposal.gpus,
+                   borrowed_gpus=proposal.borrowed_gpus)
+        self.event(m.RunStarted, run_id=proposal.run_id, job_id=proposal.job_id, attempt=1,
+                   placement=proposal.placement)
 
 
 def of(messages: list[Any], kind: type) -> list[Any]:
@@ -106,10 +120,10 @@ def test_replaying_the_same_events_changes_nothing() -> None:
     job = story.submit()
     [proposal] = of(story.cycle(), m.AllocationProposed)
     story.grant_and_start(proposal)
-    before = (story.view.jobs[job].state, dict(story.view.allocations))
+    before = (story.view.jobs[job].phase, dict(story.view.allocations))
     story.grant_and_start(proposal)
-    story.event("AllocationProposed", **proposal.model_dump(mode="json"))
-    assert (story.view.jobs[job].state, dict(story.view.allocations)) == before
+    story.event(m.AllocationProposed, **proposal.model_dump(mode="json"))
+    assert (story.view.jobs[job].phase, dict(story.view.allocations)) == before
     assert story.view.jobs[job].attempt == 1
 
 
@@ -126,9 +140,9 @@ def test_production_preempts_experiment_and_takes_the_held_gpus() -> None:
     assert {v.job_id for v in plan.victims} <= set(victims)
     for victim in plan.victims:
         assert victim.resumable and victim.job_name == "train-llm"
-        story.event("RunStopped", run_id=victim.run_id, job_id=victim.job_id,
+        story.event(m.RunStopped, run_id=victim.run_id, job_id=victim.job_id,
                     reason="preempted", checkpoint_uri=f"s3://ckpt/{victim.job_id}")
-        story.event("AllocationReleased", run_id=victim.run_id, job_id=victim.job_id,
+        story.event(m.AllocationReleased, run_id=victim.run_id, job_id=victim.job_id,
                     team="research", flavor="h100", gpus=8, gpu_seconds=1.0)
     out = story.cycle()
     [admitted] = [p for p in of(out, m.AllocationProposed) if p.job_id == preemptor]
@@ -137,7 +151,7 @@ def test_production_preempts_experiment_and_takes_the_held_gpus() -> None:
         (s.node, tuple(s.gpus)) for s in plan.target}
     for victim in plan.victims:
         job = story.view.jobs[victim.job_id]
-        assert job.state == "pending" and job.resume_from == f"s3://ckpt/{victim.job_id}"
+        assert job.phase == "pending" and job.resume_from == f"s3://ckpt/{victim.job_id}"
         assert job.preemptions == 1
 
 
@@ -146,22 +160,22 @@ def test_a_lost_run_requeues_from_its_checkpoint_without_spending_a_preemption()
     job = story.submit(resumable=True)
     [proposal] = of(story.cycle(), m.AllocationProposed)
     story.grant_and_start(proposal)
-    story.event("RunStopped", run_id=proposal.run_id, job_id=job, reason="lost", forced=True,
+    story.event(m.RunStopped, run_id=proposal.run_id, job_id=job, reason="lost", forced=True,
                 checkpoint_uri="s3://ckpt/lost")
     record = story.view.jobs[job]
-    assert (record.state, record.resume_from, record.preemptions) == ("pending", "s3://ckpt/lost", 0)
+    assert (record.phase, record.resume_from, record.preemptions) == ("pending", "s3://ckpt/lost", 0)
 
 
 def test_a_withdrawn_node_gets_no_placement_until_it_is_restored() -> None:
     story = Story()
     h100 = [n.name for n in story.view.config.expanded_nodes() if n.flavor == "h100"]
     for name in h100[1:]:
-        story.event("NodeWithdrawn", node=name, reason="NotReady")
+        story.event(m.NodeWithdrawn, node=name, reason="NotReady")
     story.submit(workers=1)
     story.submit(workers=1)
     placed = [s.node for p in of(story.cycle(), m.AllocationProposed) for s in p.placement]
     assert placed == [h100[0]]  # one fits on the node left; the other waits
-    story.event("NodeRestored", node=h100[1])
+    story.event(m.NodeRestored, node=h100[1])
     placed = [s.node for p in of(story.cycle(), m.AllocationProposed) for s in p.placement]
     assert placed == [h100[1]]
 
@@ -171,7 +185,7 @@ def test_cancelling_a_running_job_stops_its_run_once() -> None:
     job = story.submit()
     [proposal] = of(story.cycle(), m.AllocationProposed)
     story.grant_and_start(proposal)
-    story.event("JobCancelled", job_id=job, team="nlp", reason="x", was_running=True)
+    story.event(m.JobCancelled, job_id=job, team="nlp", reason="x", was_running=True)
     [stop] = of(story.cycle(), m.StopRun)
     assert (stop.run_id, stop.reason) == (proposal.run_id, m.StopReason.cancelled)
     assert of(story.cycle(), m.StopRun) == []
@@ -182,9 +196,9 @@ def test_cancelling_a_granted_but_unstarted_job_releases_without_a_process() -> 
     job = story.submit()
     [proposal] = of(story.cycle(), m.AllocationProposed)
     data = proposal.model_dump(mode="json")
-    story.event("AllocationGranted", **{k: data[k] for k in (
+    story.event(m.AllocationGranted, **{k: data[k] for k in (
         "proposal_id", "job_id", "run_id", "team", "flavor", "placement", "gpus")})
-    story.event("JobCancelled", job_id=job, team="nlp", reason="x", was_running=True)
+    story.event(m.JobCancelled, job_id=job, team="nlp", reason="x", was_running=True)
     [stopped] = of(story.cycle(), m.RunStopped)
     assert stopped.run_id == proposal.run_id
 
@@ -193,9 +207,9 @@ def test_a_rejected_proposal_goes_back_to_pending_and_is_retried() -> None:
     story = Story()
     job = story.submit()
     [proposal] = of(story.cycle(), m.AllocationProposed)
-    story.event("AllocationRejected", proposal_id=proposal.proposal_id, job_id=job,
+    story.event(m.AllocationRejected, proposal_id=proposal.proposal_id, job_id=job,
                 run_id=proposal.run_id, code="GPU_TAKEN", message="taken")
-    assert story.view.jobs[job].state == "pending"
+    assert story.view.jobs[job].phase == "pending"
     assert [p.job_id for p in of(story.cycle(), m.AllocationProposed)] == [job]
 
 
@@ -212,7 +226,7 @@ def test_reconciling_with_the_ledger_trusts_its_rows() -> None:
             "placement": [s.model_dump() for s in proposals[job].placement]}
     assert story.view.reconcile([kept, foreign]) == (1, 1)
     assert set(story.view.allocations) == {proposals[job].run_id, foreign["run_id"]}
-    free_on_h100_3 = next(n for n in story.view.snapshot(story.now).nodes if n.name == "h100-3").free
+    free_on_h100_3 = next(n for n in policy_snapshot(story.view, story.now).nodes if n.name == "h100-3").free
     assert 0 not in free_on_h100_3 and 1 not in free_on_h100_3
 
 
@@ -226,12 +240,12 @@ def test_many_changed_waits_are_published_over_several_cycles_each_once() -> Non
     asked: frozenset[str] | None = None  # the first cycle explains everyone
     published: list[str] = []
     for _ in range(5):
-        decisions = schedule(story.view.snapshot(story.now, asked), story.now, POLICY)
+        decisions = schedule(policy_snapshot(story.view, story.now, asked), story.now, POLICY)
         actions = plan_actions(story.view, decisions, now=story.now, new_uuid=story.uuid,
                                pending_limit=limit)
         record_sent(story.view, actions, story.now)
         for item in actions.outgoing:
-            story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+            story.fold(item.message)
         out = [p.job_id for p in of([i.message for i in actions.outgoing], m.JobPending)]
         assert len(out) <= limit
         published += out
@@ -246,22 +260,22 @@ def test_etas_learn_what_finished_jobs_ran_against_what_they_declared() -> None:
     the same scale from the stream, a job's runs added up across a preemption."""
     story = Story()
 
-    def run_for(job: str, seconds: float, end: str, **data: Any) -> None:
+    def run_for(job: str, seconds: float, end: type[BaseModel], **data: Any) -> None:
         [proposal] = of(story.cycle(), m.AllocationProposed)
         assert proposal.job_id == job
         story.grant_and_start(proposal)
         story.now += seconds
         story.event(end, run_id=proposal.run_id, job_id=job, **data)
-        story.event("AllocationReleased", run_id=proposal.run_id, job_id=job)
+        story.released(proposal.run_id, job)
 
-    assert story.view.snapshot(story.now).runtime_scale == 1.0
+    assert policy_snapshot(story.view, story.now).runtime_scale == 1.0
     for n in range(RuntimeScale.REFRESH):
         job = story.submit(team="nlp", user="alice", declared_runtime_s=4000)
         # Preempted after 600 s, then 400 s more: 1,000 s in all, a quarter of what it declared.
-        run_for(job, 600, "RunStopped", reason="preempted", forced=False)
-        run_for(job, 400, "RunFinished")
+        run_for(job, 600, m.RunStopped, reason="preempted", forced=False)
+        run_for(job, 400, m.RunFinished)
         expected = 0.25 if n == RuntimeScale.REFRESH - 1 else 1.0
-        assert story.view.snapshot(story.now).runtime_scale == expected
+        assert policy_snapshot(story.view, story.now).runtime_scale == expected
 
 
 def test_a_job_that_accepts_any_flavor_is_proposed_and_booked_on_the_one_it_fits() -> None:
@@ -276,7 +290,7 @@ def test_a_job_that_accepts_any_flavor_is_proposed_and_booked_on_the_one_it_fits
     assert all(s.node.startswith("a100-") for s in proposed[fallback].placement)
     assert narrow not in proposed
     story.grant_and_start(proposed[fallback])
-    runs = {r.job_id: r for r in story.view.snapshot(story.now).running}
+    runs = {r.job_id: r for r in policy_snapshot(story.view, story.now).running}
     assert runs[fallback].flavor == "a100"
     assert runs[fallback].flavor != story.view.jobs[fallback].spec.flavor
 
@@ -287,7 +301,7 @@ def test_the_unexplained_index_names_the_pending_jobs_a_scan_would() -> None:
     story = Story()
     story.submit(workers=4, team="nlp", user="alice")  # fills the cluster
     waiting = [story.submit(workers=4, team="nlp", user="alice") for _ in range(12)]
-    story.event("JobCancelled", job_id=waiting[3])
+    story.event(m.JobCancelled, job_id=waiting[3], team="nlp", reason="x")
 
     def scan() -> list[str]:
         return [j.job_id for j in story.view.pending_jobs() if j.pending_fingerprint is None]
@@ -295,12 +309,12 @@ def test_the_unexplained_index_names_the_pending_jobs_a_scan_would() -> None:
     assert story.view.unexplained_jobs(100) == scan()
     for asked_limit in (5, 100, 100, 100):
         asked = next_to_explain(story.view, set(), asked_limit)
-        decisions = schedule(story.view.snapshot(story.now, asked), story.now, POLICY)
+        decisions = schedule(policy_snapshot(story.view, story.now, asked), story.now, POLICY)
         actions = plan_actions(story.view, decisions, now=story.now, new_uuid=story.uuid,
                                pending_limit=3)
         record_sent(story.view, actions, story.now)
         for item in actions.outgoing:
-            story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+            story.fold(item.message)
         assert story.view.unexplained_jobs(100) == scan()
         assert story.view.unexplained_jobs(2) == scan()[:2]
     assert scan() == []
@@ -310,10 +324,10 @@ def test_a_job_cancelled_while_proposed_is_stopped_once_granted_and_then_forgott
     story = Story()
     job = story.submit()
     [proposal] = of(story.cycle(), m.AllocationProposed)
-    story.event("JobCancelled", job_id=job, team="nlp", reason="x", was_running=False)
+    story.event(m.JobCancelled, job_id=job, team="nlp", reason="x", was_running=False)
     assert of(story.cycle(), m.StopRun) == [] and of(story.cycle(), m.RunStopped) == []
     story.grant_and_start(proposal)
     [stop] = of(story.cycle(), m.StopRun)
     assert stop.run_id == proposal.run_id
-    story.event("RunStopped", run_id=proposal.run_id, job_id=job, reason="cancelled")
+    story.event(m.RunStopped, run_id=proposal.run_id, job_id=job, reason="cancelled")
     assert story.view.stops_needed() == [] and job not in story.view.cancelled_live

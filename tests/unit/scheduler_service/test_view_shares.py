@@ -4,18 +4,21 @@ proposals it publishes carry the share in their placement."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from itertools import count
 from typing import Any
 
+from pydantic import BaseModel
 from rota.config.loader import parse_config
 from rota.contracts import messages as m
 from rota.ids import new_id
 from rota_policy import policy_config_from, schedule
 from rota_scheduler.actions import borrowed_whole, plan_actions, record_sent
 from rota_scheduler.metrics import gpus_allocated
+from rota_scheduler.snapshot import policy_snapshot
 from rota_scheduler.view import ClusterView
 
-from tests.builders import spec_doc
+from tests.builders import message, spec_doc
 
 T0 = 1_800_000_000.0
 CONFIG = parse_config({
@@ -35,29 +38,33 @@ class Story:
         ids = count()
         self.uuid = lambda: f"00000000-0000-7000-8000-{next(ids):012d}"
 
-    def event(self, type_: str, **data: Any) -> None:
-        self.view.apply(type_, data, self.now)
+    def event(self, kind: type[BaseModel], **fields: Any) -> None:
+        self.fold(message(kind, **fields))
+
+    def fold(self, event: BaseModel) -> None:
+        self.view.apply(event, self.now)
 
     def submit(self, **spec: Any) -> str:
         job_id = new_id()
         doc = spec_doc(team="nlp", user="alice", flavor="t4", gpus_per_worker=1, **spec)
-        self.event("JobSubmitted", job_id=job_id, spec=doc, submitted_at=None)
+        self.event(m.JobSubmitted, job_id=job_id, spec=doc,
+                   submitted_at=datetime.fromtimestamp(self.now, UTC))
         self.now += 1
         return job_id
 
     def cycle(self) -> list[m.AllocationProposed]:
-        decisions = schedule(self.view.snapshot(self.now), self.now, POLICY)
+        decisions = schedule(policy_snapshot(self.view, self.now), self.now, POLICY)
         actions = plan_actions(self.view, decisions, now=self.now, new_uuid=self.uuid)
         record_sent(self.view, actions, self.now)
         for item in actions.outgoing:
-            self.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+            self.fold(item.message)
         return [i.message for i in actions.outgoing if isinstance(i.message, m.AllocationProposed)]
 
     def grant_and_start(self, proposal: m.AllocationProposed) -> None:
         data = proposal.model_dump(mode="json")
-        self.event("AllocationGranted", **{k: data[k] for k in (
+        self.event(m.AllocationGranted, **{k: data[k] for k in (
             "proposal_id", "job_id", "run_id", "team", "flavor", "placement", "gpus")})
-        self.event("RunStarted", run_id=proposal.run_id, job_id=proposal.job_id, attempt=1,
+        self.event(m.RunStarted, run_id=proposal.run_id, job_id=proposal.job_id, attempt=1,
                    placement=data["placement"])
 
 
@@ -73,7 +80,7 @@ def _gpus(proposals: list[m.AllocationProposed]) -> dict[tuple[str, int], float]
 def test_shares_fill_gpus_in_quarters_and_the_proposals_carry_them() -> None:
     story = Story()
     halves = [story.submit(gpu_share=0.5) for _ in range(5)]
-    pending = {j.job_id: j.share for q in story.view.snapshot(story.now).pending for j in q.jobs}
+    pending = {j.job_id: j.share for q in policy_snapshot(story.view, story.now).pending for j in q.jobs}
     assert pending == dict.fromkeys(halves, 2)
     proposed = story.cycle()
     assert len(proposed) == 4 and {p.job_id for p in proposed} == set(halves[:4])
@@ -81,7 +88,7 @@ def test_shares_fill_gpus_in_quarters_and_the_proposals_carry_them() -> None:
     assert _gpus(proposed) == {("n-0", 0): 1.0, ("n-0", 1): 1.0}
     for p in proposed:
         story.grant_and_start(p)
-    snapshot = story.view.snapshot(story.now)
+    snapshot = policy_snapshot(story.view, story.now)
     (node,) = snapshot.nodes
     assert (node.free, node.shared) == ((), ((0, 4), (1, 4)))
     assert {(r.share, r.gpus, r.demand) for r in snapshot.running} == {(2, 0, 0.5)}
@@ -105,10 +112,10 @@ def test_a_whole_gpu_never_meets_a_share_and_a_released_share_lets_another_in() 
     for p in placed:
         story.grant_and_start(p)
     run_of = {p.job_id: p.run_id for p in proposed}
-    story.event("RunFinished", run_id=run_of[half], job_id=half)
-    story.event("AllocationReleased", run_id=run_of[half], job_id=half, team="nlp", flavor="t4",
+    story.event(m.RunFinished, run_id=run_of[half], job_id=half)
+    story.event(m.AllocationReleased, run_id=run_of[half], job_id=half, team="nlp", flavor="t4",
                 gpus=1, gpu_seconds=0.0)
-    assert story.view.snapshot(story.now).nodes[0].shared == ((0, 1),)
+    assert policy_snapshot(story.view, story.now).nodes[0].shared == ((0, 1),)
     again = story.cycle()
     assert [(p.job_id, p.placement[0].node, p.placement[0].gpus, p.placement[0].gpu_share)
             for p in again] == [(third, "n-0", [0], 0.5)]
@@ -120,7 +127,7 @@ def test_a_cluster_without_shares_gives_the_policy_no_shared_gpus() -> None:
     story.submit(workers=1)
     for p in story.cycle():
         story.grant_and_start(p)
-    (node,) = story.view.snapshot(story.now).nodes
+    (node,) = policy_snapshot(story.view, story.now).nodes
     assert (node.free, node.shared) == ((1,), ())
     assert all(w.gpu_share is None for p in story.cycle() for w in p.placement)
 
@@ -136,7 +143,7 @@ def test_a_production_half_preempts_one_experiment_half_and_starts_beside_the_ot
         story.grant_and_start(p)
     story.now += 3600.0
     prod = story.submit(gpu_share=0.5, queue="production")
-    decisions = schedule(story.view.snapshot(story.now), story.now, POLICY)
+    decisions = schedule(policy_snapshot(story.view, story.now), story.now, POLICY)
     (plan,) = decisions.plans
     assert plan.preemptor_job_id == prod and len(plan.victims) == 1 and plan.victims[0].share == 2
     assert "stops 0.5 of one t4 GPU" in plan.message
@@ -148,16 +155,16 @@ def test_a_production_half_preempts_one_experiment_half_and_starts_beside_the_ot
     assert requested.target is not None and requested.target[0].gpu_share == 0.5
     assert "gpu_share" not in m.Victim(**{**victim.model_dump(), "gpu_share": None}).model_dump(mode="json")
     for item in actions.outgoing:
-        story.event(type(item.message).__name__, **item.message.model_dump(mode="json"))
+        story.fold(item.message)
     gpu = requested.target[0].gpus[0]
-    story.event("RunStopped", run_id=victim.run_id, job_id=victim.job_id, reason="preempted", forced=False)
-    story.event("AllocationReleased", run_id=victim.run_id, job_id=victim.job_id, team="nlp", flavor="t4",
+    story.event(m.RunStopped, run_id=victim.run_id, job_id=victim.job_id, reason="preempted", forced=False)
+    story.event(m.AllocationReleased, run_id=victim.run_id, job_id=victim.job_id, team="nlp", flavor="t4",
                 gpus=1, gpu_seconds=0.0)
-    assert dict(story.view.snapshot(story.now).nodes[0].shared)[gpu] == 2  # the other half stays
+    assert dict(policy_snapshot(story.view, story.now).nodes[0].shared)[gpu] == 2  # the other half stays
     (proposal,) = story.cycle()
     assert (proposal.job_id, proposal.plan_id, proposal.placement[0].gpus, proposal.placement[0].gpu_share) == (
         prod, requested.plan_id, [gpu], 0.5)
-    assert victim.job_id in halves and story.view.jobs[victim.job_id].state == "pending"
+    assert victim.job_id in halves and story.view.jobs[victim.job_id].phase == "pending"
 
 
 def test_a_share_above_its_quota_proposes_its_one_gpu_borrowed() -> None:

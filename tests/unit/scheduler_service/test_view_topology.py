@@ -8,11 +8,13 @@ import pytest
 from pydantic import ValidationError
 from rota.config import load_config
 from rota.config.loader import parse_config
+from rota.contracts import messages as m
 from rota.contracts.job import RackAffinity
 from rota_policy import TopologyNeed
+from rota_scheduler.snapshot import policy_snapshot
 from rota_scheduler.view import ClusterView
 
-from tests.builders import spec_doc, submit_job
+from tests.builders import message, spec_doc, submit_job
 
 AT = 1_800_000_000.0
 
@@ -33,13 +35,13 @@ def _config(gangs: dict[str, str] | None) -> dict[str, Any]:
 
 
 def _pending(view: ClusterView) -> dict[str, TopologyNeed | None]:
-    return {j.job_id: j.topology for q in view.snapshot(AT).pending for j in q.jobs}
+    return {j.job_id: j.topology for q in policy_snapshot(view, AT).pending for j in q.jobs}
 
 
 def _submit(view: ClusterView, index: int, **spec: Any) -> str:
     job_id = f"00000000-0000-7000-8000-{index:012d}"
-    view.apply("JobSubmitted", {"job_id": job_id, "spec": spec_doc(**spec),
-                                "submitted_at": "2027-01-01T00:00:00Z"}, AT)
+    view.apply(message(m.JobSubmitted, job_id=job_id, spec=spec_doc(**spec),
+                       submitted_at="2027-01-01T00:00:00Z"), AT)
     return job_id
 
 
@@ -48,7 +50,7 @@ def test_the_job_topology_and_the_node_levels_reach_the_policy() -> None:
     asked = _submit(view, 1, workers=2, topology={"required": "block", "preferred": "rack"})
     plain = _submit(view, 2, workers=2)
     assert _pending(view) == {asked: TopologyNeed("block", "rack"), plain: None}
-    levels = {n.name: n.levels for n in view.snapshot(AT).nodes}
+    levels = {n.name: n.levels for n in policy_snapshot(view, AT).nodes}
     assert levels["n-0"] == (("block", "n-block-0"), ("rack", "n-rack-0"))
     assert levels["n-7"] == (("block", "n-block-1"), ("rack", "n-rack-3"))
 
@@ -66,9 +68,9 @@ def test_the_cluster_default_applies_to_gangs_that_ask_for_nothing() -> None:
 def test_a_cluster_without_levels_hands_over_none() -> None:
     view = ClusterView(load_config())
     job = _submit(view, 1, workers=2, rack="required")
-    (pending,) = [j for q in view.snapshot(AT).pending for j in q.jobs]
+    (pending,) = [j for q in policy_snapshot(view, AT).pending for j in q.jobs]
     assert (pending.job_id, pending.topology, pending.rack) == (job, None, RackAffinity.required)
-    assert all(n.levels == () for n in view.snapshot(AT).nodes)
+    assert all(n.levels == () for n in policy_snapshot(view, AT).nodes)
 
 
 def test_a_spec_gives_topology_or_rack_not_both() -> None:

@@ -28,7 +28,7 @@ from rota_console.access import (
     verify,
     viewer_of,
 )
-from rota_console.app import Console
+from rota_console.console import Console
 from rota_console.fairshare import fairshare_page, polyline
 from rota_console.pages import Page, PreemptionsPage
 from rota_console.reader import PLATFORM, ApiFailure, Viewer

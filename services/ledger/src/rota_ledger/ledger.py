@@ -40,8 +40,9 @@ HOLDS_GUARD = "ledger-holds"
 """The idempotency guard's consumer name for plans: a plan's holds are made once, ever, so a
 redelivered request cannot bring back holds that a grant already cleared."""
 
-RUN_ENDS: dict[str, str] = {"RunFinished": "finished", "RunFailed": "failed", "RunStopped": "stopped"}
-RUN_END_SUBJECTS = frozenset(EVENT_SUBJECTS[name] for name in RUN_ENDS)
+RUN_ENDS: dict[type[BaseModel], str] = {m.RunFinished: "finished", m.RunFailed: "failed",
+                                        m.RunStopped: "stopped"}
+RUN_END_SUBJECTS = frozenset(EVENT_SUBJECTS[kind.__name__] for kind in RUN_ENDS)
 
 
 def _span_attrs(p: m.AllocationProposed, decision: Decision) -> dict[str, AttributeValue | None]:
@@ -199,10 +200,10 @@ class Ledger:
         except ContractError as exc:
             log.warning("skipping an unreadable run event: %s", exc)
             return None
-        if env.type not in RUN_ENDS:
+        data = env.data
+        reason = RUN_ENDS.get(type(data))
+        if reason is None or not isinstance(data, m.RunFinished | m.RunFailed | m.RunStopped):
             return None
-        data: Any = env.data
-        reason = RUN_ENDS[env.type]
         if isinstance(data, m.RunStopped):
             reason = f"stopped:{data.reason.value}"
         # The run ended when its executor says, but never later than now: a skewed clock

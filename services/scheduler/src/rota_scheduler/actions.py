@@ -17,13 +17,15 @@ from typing import Any
 from pydantic import BaseModel
 from rota.contracts import messages as m
 from rota.contracts.job import share_fraction
+from rota.contracts.lifecycle import Phase
 from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CMD, STREAM_EVT
 from rota.ids import new_id, stable_id
 from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
 from rota_policy.decisions import Grow
 
+from rota_scheduler.records import JobRecord
 from rota_scheduler.staleness import WaitPrint, staleness, words
-from rota_scheduler.view import ClusterView, JobRecord
+from rota_scheduler.view import ClusterView
 
 
 @dataclass(frozen=True)
@@ -332,7 +334,7 @@ def _grow(view: ClusterView, grow: Grow, grow_id: str) -> Outgoing | None:
 
 def _stop_cancelled(view: ClusterView, job: JobRecord) -> Outgoing:
     assert job.run_id is not None
-    if job.run_id in view.granted_unstarted and job.state == "admitted":
+    if job.run_id in view.granted_unstarted and job.phase is Phase.ADMITTED:
         # Never started: there is no process to stop, so record the stop ourselves and let
         # the ledger release the GPUs.
         return Outgoing(
@@ -380,17 +382,21 @@ def next_to_explain(view: ClusterView, held_back: set[str], limit: int) -> froze
     fresh = view.unexplained_jobs(limit)
     jobs = view.jobs
     waiting = (job_id for job_id in held_back
-               if (job := jobs.get(job_id)) is not None and job.state == "pending"
+               if (job := jobs.get(job_id)) is not None and job.phase is Phase.PENDING
                and not job.cancelled)  # fmt: skip
     return frozenset(islice(chain(fresh, waiting), limit))
+
+
+_FOLDED_AT_COMMIT = (m.AllocationProposed, m.PreemptionRequested, m.GrowRequested)
+"""What the view takes in as soon as it is committed, not when its echo comes back: what it
+holds GPUs for."""
 
 
 def record_sent(view: ClusterView, actions: Actions, epoch: float) -> None:
     """Fold what was just committed into the view, before its echo arrives from the stream."""
     for item in actions.outgoing:
-        name = type(item.message).__name__
-        if name in ("AllocationProposed", "PreemptionRequested", "GrowRequested"):
-            view.apply(name, item.message.model_dump(mode="json"), epoch)
+        if isinstance(item.message, _FOLDED_AT_COMMIT):
+            view.apply(item.message, epoch)
     for job_id, print_ in actions.fingerprints.items():
         view.explained(view.jobs[job_id], print_)
     for job_id in actions.stops:

@@ -19,6 +19,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from rota.bus.query import answer_query, api_error
 from rota.contracts import messages as m
+from rota.contracts.lifecycle import Phase
 from rota_policy import Decisions
 
 from rota_scheduler.actions import pending_event
@@ -55,7 +56,7 @@ class Questions:
             job, explanation = self.view.jobs.get(job_id), explained.get(job_id)
             if job is None or explanation is None:
                 result: dict[str, Any] = {"pending": False,
-                                          "state": None if job is None else job.state}
+                                          "state": None if job is None else job.phase.value}
             else:
                 result = {"pending": True,
                           **pending_event(job, explanation).model_dump(mode="json"),
@@ -74,8 +75,8 @@ class Questions:
         job = self.view.jobs.get(query.job_id)
         if job is None:
             return api_error("JOB_NOT_FOUND", f"the scheduler has no job {query.job_id}", "job_id")
-        if job.state != "pending" or job.cancelled:
-            return m.ApiReply(ok=True, result={"pending": False, "state": job.state})
+        if job.phase is not Phase.PENDING or job.cancelled:
+            return m.ApiReply(ok=True, result={"pending": False, "state": job.phase.value})
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiting.setdefault(job.job_id, []).append(future)
         self.wake()

@@ -15,6 +15,7 @@ from typing import Any
 
 from rota.contracts import messages as m
 from rota.contracts.job import share_fraction
+from rota.contracts.lifecycle import Phase
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.ids import new_id, stable_id
 from rota_policy import RunningRun, Snapshot
@@ -45,7 +46,7 @@ def drain_messages(view: ClusterView, snapshot: Snapshot, now: float, *,
     out = []
     for stop in stops:
         run, job = stop.run, view.jobs.get(stop.run.job_id)
-        if job is None or job.run_id != run.run_id or job.state != "running":
+        if job is None or job.run_id != run.run_id or job.phase is not Phase.RUNNING:
             continue  # proposed or granted, not started: stopped once it runs
         elapsed = max(0.0, now - (run.last_checkpoint(now) or run.started_at))
         victim = m.Victim(

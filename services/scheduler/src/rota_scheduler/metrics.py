@@ -14,12 +14,14 @@ from collections.abc import Iterable
 from rota import metrics
 from rota.config import RotaConfig
 from rota.contracts.common import Tier
+from rota.contracts.lifecycle import Phase
 from rota_policy import Decisions
 from rota_policy.model import QUARTERS
 
 from rota_scheduler.actions import DecisionRecord
 from rota_scheduler.budgets import budget_uses
-from rota_scheduler.view import ClusterView, JobRecord
+from rota_scheduler.records import JobRecord
+from rota_scheduler.view import ClusterView
 
 # A cycle's duration, observed around the whole cycle by the leader loop.
 cycle_timer = metrics.SCHEDULE_CYCLE.time
@@ -42,7 +44,7 @@ def observe_cycle(view: ClusterView, decisions: Decisions, now: float, *,
             pending[(job.spec.queue, job.spec.team, reason)] += 1
         metrics.QUEUE_PENDING.set_all({k: float(v) for k, v in pending.items()})
         metrics.RUNNING_JOBS.set_all(
-            {(): float(sum(1 for j in view.jobs.values() if j.state == "running"))})
+            {(): float(sum(1 for j in view.jobs.values() if j.phase is Phase.RUNNING))})
 
     deferred = Counter(
         found.spec.queue.value for job_id, _ in decisions.deferred if (found := view.jobs.get(job_id))

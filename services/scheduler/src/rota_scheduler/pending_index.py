@@ -10,13 +10,12 @@ reference, and a test shows the two always agree.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from rota.contracts import Tier
+from rota.contracts.lifecycle import Phase
 from rota_policy import PendingJob, PendingQueue, TopologyNeed, group_pending, job_topology
 
-if TYPE_CHECKING:
-    from rota_scheduler.view import JobRecord
+from rota_scheduler.records import JobRecord
 
 QueueKey = tuple[Tier, str, str]
 """(tier, team, flavor): one of the policy's queues."""
@@ -51,7 +50,7 @@ def pending_job(
 
 
 def waiting(job: JobRecord) -> bool:
-    return job.state == "pending" and not job.cancelled
+    return job.phase is Phase.PENDING and not job.cancelled
 
 
 def queues_from_scratch(

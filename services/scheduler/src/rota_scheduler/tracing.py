@@ -21,17 +21,16 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link
 from opentelemetry.util.types import AttributeValue
+from pydantic import BaseModel
 from rota.contracts import messages as m
 from rota.tracing import job_context, job_span, trace_carrier
 
 from rota_scheduler.actions import Actions, DecisionRecord, Outgoing
 
-FACTORS = ("queue", "age", "fairshare", "quota_headroom", "total")
-
-_DECISION_OF = {"AllocationProposed": "admit", "PreemptionRequested": "preempt",
-                "JobPending": "hold", "StopRun": "stop", "RunStopped": "stop",
-                "GrowRequested": "grow"}
-_RUN_ENDS = frozenset({"RunFinished", "RunFailed", "RunStopped"})
+_DECISION_OF: dict[type[BaseModel], str] = {
+    m.AllocationProposed: "admit", m.PreemptionRequested: "preempt", m.JobPending: "hold",
+    m.StopRun: "stop", m.RunStopped: "stop", m.GrowRequested: "grow"}
+_RUN_ENDS = (m.RunFinished, m.RunFailed, m.RunStopped)
 
 
 class JobTraces:
@@ -43,20 +42,22 @@ class JobTraces:
         self.factors: dict[str, dict[str, float]] = {}
         """Each pending job's last published score, so an admission can say what it was."""
 
-    def observe(self, event_type: str, job_id: str | None, data: Mapping[str, Any],
+    def observe(self, event: BaseModel, job_id: str | None,
                 headers: Mapping[str, Any] | None) -> None:
         if job_id is None:
             return
-        if event_type == "JobSubmitted":
+        if isinstance(event, m.JobSubmitted):
             carrier = trace_carrier(headers)
             if carrier:
                 self.jobs[job_id] = carrier
-        elif event_type == "AllocationGranted":
-            self.grants[str(data.get("run_id"))] = trace_carrier(headers)
-        elif event_type == "JobPending" and isinstance(data.get("factors"), dict):
-            self.factors[job_id] = {k: float(data["factors"].get(k, 0.0)) for k in FACTORS}
-        elif event_type in _RUN_ENDS:
-            self.grants.pop(str(data.get("run_id")), None)
+        elif isinstance(event, m.AllocationGranted):
+            self.grants[event.run_id] = trace_carrier(headers)
+        elif isinstance(event, m.JobPending):
+            f = event.factors
+            self.factors[job_id] = {"queue": f.queue, "age": f.age, "fairshare": f.fairshare,
+                                    "quota_headroom": f.quota_headroom, "total": f.total}
+        elif isinstance(event, _RUN_ENDS):
+            self.grants.pop(event.run_id, None)
 
     def job(self, job_id: str) -> Context:
         return job_context(job_id, self.jobs.get(job_id))
@@ -75,7 +76,7 @@ def paired(actions: Actions, traces: JobTraces) -> Iterator[tuple[Outgoing, Deci
             traces.factors[hold.job_id] = dict(hold.factors)
     records = iter(actions.records)
     for item in actions.outgoing:
-        kind = _DECISION_OF.get(type(item.message).__name__)
+        kind = _DECISION_OF.get(type(item.message))
         record = next(records, None) if kind is not None else None
         if record is not None and (record.job_id != item.job_id or record.decision != kind):
             record = None  # out of step: better no attributes than wrong ones
@@ -91,7 +92,7 @@ def _admit_reason(message: m.AllocationProposed) -> str:
 def decision_attributes(item: Outgoing, record: DecisionRecord | None, traces: JobTraces,
                         cycle_id: str) -> dict[str, AttributeValue | None]:
     message = item.message
-    kind = _DECISION_OF.get(type(message).__name__, "other")
+    kind = _DECISION_OF.get(type(message), "other")
     attrs: dict[str, AttributeValue | None] = {
         "rota.decision": kind, "rota.cycle_id": cycle_id, "rota.run_id": item.run_id,
         "rota.reason": record.reason if record else None,
@@ -135,7 +136,7 @@ def decision_span(item: Outgoing, record: DecisionRecord | None, traces: JobTrac
     victims = message.victims if isinstance(message, m.PreemptionRequested) else []
     links = [Link(trace.get_current_span(traces.job(v.job_id)).get_span_context(),
                   {"rota.role": "victim", "rota.job_id": v.job_id}) for v in victims]
-    kind = _DECISION_OF.get(type(message).__name__, "other")
+    kind = _DECISION_OF.get(type(message), "other")
     with job_span(f"rota.decide {kind}", item.job_id, attrs,
                   parent=traces.job(item.job_id), links=links) as span:
         for victim in victims:

@@ -3,97 +3,48 @@
 Every fact comes from ROTA_EVT, including the scheduler's own proposals echoed back, so a new
 leader that replays the stream from the start arrives at exactly the state its predecessor had.
 Times are float epoch seconds, the policy's unit.
+
+One handler per event class (`HANDLERS`), each taking the typed message; a job's phase moves
+only through `rota.contracts.lifecycle.next_phase`, the rule every reader of the stream shares.
+The view folds only the events about a job's current run, and not `PreemptionNoticed` (a
+notice for humans): to the scheduler a run being preempted is running until it stops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from rota.budget import BudgetMeter
 from rota.config import RotaConfig
-from rota.contracts import JobSpec, Tier
-from rota.contracts.job import share_quarters
-from rota_policy import (
-    Slot,
-    Snapshot,
-    gangs_of,
-)
+from rota.contracts import Tier
+from rota.contracts import messages as m
+from rota.contracts.job import WorkerPlacement, share_quarters
+from rota.contracts.lifecycle import BUDGETED_REASON, Phase, next_phase
+from rota_policy import Slot, gangs_of
 from rota_policy.drain import Drain
 from rota_policy.model import QUARTERS
 from rota_policy.runtimes import RuntimeScale
 
 from rota_scheduler.pending_index import PendingIndex
-from rota_scheduler.snapshot import SnapshotMemo, snapshot_of
+from rota_scheduler.records import (
+    Allocation,
+    JobRecord,
+    PlanRecord,
+    RestartRecord,
+    SnapshotMemo,
+)
 from rota_scheduler.staleness import WaitPrint, words
 
-ACTIVE_STATES = frozenset({"admitted", "running"})
-REQUEUED = frozenset({"preempted", "lost", "resized", "drained"})
-"""Stop reasons that put a job back in its queue; only `preempted` spends its budget."""
+__all__ = ["HANDLERS", "ClusterView"]
 
+ACTIVE_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.PREEMPTING})
+"""Phases in which a job's run holds granted GPUs."""
 
-@dataclass
-class Allocation:
-    """GPUs a run holds in the ledger, from proposal until the ledger releases them."""
-
-    run_id: str
-    job_id: str
-    placement: tuple[Slot, ...]
-    borrowed_gpus: int
-    granted: bool = False
-    flavor: str = ""
-    """The flavor granted (one of the job's flavors); empty in events from before flavor lists,
-    which were all on the job's `flavor`."""
-
-
-@dataclass
-class JobRecord:
-    job_id: str
-    spec: JobSpec
-    submitted_at: float
-    state: str = "pending"  # pending | proposed | admitted | running | done
-    run_id: str | None = None
-    attempt: int = 0
-    started_at: float | None = None
-    last_checkpoint_at: float | None = None
-    last_checkpoint_uri: str | None = None
-    resume_from: str | None = None
-    preemptions: int = 0
-    cancelled: bool = False
-    stop_requested: bool = False
-    pending_fingerprint: WaitPrint | None = None
-    """What its last JobPending said (`rota_scheduler.staleness`); None: never explained."""
-    requeued_at: float | None = None
-    """When a preemption put it back in its queue; its wait restarts there (metrics)."""
-    ran_s: float = 0.0
-    """Time its ended runs ran, for what it really takes against what it declared."""
-
-    @property
-    def queued_since(self) -> float:
-        return self.submitted_at if self.requeued_at is None else self.requeued_at
-
-
-@dataclass
-class PlanRecord:
-    plan_id: str
-    preemptor_job_id: str
-    victim_run_ids: tuple[str, ...]
-    target: tuple[Slot, ...]
-    requested_at: float | None = None
-
-
-@dataclass
-class RestartRecord:
-    """A run that restarts at another size on GPUs held for its job (`rota_policy.Restart`):
-    a shrunk victim on the workers it keeps (DECISIONS 81), a growing run on its own and the
-    added ones (DECISIONS 82). Folded from events only, so a new leader that replays the
-    stream holds the same GPUs."""
-
-    run_id: str
-    target: tuple[Slot, ...]
-    requested_at: float
-    grow: bool = False
+ENDED_RESTART = frozenset({m.VictimOutcome.aborted, m.VictimOutcome.finished})
+"""A saga's outcomes after which its run restarts at no other size."""
 
 
 @dataclass
@@ -147,150 +98,154 @@ class ClusterView:
 
     # ------------------------------------------------------------ folding events
 
-    def apply(self, event_type: str, data: dict[str, Any], at: float) -> None:
-        handler = getattr(self, f"_on_{event_type}", None)
-        if handler is not None:
-            handler(data, at)
-            self.changes += 1
-            if (job := self._job(data)) is not None:
-                self.pending_index.sync(job)
-
-    def _job(self, data: dict[str, Any]) -> JobRecord | None:
-        return self.jobs.get(str(data.get("job_id")))
-
-    def _on_JobSubmitted(self, data: dict[str, Any], at: float) -> None:
-        job_id = data["job_id"]
-        if job_id not in self.jobs:
-            spec = JobSpec.model_validate(data["spec"])
-            submitted = _epoch(data.get("submitted_at")) or at
-            self.jobs[job_id] = JobRecord(job_id, spec, submitted)
-            self.unexplained[job_id] = None
-
-    def _on_JobCancelled(self, data: dict[str, Any], at: float) -> None:
-        job = self._job(data)
-        if job is None:
+    def apply(self, event: BaseModel, at: float) -> None:
+        """Fold one event that happened at `at`; events no handler takes change nothing."""
+        handler = HANDLERS.get(type(event))
+        if handler is None:
             return
+        job = handler(self, event, at)
+        self.changes += 1
+        if job is not None:
+            self.pending_index.sync(job)
+
+    @staticmethod
+    def _moved(job: JobRecord, event: BaseModel) -> bool:
+        """Move `job` through its lifecycle; whether its phase changed."""
+        before = job.phase
+        job.phase = next_phase(before, event, cancel_requested=job.cancelled)
+        return job.phase is not before
+
+    def _on_submitted(self, event: m.JobSubmitted, at: float) -> JobRecord | None:
+        if event.job_id not in self.jobs:
+            submitted = event.submitted_at.timestamp() or at
+            self.jobs[event.job_id] = JobRecord(event.job_id, event.spec, submitted)
+            self.unexplained[event.job_id] = None
+        return self.jobs[event.job_id]
+
+    def _on_cancelled(self, event: m.JobCancelled, at: float) -> JobRecord | None:
+        job = self.jobs.get(event.job_id)
+        if job is None:
+            return None
         job.cancelled = True
         self.restarts.pop(job.job_id, None)
-        if job.state == "pending":
-            job.state = "done"
-        else:
+        self._moved(job, event)  # a pending job ends; a run that holds GPUs is stopped first
+        if job.phase.live:
             self.cancelled_live[job.job_id] = None
+        return job
 
-    def _on_AllocationProposed(self, data: dict[str, Any], at: float) -> None:
-        job = self._job(data)
-        run_id = data["run_id"]
+    def _on_proposed(self, event: m.AllocationProposed, at: float) -> JobRecord | None:
+        job = self.jobs.get(event.job_id)
         self.allocations.setdefault(
-            run_id,
-            Allocation(run_id, data["job_id"], _slots(data["placement"]), int(data.get("borrowed_gpus", 0)),
-                       flavor=str(data.get("flavor", ""))),
+            event.run_id,
+            Allocation(event.run_id, event.job_id, _slots(event.placement), event.borrowed_gpus,
+                       flavor=event.flavor),
         )
-        if job is not None and job.state == "pending":
-            job.state, job.run_id = "proposed", run_id
+        if job is not None and self._moved(job, event):
+            job.run_id = event.run_id
             self.restarts.pop(job.job_id, None)  # proposed: on its restart's GPUs, or elsewhere
-        plan_id = data.get("plan_id")
-        if plan_id:
-            self.plans.pop(plan_id, None)
+        if event.plan_id:
+            self.plans.pop(event.plan_id, None)
+        return job
 
-    def _on_AllocationGranted(self, data: dict[str, Any], at: float) -> None:
-        run_id = data["run_id"]
-        allocation = self.allocations.get(run_id)
+    def _on_granted(self, event: m.AllocationGranted, at: float) -> JobRecord | None:
+        allocation = self.allocations.get(event.run_id)
         if allocation is None:
-            allocation = Allocation(run_id, data["job_id"], _slots(data["placement"]), 0,
-                                    flavor=str(data.get("flavor", "")))
-            self.allocations[run_id] = allocation
+            allocation = Allocation(event.run_id, event.job_id, _slots(event.placement), 0,
+                                    flavor=event.flavor)
+            self.allocations[event.run_id] = allocation
         allocation.granted = True
-        allocation.borrowed_gpus = int(data.get("borrowed_gpus", 0))
-        job = self._job(data)
-        if job is not None and job.run_id == run_id and job.state == "proposed":
-            job.state = "admitted"
+        allocation.borrowed_gpus = event.borrowed_gpus
+        job = self.jobs.get(event.job_id)
+        if job is not None and job.run_id == event.run_id and self._moved(job, event):
             job.attempt += 1
-            self.granted_unstarted.add(run_id)
+            self.granted_unstarted.add(event.run_id)
+        return job
 
-    def _on_AllocationRejected(self, data: dict[str, Any], at: float) -> None:
-        self.allocations.pop(data["run_id"], None)
-        job = self._job(data)
-        if job is not None and job.run_id == data["run_id"] and job.state == "proposed":
-            job.state, job.run_id = ("done" if job.cancelled else "pending"), None
+    def _on_rejected(self, event: m.AllocationRejected, at: float) -> JobRecord | None:
+        self.allocations.pop(event.run_id, None)
+        job = self.jobs.get(event.job_id)
+        if job is not None and job.run_id == event.run_id and self._moved(job, event):
+            job.run_id = None
+        return job
 
-    def _on_AllocationReleased(self, data: dict[str, Any], at: float) -> None:
-        self.allocations.pop(data["run_id"], None)
-        self.drain_victims.pop(data["run_id"], None)
-        self.evictions.pop(data["run_id"], None)
-        self.evictions.pop(data["run_id"], None)
-        self.granted_unstarted.discard(data["run_id"])
+    def _on_released(self, event: m.AllocationReleased, at: float) -> JobRecord | None:
+        self.allocations.pop(event.run_id, None)
+        self.drain_victims.pop(event.run_id, None)
+        self.evictions.pop(event.run_id, None)
+        self.granted_unstarted.discard(event.run_id)
+        return self.jobs.get(event.job_id)
 
-    def _on_RunStarted(self, data: dict[str, Any], at: float) -> None:
-        job = self._job(data)
-        self.granted_unstarted.discard(data["run_id"])
-        if job is not None and job.run_id == data["run_id"] and job.state in ("admitted", "proposed"):
-            job.state, job.started_at = "running", at
-            job.last_checkpoint_at = None
-            spec, granted = job.spec, self.allocations.get(data["run_id"])
+    def _on_started(self, event: m.RunStarted, at: float) -> JobRecord | None:
+        job = self.jobs.get(event.job_id)
+        self.granted_unstarted.discard(event.run_id)
+        if job is not None and job.run_id == event.run_id and self._moved(job, event):
+            job.started_at, job.last_checkpoint_at = at, None
+            spec, granted = job.spec, self.allocations.get(event.run_id)
             flavor = granted.flavor if granted is not None and granted.flavor else spec.flavor
             gpus = spec.share / QUARTERS if spec.share else (
                 spec.total_gpus if granted is None else sum(len(s.gpus) for s in granted.placement))
-            self.budget_meter.started(data["run_id"], spec.team, flavor, gpus, at)
+            self.budget_meter.started(event.run_id, spec.team, flavor, gpus, at)
+        return job
 
-    def _on_RunCheckpointed(self, data: dict[str, Any], at: float) -> None:
-        job = self._job(data)
-        if job is not None and job.run_id == data["run_id"]:
-            job.last_checkpoint_at, job.last_checkpoint_uri = at, data.get("checkpoint_uri")
+    def _on_checkpointed(self, event: m.RunCheckpointed, at: float) -> JobRecord | None:
+        job = self.jobs.get(event.job_id)
+        if job is not None and job.run_id == event.run_id:
+            job.last_checkpoint_at, job.last_checkpoint_uri = at, event.checkpoint_uri
+        return job
 
-    def _run_ended(self, data: dict[str, Any], at: float) -> JobRecord | None:
-        self.granted_unstarted.discard(data["run_id"])
-        self.drain_victims.pop(data["run_id"], None)
-        self.budget_meter.stopped(data["run_id"], at)
-        job = self._job(data)
-        if job is None or job.run_id != data["run_id"]:
+    def _run_ended(self, event: m.RunFinished | m.RunFailed | m.RunStopped, at: float
+                   ) -> JobRecord | None:
+        """The job whose current run this was, with the run let go; None if it was not."""
+        self.granted_unstarted.discard(event.run_id)
+        self.drain_victims.pop(event.run_id, None)
+        self.budget_meter.stopped(event.run_id, at)
+        job = self.jobs.get(event.job_id)
+        if job is None or job.run_id != event.run_id:
             return None
         if job.started_at is not None:
             job.ran_s += at - job.started_at
         job.run_id, job.started_at, job.stop_requested = None, None, False
+        self._moved(job, event)
+        if job.phase.terminal:
+            self.restarts.pop(job.job_id, None)
         return job
 
-    def _on_RunFinished(self, data: dict[str, Any], at: float) -> None:
-        if (job := self._run_ended(data, at)) is not None:
-            job.state = "done"
-            self.restarts.pop(job.job_id, None)
-            if job.spec.declared_runtime_s:
-                self.runtime_scale.finished(job.ran_s, job.spec.declared_runtime_s)
+    def _on_finished(self, event: m.RunFinished, at: float) -> JobRecord | None:
+        job = self._run_ended(event, at)
+        if job is not None and job.spec.declared_runtime_s:
+            self.runtime_scale.finished(job.ran_s, job.spec.declared_runtime_s)
+        return self.jobs.get(event.job_id)
 
-    def _on_RunFailed(self, data: dict[str, Any], at: float) -> None:
-        if (job := self._run_ended(data, at)) is not None:
-            job.state = "done"
-            self.restarts.pop(job.job_id, None)
+    def _on_failed(self, event: m.RunFailed, at: float) -> JobRecord | None:
+        self._run_ended(event, at)
+        return self.jobs.get(event.job_id)
 
-    def _on_RunStopped(self, data: dict[str, Any], at: float) -> None:
-        job = self._run_ended(data, at)
-        if job is None:
-            return
-        if data.get("reason") in REQUEUED and not job.cancelled:
+    def _on_stopped(self, event: m.RunStopped, at: float) -> JobRecord | None:
+        job = self._run_ended(event, at)
+        if job is not None and job.phase is Phase.PENDING:
             # Back to its queue: the original submit time, and its checkpoint to resume from.
             # A lost, resized (grown) or drained run was not preempted for another job: it
             # spends none of the job's preemption budget.
-            job.state = "pending"
-            job.preemptions += data.get("reason") == "preempted"
+            job.preemptions += event.reason is BUDGETED_REASON
             job.requeued_at = at
-            if data.get("checkpoint_uri"):
-                job.resume_from = data["checkpoint_uri"]
-        else:
-            job.state = "done"
-            self.restarts.pop(job.job_id, None)
+            if event.checkpoint_uri:
+                job.resume_from = event.checkpoint_uri
+        return self.jobs.get(event.job_id)
 
-    def _on_PreemptionRequested(self, data: dict[str, Any], at: float) -> None:
-        if data.get("node"):  # a drain's plan: nothing is held, no preemptor waits
-            for victim in data["victims"]:
-                if victim["run_id"] in self.allocations:
-                    self.drain_victims[victim["run_id"]] = data["plan_id"]
-            return
-        target = _slots(data.get("target") or [])
-        victims = tuple(v["run_id"] for v in data["victims"])
-        self.plans[data["plan_id"]] = PlanRecord(
-            data["plan_id"], data["preemptor_job_id"], victims, target, requested_at=at)
-        for victim in data["victims"]:
-            if victim.get("shrink_to"):
-                self._restart_on(victim["job_id"], victim["run_id"], int(victim["shrink_to"]), at)
+    def _on_preemption_requested(self, event: m.PreemptionRequested, at: float) -> JobRecord | None:
+        if event.node:  # a drain's plan: nothing is held, no preemptor waits
+            for victim in event.victims:
+                if victim.run_id in self.allocations:
+                    self.drain_victims[victim.run_id] = event.plan_id
+            return None
+        victims = tuple(v.run_id for v in event.victims)
+        self.plans[event.plan_id] = PlanRecord(
+            event.plan_id, event.preemptor_job_id, victims, _slots(event.target or ()),
+            requested_at=at)
+        for victim in event.victims:
+            if victim.shrink_to:
+                self._restart_on(victim.job_id, victim.run_id, victim.shrink_to, at)
+        return None
 
     def _restart_on(self, job_id: str, run_id: str, workers: int, at: float) -> None:
         """A shrunk victim restarts on its first `workers` workers' GPUs. Only while that run
@@ -300,68 +255,77 @@ class ClusterView:
             return
         self.restarts[job_id] = RestartRecord(run_id, allocation.placement[:workers], at)
 
-    def _on_GrowRequested(self, data: dict[str, Any], at: float) -> None:
-        job = self._job(data)
-        if job is None or job.run_id != data["run_id"] or data["run_id"] not in self.allocations:
-            return  # the echo of a grow whose run already ended: nothing to hold
-        self.restarts[job.job_id] = RestartRecord(data["run_id"], _slots(data["target"]), at,
+    def _on_grow_requested(self, event: m.GrowRequested, at: float) -> JobRecord | None:
+        job = self.jobs.get(event.job_id)
+        if job is None or job.run_id != event.run_id or event.run_id not in self.allocations:
+            return job  # the echo of a grow whose run already ended: nothing to hold
+        self.restarts[job.job_id] = RestartRecord(event.run_id, _slots(event.target), at,
                                                   grow=True)
+        return job
 
-    def _on_GrowCompleted(self, data: dict[str, Any], at: float) -> None:
-        restart = self.restarts.get(data["job_id"])
+    def _on_grow_completed(self, event: m.GrowCompleted, at: float) -> JobRecord | None:
+        restart = self.restarts.get(event.job_id)
         # Not grown (no checkpoint in time, or its run ended): the added GPUs go back.
-        if (restart is not None and restart.run_id == data["run_id"]
-                and data.get("outcome") in ("aborted", "finished")):
-            del self.restarts[data["job_id"]]
+        if restart is not None and restart.run_id == event.run_id and event.outcome in ENDED_RESTART:
+            del self.restarts[event.job_id]
+        return self.jobs.get(event.job_id)
 
-    def _on_PreemptionCompleted(self, data: dict[str, Any], at: float) -> None:
-        if data.get("aborted"):
-            self.plans.pop(data["plan_id"], None)
-        for victim in data.get("victims", []):
-            restart = self.restarts.get(victim["job_id"])
+    def _on_preemption_completed(self, event: m.PreemptionCompleted, at: float) -> JobRecord | None:
+        if event.aborted:
+            self.plans.pop(event.plan_id, None)
+        for victim in event.victims:
+            restart = self.restarts.get(victim.job_id)
             # A victim left running (aborted) or that ended by itself restarts at no size.
-            if (restart is not None and restart.run_id == victim["run_id"]
-                    and victim.get("outcome") in ("aborted", "finished")):
-                del self.restarts[victim["job_id"]]
+            if (restart is not None and restart.run_id == victim.run_id
+                    and victim.outcome in ENDED_RESTART):
+                del self.restarts[victim.job_id]
+        return None
 
-    def _on_NodeWithdrawn(self, data: dict[str, Any], at: float) -> None:
-        self.withdrawn[data["node"]] = data.get("reason", "")
+    def _on_node_withdrawn(self, event: m.NodeWithdrawn, at: float) -> JobRecord | None:
+        self.withdrawn[event.node] = event.reason
+        return None
 
-    def _on_NodeRestored(self, data: dict[str, Any], at: float) -> None:
-        self.withdrawn.pop(data["node"], None)
+    def _on_node_restored(self, event: m.NodeRestored, at: float) -> JobRecord | None:
+        self.withdrawn.pop(event.node, None)
+        return None
 
-    def _on_NodeDrainRequested(self, data: dict[str, Any], at: float) -> None:
-        deadline = _epoch(data.get("deadline"))
-        self.drains[data["node"]] = Drain(data["node"], at if deadline is None else deadline,
-                                          str(data.get("reason") or "maintenance"))
+    def _on_drain_requested(self, event: m.NodeDrainRequested, at: float) -> JobRecord | None:
+        self.drains[event.node] = Drain(event.node, event.deadline.timestamp(), event.reason)
+        return None
 
-    def _on_RunEvictionRequested(self, data: dict[str, Any], at: float) -> None:
-        if data.get("withdrawn"):
-            self.evictions.pop(data["run_id"], None)
-        elif data["run_id"] in self.allocations:
-            self.evictions[data["run_id"]] = (data["node"], (
-                f"an eviction of its pod {data['pod']} on node {data['node']} was requested"
-                f" by {data['requester']}"))
+    def _on_drain_cancelled(self, event: m.NodeDrainCancelled, at: float) -> JobRecord | None:
+        self.drains.pop(event.node, None)
+        return None
 
-    def _on_NodeDrainCancelled(self, data: dict[str, Any], at: float) -> None:
-        self.drains.pop(data["node"], None)
+    def _on_eviction_requested(self, event: m.RunEvictionRequested, at: float) -> JobRecord | None:
+        if event.withdrawn:
+            self.evictions.pop(event.run_id, None)
+        elif event.run_id in self.allocations:
+            self.evictions[event.run_id] = (event.node, (
+                f"an eviction of its pod {event.pod} on node {event.node} was requested"
+                f" by {event.requester}"))
+        return self.jobs.get(event.job_id)
 
-    def _on_JobPending(self, data: dict[str, Any], at: float) -> None:
-        job = self._job(data)
+    def _on_pending(self, event: m.JobPending, at: float) -> JobRecord | None:
+        job = self.jobs.get(event.job_id)
         if job is not None:
-            reasons = data.get("reasons") or []
-            factors = data.get("factors") or {}
-            text, times = words(str(r.get("message", "")) for r in reasons)
+            text, times = words(r.message for r in event.reasons)
+            factors = event.factors
             self.explained(job, WaitPrint(
-                codes=tuple(str(r["code"]) for r in reasons),
+                codes=tuple(r.code.value for r in event.reasons),
                 text=text,
-                eta=_epoch(data.get("eta")),
-                position=int(data.get("position") or 0),
+                eta=None if event.eta is None else event.eta.timestamp(),
+                position=event.position,
                 overdue=self.overdue(job, at),
-                factors=tuple(float(factors.get(k) or 0.0)
-                              for k in ("queue", "age", "fairshare", "quota_headroom")),
+                factors=(factors.queue, factors.age, factors.fairshare, factors.quota_headroom),
                 times=times,
             ))
+        return job
+
+    def _on_usage(self, event: m.UsageRecorded, at: float) -> JobRecord | None:
+        self.usage = dict(event.teams)
+        self.usage_as_of = event.as_of.timestamp() or at
+        return None
 
     def explained(self, job: JobRecord, fingerprint: WaitPrint) -> None:
         """`job`'s wait was published with this fingerprint (`actions.fingerprint`)."""
@@ -377,7 +341,7 @@ class ClusterView:
             if len(found) >= limit:
                 break
             job = self.jobs.get(job_id)
-            if (job is None or job.state != "pending" or job.cancelled
+            if (job is None or job.phase is not Phase.PENDING or job.cancelled
                     or job.pending_fingerprint is not None):
                 gone.append(job_id)
             else:
@@ -391,10 +355,6 @@ class ClusterView:
         published again when it crosses it, so that its owner hears of the long wait."""
         queue = self.config.queues.get(Tier(job.spec.queue))
         return queue is not None and at - job.queued_since >= queue.long_wait_threshold_s
-
-    def _on_UsageRecorded(self, data: dict[str, Any], at: float) -> None:
-        self.usage = {team: float(v) for team, v in data.get("teams", {}).items()}
-        self.usage_as_of = _epoch(data.get("as_of")) or at
 
     def reconcile(self, ledger_active: list[dict[str, Any]]) -> tuple[int, int]:
         """Make granted allocations match the ledger, the only writer of allocations.
@@ -414,8 +374,9 @@ class ClusterView:
         for run_id, row in held.items():
             known = self.allocations.get(run_id)
             if known is None:
+                placement = [WorkerPlacement.model_validate(p) for p in row["placement"]]
                 self.allocations[run_id] = Allocation(
-                    run_id, row["job_id"], _slots(row["placement"]),
+                    run_id, row["job_id"], _slots(placement),
                     int(row.get("borrowed_gpus", 0)), granted=True, flavor=str(row.get("flavor", "")))
                 added += 1
             else:
@@ -425,35 +386,52 @@ class ClusterView:
     # ------------------------------------------------------------ the policy's input
 
     def pending_jobs(self) -> Iterator[JobRecord]:
-        return (j for j in self.jobs.values() if j.state == "pending" and not j.cancelled)
-
-    def snapshot(self, now: float, explain: frozenset[str] | None = None) -> Snapshot:
-        """The policy's input at `now`; `explain`: the pending jobs to explain (None: all)."""
-        return snapshot_of(self, now, explain, self.snapshot_memo)
+        return (j for j in self.jobs.values() if j.phase is Phase.PENDING and not j.cancelled)
 
     def stops_needed(self) -> list[JobRecord]:
         """Cancelled jobs whose run still holds GPUs and has not been told to stop."""
         found: list[JobRecord] = []
         for job_id in list(self.cancelled_live):
             job = self.jobs.get(job_id)
-            if job is None or job.state == "done":
+            if job is None or job.phase.terminal:
                 del self.cancelled_live[job_id]
-            elif job.run_id and job.state in ACTIVE_STATES and not job.stop_requested:
+            elif job.run_id and job.phase in ACTIVE_PHASES and not job.stop_requested:
                 found.append(job)
         return found
 
 
-def _slots(placement: list[dict[str, Any]]) -> tuple[Slot, ...]:
-    return tuple(Slot(int(p["worker"]), str(p["node"]), tuple(int(g) for g in p["gpus"]),
-                      share_quarters(p.get("gpu_share")))
+def _slots(placement: Sequence[WorkerPlacement]) -> tuple[Slot, ...]:
+    return tuple(Slot(p.worker, p.node, tuple(p.gpus), share_quarters(p.gpu_share))
                  for p in placement)
 
 
-def _epoch(value: Any) -> float | None:
-    if value is None:
-        return None
-    from datetime import datetime
+Handler = Callable[[ClusterView, Any, float], JobRecord | None]
+"""Folds one event into the view; returns the job it is about, if the view knows it, for the
+pending index to take in."""
 
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+HANDLERS: dict[type[BaseModel], Handler] = {
+    m.JobSubmitted: ClusterView._on_submitted,
+    m.JobCancelled: ClusterView._on_cancelled,
+    m.JobPending: ClusterView._on_pending,
+    m.AllocationProposed: ClusterView._on_proposed,
+    m.AllocationGranted: ClusterView._on_granted,
+    m.AllocationRejected: ClusterView._on_rejected,
+    m.AllocationReleased: ClusterView._on_released,
+    m.RunStarted: ClusterView._on_started,
+    m.RunCheckpointed: ClusterView._on_checkpointed,
+    m.RunFinished: ClusterView._on_finished,
+    m.RunFailed: ClusterView._on_failed,
+    m.RunStopped: ClusterView._on_stopped,
+    m.PreemptionRequested: ClusterView._on_preemption_requested,
+    m.PreemptionCompleted: ClusterView._on_preemption_completed,
+    m.GrowRequested: ClusterView._on_grow_requested,
+    m.GrowCompleted: ClusterView._on_grow_completed,
+    m.NodeWithdrawn: ClusterView._on_node_withdrawn,
+    m.NodeRestored: ClusterView._on_node_restored,
+    m.NodeDrainRequested: ClusterView._on_drain_requested,
+    m.NodeDrainCancelled: ClusterView._on_drain_cancelled,
+    m.RunEvictionRequested: ClusterView._on_eviction_requested,
+    m.UsageRecorded: ClusterView._on_usage,
+}
+"""One handler per event class the view folds (Cosmic Python's handlers keyed by message
+class); every other event, `PreemptionNoticed` among them, changes nothing here."""

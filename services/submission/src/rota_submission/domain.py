@@ -1,15 +1,21 @@
-"""Pure rules of the front door: who may submit what, and how events move a job's state."""
+"""Pure rules of the front door: who may submit what, and how events move a job's row in
+the read model."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from rota.config import RotaConfig
 from rota.contracts import JobSpec, RackAffinity
+from rota.contracts import messages as m
 from rota.contracts.job import ANY_FLAVOR, TERMINAL_STATES
+from rota.contracts.lifecycle import next_phase, phase_of, public_state, requeues
+from rota.contracts.requests import JobStateName
 from rota.k8s.manifests import TemplateError, check_template
 from rota.k8s.pod_policy import check_pod_policy
 
@@ -192,83 +198,117 @@ def check_size(spec: JobSpec, config: RotaConfig, max_bytes: int) -> Rejection |
     )
 
 
-# How each event moves the read model. Terminal states never change again, so replays and
-# late, duplicate or out-of-order events cannot resurrect a job.
+# How each event moves the read model: its phase through `next_phase`, the one lifecycle every
+# reader shares, and the columns each event class sets. Terminal states never change again, so
+# replays and late, duplicate or out-of-order events cannot resurrect a job.
 DRAINED_DETAIL = ("requeued by a drain: its node was drained; it resumes elsewhere from its"
                   " checkpoint (no preemption budget spent)")
 
-_TRANSITIONS: dict[str, str] = {
-    "AllocationGranted": "admitted",
-    "RunStarted": "running",
-    "PreemptionNoticed": "preempting",
-    "RunFinished": "finished",
-    "RunFailed": "failed",
-    "JobCancelled": "cancelled",
+Columns = Callable[[Any], dict[str, Any]]
+"""The read model's columns an event sets, besides the state."""
+
+
+def _wait(event: m.JobPending) -> dict[str, Any]:
+    return {"wait": event.model_dump(mode="json", include={"reasons", "eta", "position", "factors"})}
+
+
+def _granted(event: m.AllocationGranted) -> dict[str, Any]:
+    # A job that accepts several flavors runs on the one granted.
+    granted: dict[str, Any] = {"run_id": event.run_id, "wait": None, "borrowed_gpus": event.borrowed_gpus}
+    if event.flavor:  # empty in grants from before flavor lists: the job's own flavor stands
+        granted["flavor"] = event.flavor
+    return granted
+
+
+def _released(event: m.AllocationReleased) -> dict[str, Any]:
+    return {"borrowed_gpus": 0}
+
+
+def _started(event: m.RunStarted) -> dict[str, Any]:
+    # What it waited for (a refusal, a drain) is over: `rota why` says it runs.
+    return {"run_id": event.run_id, "started": True, "detail": None}
+
+
+def _stopped(event: m.RunStopped) -> dict[str, Any]:
+    # lost: its node, or its gang start; resized: it grows, from its checkpoint;
+    # drained: its node was drained (a preemption with the reason drain)
+    if not requeues(event.reason):
+        return {}
+    changes: dict[str, Any] = {"run_id": None}
+    if event.reason is m.StopReason.drained:
+        changes["detail"] = DRAINED_DETAIL
+    if event.checkpoint_uri:
+        changes["resume_from"] = event.checkpoint_uri
+    return changes
+
+
+def _rejected(event: m.AllocationRejected) -> dict[str, Any]:
+    return {"detail": event.message}
+
+
+def _noticed(event: m.PreemptionNoticed) -> dict[str, Any]:
+    if event.reason != "drain":
+        return {}
+    node = f" {event.node}" if event.node else ""
+    return {"detail": f"drain: its node{node} is drained; told to checkpoint and stop (no"
+                      " preemption budget spent)"}
+
+
+def _failed(event: m.RunFailed) -> dict[str, Any]:
+    # Why it failed is what `rota why` and `rota jobs` show.
+    return {"detail": event.error}
+
+
+def _nothing(event: BaseModel) -> dict[str, Any]:
+    return {}
+
+
+COLUMNS: dict[type[BaseModel], Columns] = {
+    m.JobPending: _wait,
+    m.AllocationGranted: _granted,
+    m.AllocationReleased: _released,
+    m.AllocationRejected: _rejected,
+    m.RunStarted: _started,
+    m.RunStopped: _stopped,
+    m.RunFinished: _nothing,
+    m.RunFailed: _failed,
+    m.PreemptionNoticed: _noticed,
+    m.PreemptionCompleted: _nothing,
+    m.JobCancelled: _nothing,
 }
+"""One handler per event class the read model folds into a job's row."""
+
+STATE_EVENTS: frozenset[type[BaseModel]] = frozenset(COLUMNS)
+"""The events `apply_event` can act on; the rest only join the job's history. (A proposal
+moves no public state: to its owner a proposed job is still pending.)"""
 
 
-STATE_EVENTS = frozenset({
-    "JobPending", "AllocationGranted", "AllocationReleased", "AllocationRejected", "RunStarted",
-    "RunStopped", "RunFinished", "RunFailed", "PreemptionNoticed", "PreemptionCompleted",
-    "JobCancelled",
-})
-"""The events `apply_event` can act on; the rest only join the job's history."""
-
-
-def related_jobs(event_type: str, data: dict[str, Any], job_id: str | None) -> list[str]:
+def related_jobs(event: BaseModel, job_id: str | None) -> list[str]:
     """Every job an event belongs to: its own, and a preemption's victims too, so that a
     victim's history shows the plan that preempted it."""
     jobs = [job_id] if job_id else []
-    if event_type in ("PreemptionRequested", "PreemptionCompleted"):
-        jobs += [v["job_id"] for v in data.get("victims", []) if v.get("job_id") not in jobs]
+    if isinstance(event, m.PreemptionRequested | m.PreemptionCompleted):
+        jobs += [v.job_id for v in event.victims if v.job_id not in jobs]
     return jobs
 
 
-def apply_event(
-    state: str, event_type: str, data: dict[str, Any], job_id: str | None = None
-) -> tuple[str, dict[str, Any]]:
-    """The job's next state and the columns to update, for one event of that job."""
+def apply_event(state: JobStateName, event: BaseModel, job_id: str | None = None
+                ) -> tuple[JobStateName, dict[str, Any]]:
+    """The job's next state and the columns to update, for one event of job `job_id`."""
     if state in TERMINAL_STATES:
         return state, {}
-    if event_type == "JobPending":
-        return state, {"wait": {k: data.get(k) for k in ("reasons", "eta", "position", "factors")}}
-    if event_type == "AllocationGranted":
-        granted: dict[str, Any] = {"run_id": data.get("run_id"), "wait": None,
-                                   "borrowed_gpus": int(data.get("borrowed_gpus") or 0)}
-        if data.get("flavor"):  # a job that accepts several flavors runs on the one granted
-            granted["flavor"] = data["flavor"]
-        return "admitted", granted
-    if event_type == "AllocationReleased":
-        return state, {"borrowed_gpus": 0}
-    if event_type == "RunStarted":
-        # What it waited for (a refusal, a drain) is over: `rota why` says it runs.
-        return "running", {"run_id": data.get("run_id"), "started": True, "detail": None}
-    if event_type == "PreemptionCompleted":
-        aborted = data.get("aborted") and job_id != data.get("preemptor_job_id")
-        return ("running", {}) if aborted and state == "preempting" else (state, {})
-    if event_type == "RunStopped":
-        # lost: its node, or its gang start; resized: it grows, from its checkpoint;
-        # drained: its node was drained (a preemption with the reason drain)
-        if data.get("reason") in ("preempted", "lost", "resized", "drained"):
-            changes: dict[str, Any] = {"run_id": None}
-            if data.get("reason") == "drained":
-                changes["detail"] = DRAINED_DETAIL
-            if data.get("checkpoint_uri"):
-                changes["resume_from"] = data["checkpoint_uri"]
-            return "pending", changes
-        return "cancelled", {"ended": True}
-    if event_type == "AllocationRejected":
-        return "pending", {"detail": data.get("message")}
-    if event_type == "PreemptionNoticed" and data.get("reason") == "drain":
-        node = f" {data['node']}" if data.get("node") else ""
-        return "preempting", {"detail": f"drain: its node{node} is drained; told to checkpoint"
-                                        " and stop (no preemption budget spent)"}
-    if event_type == "RunFailed":  # why it failed is what `rota why` and `rota jobs` show
-        return "failed", {"ended": True, "detail": data.get("error")}
-    if event_type in _TRANSITIONS:
-        new_state = _TRANSITIONS[event_type]
-        return new_state, {"ended": new_state in TERMINAL_STATES}
-    return state, {}
+    columns = COLUMNS.get(type(event))
+    if columns is None:
+        return state, {}
+    phase = phase_of(state)
+    # A plan's end moves its victims, never its preemptor.
+    if not (isinstance(event, m.PreemptionCompleted) and job_id == event.preemptor_job_id):
+        phase = next_phase(phase, event)
+    new_state = public_state(phase, cancel_requested=isinstance(event, m.JobCancelled))
+    changes = columns(event)
+    if new_state in TERMINAL_STATES:
+        changes["ended"] = True
+    return new_state, changes
 
 
 def _share_rejection(spec: JobSpec, config: RotaConfig) -> Rejection | None:

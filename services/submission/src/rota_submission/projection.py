@@ -50,7 +50,7 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
         if isinstance(env.data, m.BudgetUsageRecorded) and owns(None):
             as_of = env.data.as_of
             budgets.extend({**use.model_dump(), "as_of": as_of} for use in env.data.budgets)
-        facts.extend((env, data, job_id) for job_id in related_jobs(env.type, data, env.job_id)
+        facts.extend((env, data, job_id) for job_id in related_jobs(env.data, env.job_id)
                      if owns(job_id))
     if budgets:
         async with engine.begin() as conn:
@@ -64,29 +64,29 @@ async def project_batch(engine: AsyncEngine, raws: list[bytes], *, max_bytes: in
             for env, data, job_id in facts
         ])
         unapplied = set(new)  # a duplicate inside the batch is applied, and fed, once
-        folds: list[tuple[Envelope[Any], dict[str, Any], str]] = []
-        for env, data, job_id in facts:
+        folds: list[tuple[Envelope[Any], str]] = []
+        for env, _, job_id in facts:
             if (env.id, job_id) not in unapplied:
                 continue
             unapplied.discard((env.id, job_id))
-            if env.type in STATE_EVENTS:
-                folds.append((env, data, job_id))
+            if type(env.data) in STATE_EVENTS:
+                folds.append((env, job_id))
         if folds:
             await _fold_all(conn, folds)
     return len(new)
 
 
-async def _fold_all(conn: AsyncConnection, folds: list[tuple[Envelope[Any], dict[str, Any], str]]) -> None:
+async def _fold_all(conn: AsyncConnection, folds: list[tuple[Envelope[Any], str]]) -> None:
     """New events' effect on their jobs' state: the jobs locked with one statement, the
     events folded in order in memory (each sees the ones before it, as row by row would),
     then one update per set of changed columns."""
-    rows = await store.lock_jobs(conn, sorted({job_id for _, _, job_id in folds}))
+    rows = await store.lock_jobs(conn, sorted({job_id for _, job_id in folds}))
     changed: dict[str, dict[str, Any]] = {}
-    for env, data, job_id in folds:
+    for env, job_id in folds:
         row = rows.get(job_id)
         if row is None:
             continue  # an event of a job submitted elsewhere; its history is still kept
-        state, changes = apply_event(row["state"], env.type, data, job_id)
+        state, changes = apply_event(row["state"], env.data, job_id)
         values: dict[str, Any] = {}
         if changes.pop("started", False):
             values["started_at"] = env.occurred_at
