@@ -27,17 +27,14 @@ def greedy_plan(
     """Kueue's and Slurm's way: add victims in order until the job fits, then drop the unneeded.
 
     `allowed(candidate, taken_per_team, own_released)` re-checks a candidate against the victims
-    chosen so far (Kueue only reclaims from a team while it is still borrowing). `within(own_released)`,
-    if given, is a further quota test the job must pass to fit (Kueue's attempt without borrowing).
-    """
-    state, quota, index = ctx.state, ctx.quota, ctx.state.layout.index
+    chosen so far (Kueue only reclaims from a team while it is still borrowing); `within(own_released)`
+    is a further quota test to fit (Kueue's attempt without borrowing)."""
+    state, index = ctx.state, ctx.state.layout.index
     nodes, counts = state.layout.flavor_nodes.get(job.flavor, []), state.counts()
     per_worker, workers = job.gpus_per_worker, job.workers
 
     def fits(own: int) -> Fit | None:
-        if quotas and not quota.check(job.team, job.flavor, job.gpus, released=own).ok:
-            return None
-        if within is not None and not within(own):
+        if not _quota_allows(job, ctx, own, quotas, within):
             return None
         if sum(counts[n] for n in nodes) < job.gpus:
             return None
@@ -77,3 +74,12 @@ def greedy_plan(
         for slot in c.run.placement:
             freed.setdefault(index[slot.node], []).extend(slot.gpus)
     return make_plan(job, chosen, slots_from(state, fit, freed), style)
+
+
+def _quota_allows(
+    job: PendingJob, ctx: PreemptionContext, own: int, quotas: bool, within: Callable[[int], bool] | None
+) -> bool:
+    """Whether the job's team may take its GPUs once its own victims' `own` GPUs are released."""
+    if quotas and not ctx.quota.check(job.team, job.flavor, job.gpus, released=own).ok:
+        return False
+    return within is None or within(own)
