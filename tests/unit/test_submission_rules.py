@@ -154,7 +154,7 @@ def test_a_failed_runs_error_is_the_jobs_detail_which_rota_why_shows() -> None:
     from rota_submission.explain import why
 
     error = "the executor restarted with the sim backend; this local run cannot continue"
-    state, changes = apply_event("running", "RunFailed", {"error": error})
+    state, changes = apply_event("running", event(m.RunFailed, error=error))
     assert (state, changes) == ("failed", {"ended": True, "detail": error})
     job = {"job_id": "j", "name": "n", "state": state, "queue": "training", "team": "nlp",
            "ended_at": "2026-12-07T13:20:09+00:00", **changes}
