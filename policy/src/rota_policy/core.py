@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rota_policy.cheapest import cheapest_plan
-from rota_policy.config import PolicyConfig
-from rota_policy.decisions import Decisions, PreemptionPlan
-from rota_policy.engine import Cycle, Rules, run_cycle
-from rota_policy.model import PendingJob, Snapshot
-from rota_policy.preemption import PreemptionContext, victim_pool
-from rota_policy.shrink import shrink_plan
-from rota_policy.victimrules import wait_target_ends
+from rota_policy.cycle.engine import Cycle, Rules, run_cycle
+from rota_policy.model.config import PolicyConfig
+from rota_policy.model.decisions import Decisions, PreemptionPlan
+from rota_policy.model.snapshot import PendingJob, Snapshot
+from rota_policy.preemption.cheapest import cheapest_plan
+from rota_policy.preemption.search import PreemptionContext, victim_pool
+from rota_policy.preemption.shrink import shrink_plan
+from rota_policy.preemption.victimrules import wait_target_ends
 
 __all__ = ["ROTA_RULES", "schedule"]
 

@@ -16,7 +16,7 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import PendingJob, PlanInFlight, PolicyConfig, Slot, Snapshot, schedule
 from rota_policy.baselines.slurm import SLURM_RULES
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import Cycle, Rules, run_cycle
+from rota_policy.cycle.engine import Cycle, Rules, run_cycle
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 

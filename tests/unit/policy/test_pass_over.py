@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import Decisions, PendingJob, PolicyConfig, Snapshot
-from rota_policy.backfill import ReservationBook
+from rota_policy.admission.backfill import ReservationBook
 from rota_policy.baselines.slurm import SLURM_RULES
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import Cycle, Rules, run_cycle
-from rota_policy.shortcuts import all_blocked, behind
+from rota_policy.cycle.engine import Cycle, Rules, run_cycle
+from rota_policy.cycle.fast.shortcuts import all_blocked, behind
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 

@@ -24,7 +24,7 @@ from rota_policy import (
     group_pending,
     preemption,
 )
-from rota_policy.layout import layout_of
+from rota_policy.model.layout import layout_of
 
 TEAMS = ("a", "b", "c")
 TIERS = (Tier.production, Tier.training, Tier.experiment)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rota_policy import PolicyConfig, policy_config_from
-from rota_policy.decisions import Decisions
-from rota_policy.model import Slot, Snapshot
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.snapshot import Slot, Snapshot
 from rota_policy.sim.replay import POLICY_NAMES, load, nodes_from, team_quotas
 from rota_policy.sim.simulator import Simulator
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rota.contracts.common import Tier
 
-from rota_policy.decisions import Decisions
-from rota_policy.model import PendingJob, RunningRun
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.snapshot import PendingJob, RunningRun
 from rota_policy.sim.squeue import squeue_start
 
 __all__ = ["BEFORE_START_S", "EtaLog", "probe_times"]

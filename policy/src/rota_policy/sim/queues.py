@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from rota.contracts.common import Tier
 
-from rota_policy.model import PendingJob, PendingQueue
+from rota_policy.model.snapshot import PendingJob, PendingQueue
 
 __all__ = ["QueueKey", "SimQueues", "count"]
 

@@ -13,7 +13,7 @@ from rota.config import load_config
 from rota.config.model import RotaConfig
 
 from rota_policy import POLICIES, PolicyConfig, policy_config_from
-from rota_policy.model import NodeState
+from rota_policy.model.snapshot import NodeState
 from rota_policy.sim.etas import EtaLog, probe_times
 from rota_policy.sim.metrics import metrics
 from rota_policy.sim.rotacsv import load_rota_csv

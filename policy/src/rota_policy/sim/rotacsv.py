@@ -37,7 +37,7 @@ from pathlib import Path
 
 from rota.contracts.common import Tier
 
-from rota_policy.model import QUARTERS
+from rota_policy.model.snapshot import QUARTERS
 from rota_policy.sim.workload import TraceJob
 
 __all__ = ["HEADER", "TraceFormatError", "load_rota_csv", "write_rota_csv"]

@@ -17,10 +17,11 @@ from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 
 from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
-from rota_policy.decisions import Decisions
-from rota_policy.layout import layout_of
-from rota_policy.model import NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
-from rota_policy.runtimes import RuntimeScale
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.layout import layout_of
+from rota_policy.model.runtimes import RuntimeScale
+from rota_policy.model.snapshot import NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
+from rota_policy.model.topology import job_topology
 from rota_policy.sim.accounts import Accounts
 from rota_policy.sim.budgets import SimBudgets
 from rota_policy.sim.etas import EtaLog, SqueueState
@@ -28,7 +29,6 @@ from rota_policy.sim.nodebook import NodeBook
 from rota_policy.sim.queues import QueueKey, SimQueues
 from rota_policy.sim.simjob import EVICTIONS, SimJob
 from rota_policy.sim.workload import CHECKPOINT_INTERVAL_S, RESTART_S, TraceJob
-from rota_policy.topology import job_topology
 
 __all__ = ["Simulator"]
 

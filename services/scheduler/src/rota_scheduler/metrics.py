@@ -15,7 +15,7 @@ from rota import metrics
 from rota.config import RotaConfig
 from rota.contracts.common import Tier
 from rota_policy import Decisions
-from rota_policy.model import QUARTERS
+from rota_policy.model.snapshot import QUARTERS
 
 from rota_scheduler.actions import DecisionRecord
 from rota_scheduler.budgets import budget_uses

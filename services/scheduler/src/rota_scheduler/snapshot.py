@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rota.contracts import Tier
 from rota_policy import NodeState, PlanInFlight, Restart, RunningRun, Snapshot
-from rota_policy.layout import Layout, layout_of
+from rota_policy.model.layout import Layout, layout_of
 
 if TYPE_CHECKING:
     from rota_scheduler.view import Allocation, ClusterView, JobRecord

@@ -20,9 +20,9 @@ from rota_policy import (
     Snapshot,
     gangs_of,
 )
-from rota_policy.drain import Drain
-from rota_policy.model import QUARTERS
-from rota_policy.runtimes import RuntimeScale
+from rota_policy.model.runtimes import RuntimeScale
+from rota_policy.model.snapshot import QUARTERS
+from rota_policy.preemption.drain import Drain
 
 from rota_scheduler.pending_index import PendingIndex
 from rota_scheduler.snapshot import SnapshotMemo, snapshot_of
