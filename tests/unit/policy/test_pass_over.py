@@ -79,6 +79,22 @@ def test_passing_over_changes_no_decision(
     assert all(e.reasons for e in fast.pending)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(behind_a_reservation(), st.sampled_from((ROTA_RULES, SLURM_RULES)), st.sampled_from((2, 5, 64)))
+def test_the_walk_without_any_shortcut_decides_the_same(
+    world: tuple[Snapshot, PolicyConfig], rules: Rules, depth: int
+) -> None:
+    """The reference walk (`walkstate.REFERENCE`: no lane dropped, no job passed over) against
+    the shortcuts of `cycle.fast`: the same decisions and the same reasons."""
+    snap, config = world
+    rules = replace(rules, per_queue_depth=depth)
+    fast = run_cycle(snap, NOW, config, rules)
+    reference = run_cycle(snap, NOW, config, rules, shortcuts=False)
+    assert _decided(fast) == _decided(reference)
+    assert fast.pending == reference.pending
+    assert fast.diagnoses == reference.diagnoses
+
+
 def test_jobs_passed_over_are_told_which_reservation_blocks_them() -> None:
     world = World(nodes=2)
     world.run("b", "training", node=0, gpus=8, end=NOW + 3600.0)

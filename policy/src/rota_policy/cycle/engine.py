@@ -8,19 +8,22 @@
     6. explain    reasons, ETA and score for every pending job asked about; queue diagnoses
 
 `Rules` says which of these a policy uses; Rota and the three baselines share the engine so that
-a comparison measures policy, not implementation. Phase 1 is here, phases 2-5 in `walk` (with its
-shortcuts in `shortcuts`), phase 6 in `reasons`; phases 3 and 6 ask one admission ladder
-(`ladder`); `cycle` holds the state they share.
+a comparison measures policy, not implementation. Phase 1 is here, phases 2-5 in `walk` (the
+reference, with its shortcuts in `cycle.fast` behind the seam `walkstate.FastPath`), phase 6 in
+`explain.reasons`; phases 3 and 6 ask one admission ladder (`admission.ladder`); `state` holds
+what they share.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from rota_policy.cycle.fast.shortcuts import Shortcuts
 from rota_policy.cycle.grow import grows
 from rota_policy.cycle.restarts import resolve_restarts
 from rota_policy.cycle.state import Cycle, PlanHold, Planner, Rules, hold
 from rota_policy.cycle.walk import walk
+from rota_policy.cycle.walkstate import REFERENCE, FastPath
 from rota_policy.explain.reasons import explain
 from rota_policy.model.config import PolicyConfig
 from rota_policy.model.decisions import Decisions
@@ -100,12 +103,21 @@ def _prepared(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules
     return cy
 
 
-def run_cycle(snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules) -> Decisions:
+def _fast_path(rules: Rules, shortcuts: bool) -> FastPath:
+    return Shortcuts(rules.pass_over) if shortcuts else REFERENCE
+
+
+def run_cycle(
+    snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules, shortcuts: bool = True
+) -> Decisions:
+    """One cycle under `rules`: walked with the shortcuts the rules allow (`cycle.fast`), or
+    with none (`shortcuts=False`: the reference walk, which the tests compare with)."""
     cy = _prepared(snapshot, now, config, rules)
-    if not walk(cy):
+    if not walk(cy, _fast_path(rules, shortcuts)):
         # A job it passed over would have searched for victims: decide again, one job at a time.
-        cy = _prepared(snapshot, now, config, replace(rules, pass_over=False))
-        walk(cy)
+        rules = replace(rules, pass_over=False)
+        cy = _prepared(snapshot, now, config, rules)
+        walk(cy, _fast_path(rules, shortcuts))
     pending, diagnoses = explain(cy)
     grown = grows(cy) if rules.grow else ()
     return Decisions(

@@ -1,23 +1,22 @@
 """Phases 2-5 of a cycle: nominate, admit, preempt, reserve (see `engine`).
 
 `walk` is the reference: every job gets its turn in policy order and goes down the admission
-ladder (`ladder`). The shortcuts it may take (`shortcuts`: dropping a queue none of whose jobs
-can start, passing over runs of jobs a reservation blocks) sit beside it, and the tests check
-that they give the same admissions, plans and reasons as the walk without them.
+ladder (`ladder`). It takes no shortcut itself: it tells its `FastPath` what it does, and asks
+it for the one thing a shortcut may answer for it, which lanes to drop. The shortcuts
+(`cycle.fast`: dropping a lane none of whose jobs can start, passing over runs of jobs a
+reservation blocks) sit behind that seam, and the tests check that they give the same
+admissions, plans and reasons as the walk without them (`walkstate.REFERENCE`).
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 from rota.contracts.messages import WaitReasonCode as Code
 
 from rota_policy.admission.block import Block
 from rota_policy.admission.ladder import admission, choose, widest
-from rota_policy.cycle.fast.shortcuts import confirm, hopeless, pass_over, settle
 from rota_policy.cycle.restarts import restart_message
 from rota_policy.cycle.state import Cycle
-from rota_policy.cycle.walkstate import WalkState
+from rota_policy.cycle.walkstate import REFERENCE, FastPath, WalkState
 from rota_policy.model.snapshot import PendingJob, PendingQueue, Restart, Slot
 from rota_policy.nominate.ordering import QueueWalk, tier_queues
 
@@ -28,16 +27,15 @@ _FINAL = frozenset({Code.NO_MATCHING_FLAVOR, Code.EXCEEDS_CLUSTER, Code.PRIORITY
 team has no GPU-hours left this period (stopping others or a reservation would not help)."""
 
 
-def walk(cy: Cycle) -> bool:
-    """Phases 2-5. False when a job passed over would have had its own turn at preempting: the
-    cycle must then be decided again without passing over (`Rules.pass_over=False`)."""
-    w = WalkState(cy)
+def walk(cy: Cycle, fast: FastPath = REFERENCE) -> bool:
+    """Phases 2-5, with the shortcuts of `fast` (none by default). False when `fast` says a
+    shortcut may have changed a decision: the cycle must then be decided again without it."""
+    w = WalkState(cy, fast)
     for group, queues in enumerate(_groups(cy)):
-        # 2. nominate: the jobs in policy order, queue heads merged lazily.
+        # 2. nominate: the jobs in policy order, lane heads merged lazily.
         order = _order(w, queues)
         for job in order:
-            if w.passed:
-                settle(w, (group, *order.current_key))
+            fast.before_turn(w, group, order)
             if job.job_id in cy.planned:
                 _plan_in_flight(w, job, group, order)
                 continue
@@ -55,8 +53,7 @@ def walk(cy: Cycle) -> bool:
                 if not isinstance(outcome, Block):
                     sized, outcome = widest(cy, job, outcome)
                     cy.admit(sized, cy.state.place(sized, outcome), via_plan=False)
-                    if w.unsure:  # only `confirm` reads the log, and only past its first entry
-                        w.log_change(group, order)
+                    fast.changed(w, group, order)
                     continue
                 if outcome.code in _FINAL:
                     cy.record(job, outcome)
@@ -72,12 +69,11 @@ def walk(cy: Cycle) -> bool:
             missed = w.count_miss(job, order)
             if w.nothing_left():
                 break
-            if cy.rules.pass_over and code is Code.RESERVED_FOR_HIGHER_PRIORITY:
-                pass_over(w, job, missed, group, order)
+            if code is Code.RESERVED_FOR_HIGHER_PRIORITY:
+                fast.reserved(w, job, missed, group, order)
         if w.all_blocked and w.attempts <= 0 and not w.ready:
             break
-    settle(w, None)
-    return confirm(w)
+    return fast.finish(w)
 
 
 def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -> tuple[Block | None, bool]:
@@ -97,8 +93,7 @@ def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -
     if not isinstance(outcome, Block):
         sized, outcome = widest(cy, chosen, outcome)
         cy.admit(sized, cy.state.place(sized, outcome), via_plan=False)
-        if w.unsure:
-            w.log_change(group, order)
+        w.fast.changed(w, group, order)
         return None, True
     if outcome.code in _FINAL:
         cy.record_on(job, chosen.flavor, outcome)
@@ -150,7 +145,7 @@ def _groups(cy: Cycle) -> list[list[PendingQueue]]:
 
 
 def _order(w: WalkState, queues: list[PendingQueue]) -> QueueWalk:
-    return QueueWalk(queues, w.key, dynamic=w.dynamic, hopeless=partial(hopeless, w),
+    return QueueWalk(queues, w.key, dynamic=w.dynamic, hopeless=w.fast.hopeless(w),
                      version=w.quota_version, room=w.room, held_back=w.held_back,
                      holds_back_all=w.holds_back_all,
                      always=w.cy.planned.keys())
@@ -182,8 +177,7 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
             placement = cy.state.place(sized, outcome)
             cy.give_up_plan(job.job_id)
             cy.admit(sized, placement, via_plan=False)
-            if w.unsure:  # it took free GPUs, as any admission does
-                w.log_change(group, order)
+            w.fast.changed(w, group, order)  # it took free GPUs, as any admission does
             return
         cy.release_plan_quota(job.job_id, back=True)
     cy.block(job, Code.WAITING_FOR_PREEMPTION)
@@ -229,8 +223,7 @@ def _search(
         if plan is not None:
             cy.accept_plan(variant, plan)
             break
-    if w.unsure:
-        w.log_change(group, order)
+    w.fast.changed(w, group, order)
     if plan is None:
         return False
     cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)

@@ -1,40 +1,46 @@
-"""The state that phases 2-5 of one cycle (`walk`) carry from one job's turn to the next."""
+"""The state that phases 2-5 of one cycle (`walk`) carry from one job's turn to the next, and
+the one seam through which the walk's shortcuts (`cycle.fast`) see it: `FastPath`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
-
-from rota.contracts.common import Tier
 
 from rota_policy.cycle.state import Cycle, Planner
+from rota_policy.model.keys import LaneKey
 from rota_policy.model.snapshot import PendingJob, PendingQueue
 from rota_policy.nominate.ordering import QueueWalk
 
-__all__ = ["Change", "Turn", "Unsure", "WalkState"]
-
-Turn = tuple[int, float, float, str]
-"""When a job's turn comes: (tier group, key, submit time, id), the order the walk yields in."""
+__all__ = ["REFERENCE", "FastPath", "WalkState"]
 
 
-class Change(NamedTuple):
-    """Something the walk did that leaves fewer GPUs free: an admission or a preemption try."""
+class FastPath:
+    """What the walk tells its shortcuts, and the only place it asks them anything. This base is
+    the reference: it takes no shortcut, so every job gets its own turn. `cycle.fast.Shortcuts`
+    answers the same questions from the ladder's rungs, for many turns at once; the tests check
+    that both decide the same (DECISIONS 20)."""
 
-    turn: Turn
-    attempts_left: int
-    """Preemption attempts left after it."""
-    free: dict[str, int]
-    """Free GPUs per flavor after it."""
+    __slots__ = ()
+
+    def hopeless(self, w: WalkState) -> Callable[[PendingQueue], bool] | None:
+        """A test that drops a queue none of whose jobs can start, preempt or reserve; None: none."""
+        return None
+
+    def before_turn(self, w: WalkState, group: int, order: QueueWalk) -> None:
+        """A job's turn is about to come (the current head of `order`)."""
+
+    def changed(self, w: WalkState, group: int, order: QueueWalk) -> None:
+        """The walk admitted a job or tried a search for victims: fewer GPUs may be free."""
+
+    def reserved(self, w: WalkState, job: PendingJob, missed: int, group: int, order: QueueWalk) -> None:
+        """`job` waits on a backfill reservation, the `missed`-th blocked job of its lane."""
+
+    def finish(self, w: WalkState) -> bool:
+        """The walk is over: False if a shortcut taken may have changed a decision, and the
+        cycle must be decided again without it."""
+        return True
 
 
-class Unsure(NamedTuple):
-    """Jobs passed over while preemption attempts were left (see `shortcuts.confirm`)."""
-
-    first: Turn
-    last: Turn
-    jobs: list[PendingJob]
-    mark: int
-    """How many changes had been logged when they were passed over."""
+REFERENCE = FastPath()
 
 
 class WalkState:
@@ -44,22 +50,22 @@ class WalkState:
         "all_blocked",
         "attempts",
         "blocked_flavors",
-        "changes",
         "cy",
         "depth",
         "dynamic",
+        "fast",
         "key",
         "limit",
         "misses",
-        "passed",
         "planner",
         "ready",
-        "unsure",
     )
 
-    def __init__(self, cy: Cycle) -> None:
+    def __init__(self, cy: Cycle, fast: FastPath = REFERENCE) -> None:
         rules, config = cy.rules, cy.config
         self.cy = cy
+        self.fast = fast
+        """The shortcuts this walk may take (`REFERENCE`: none)."""
         self.key: Callable[[PendingJob], float] = cy.order_key()
         self.dynamic = rules.order == "score" and cy.scorer.dynamic
         self.limit = rules.reservations if rules.reservations is not None else config.backfill_reservations
@@ -73,21 +79,9 @@ class WalkState:
         """Flavors where a blocked job holds the line (policies without backfill)."""
         self.all_blocked = False
         """A blocked job holds the line for every flavor (submit order without backfill)."""
-        self.misses: dict[tuple[Tier, str, str], int] = {}
-        """Blocked jobs tried per queue: the window (`Rules.per_queue_depth`)."""
+        self.misses: dict[LaneKey, int] = {}
+        """Blocked jobs tried per lane: the window (`Rules.per_queue_depth`)."""
         self.depth = rules.per_queue_depth
-        self.changes: list[Change] = []
-        """Admissions and preemption tries since the first `unsure` run: `shortcuts.confirm`
-        reads only those after each run, so none is logged before the first."""
-        self.unsure: list[Unsure] = []
-        self.passed: list[tuple[Turn, PendingJob]] = []
-        """Jobs passed over whose block is still to be recorded, as a heap by turn: each gets
-        the ladder's answer once the walk reaches a later turn (`shortcuts.settle`)."""
-
-    def log_change(self, group: int, order: QueueWalk) -> None:
-        k, submitted, job_id = order.current_key
-        free = dict(self.cy.state.free_total)
-        self.changes.append(Change((group, k, submitted, job_id), self.attempts, free))
 
     def reservations_full(self, flavor: str) -> bool:
         book = self.cy.books.get(flavor)
@@ -140,9 +134,9 @@ class WalkState:
         return allowed
 
     def count_miss(self, job: PendingJob, order: QueueWalk) -> int:
-        """Count a blocked job against its queue's window; past it, narrow the queue to the jobs
-        that could start (DECISIONS 27). Returns the queue's count."""
-        qkey = (job.tier, job.team, job.flavor)
+        """Count a blocked job against its lane's window; past it, narrow the lane to the jobs
+        that could start (DECISIONS 27). Returns the lane's count."""
+        qkey = LaneKey(job.tier, job.team, job.flavor)
         missed = self.misses[qkey] = self.misses.get(qkey, 0) + 1
         if missed >= self.depth:
             order.narrow_current()

@@ -7,24 +7,98 @@ for many jobs at once, each from the ladder's rungs (`ladder`) asked of a queue'
   whose team has used its GPU-hour budget);
 - `pass_over` passes over, in one step, the jobs right behind a reservation-blocked job that
   a reservation blocks too, and records for each the block the ladder gives it.
-The walk without them (`Rules.pass_over=False`) is the reference; the tests check that both
-give the same admissions, plans and reasons (DECISIONS 20).
+`Shortcuts` takes them behind the walk's one seam (`walkstate.FastPath`), whose base takes
+none: the reference. `Rules.pass_over=False` keeps `hopeless` and drops `pass_over` (the engine
+decides a cycle again so when a pass over may have hidden a search for victims); the tests
+check that each decides as the reference: the same admissions, plans and reasons (DECISIONS 20).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
 
 from rota_policy.admission.backfill import ReservationBook
 from rota_policy.admission.block import Block
 from rota_policy.admission.ladder import admission_block, quota_block, reservation_block
 from rota_policy.cycle.state import Cycle
-from rota_policy.cycle.walkstate import Turn, Unsure, WalkState
+from rota_policy.cycle.walkstate import FastPath, WalkState
+from rota_policy.model.keys import LaneKey
 from rota_policy.model.snapshot import PendingJob, PendingQueue
 from rota_policy.nominate.ordering import QueueWalk
 
-__all__ = ["all_blocked", "behind", "confirm", "hopeless", "pass_over", "settle"]
+__all__ = ["Change", "Shortcuts", "Turn", "Unsure", "all_blocked", "behind", "hopeless"]
+
+
+class Turn(NamedTuple):
+    """When a job's turn comes, in the order the walk yields jobs."""
+
+    group: int
+    """Its tier group's index."""
+    key: float
+    submitted_at: float
+    job_id: str
+
+
+class Change(NamedTuple):
+    """Something the walk did that leaves fewer GPUs free: an admission or a preemption try."""
+
+    turn: Turn
+    attempts_left: int
+    """Preemption attempts left after it."""
+    free: dict[str, int]
+    """Free GPUs per flavor after it."""
+
+
+class Unsure(NamedTuple):
+    """Jobs passed over while preemption attempts were left (see `Shortcuts.finish`)."""
+
+    first: Turn
+    last: Turn
+    jobs: list[PendingJob]
+    mark: int
+    """How many changes had been logged when they were passed over."""
+
+
+class Shortcuts(FastPath):
+    """The walk's shortcuts, and what they carry through one cycle's walk. One per walk."""
+
+    __slots__ = ("changes", "pass_over", "passed", "unsure")
+
+    def __init__(self, pass_over: bool = True) -> None:
+        self.pass_over = pass_over
+        """Whether to pass over jobs behind a reservation-blocked one (`Rules.pass_over`)."""
+        self.changes: list[Change] = []
+        """Admissions and preemption tries since the first `unsure` run: `finish` reads only
+        those after each run, so none is logged before the first."""
+        self.unsure: list[Unsure] = []
+        self.passed: list[tuple[Turn, PendingJob]] = []
+        """Jobs passed over whose block is still to be recorded, as a heap by turn: each gets
+        the ladder's answer once the walk reaches a later turn (`settle`)."""
+
+    def hopeless(self, w: WalkState) -> Callable[[PendingQueue], bool]:
+        return partial(hopeless, w)
+
+    def before_turn(self, w: WalkState, group: int, order: QueueWalk) -> None:
+        if self.passed:
+            k, submitted, job_id = order.current_key
+            settle(self, w, Turn(group, k, submitted, job_id))
+
+    def changed(self, w: WalkState, group: int, order: QueueWalk) -> None:
+        if self.unsure:  # only `confirm` reads the log, and only past its first entry
+            k, submitted, job_id = order.current_key
+            free = dict(w.cy.state.free_total)
+            self.changes.append(Change(Turn(group, k, submitted, job_id), w.attempts, free))
+
+    def reserved(self, w: WalkState, job: PendingJob, missed: int, group: int, order: QueueWalk) -> None:
+        if self.pass_over:
+            pass_over(self, w, job, missed, group, order)
+
+    def finish(self, w: WalkState) -> bool:
+        settle(self, w, None)
+        return confirm(self)
 
 
 def hopeless(w: WalkState, q: PendingQueue) -> bool:
@@ -67,7 +141,7 @@ def _reserved_out(cy: Cycle, q: PendingQueue, flavor: str) -> bool:
     return book.blocking(q.min_gpus, cy.now + (q.min_runtime_s if q.min_runtime_s > 0 else 0.0)) is not None
 
 
-def pass_over(w: WalkState, job: PendingJob, missed: int, group: int, order: QueueWalk) -> None:
+def pass_over(s: Shortcuts, w: WalkState, job: PendingJob, missed: int, group: int, order: QueueWalk) -> None:
     """After `job` was blocked by a reservation: pass over the jobs right behind it in its
     queue that a reservation blocks too. They stay blocked all cycle (reservations stay, their
     spare only shrinks), and with no reservation left to give, being blocked has no effect but
@@ -88,17 +162,17 @@ def pass_over(w: WalkState, job: PendingJob, missed: int, group: int, order: Que
         passed = order.pass_over(behind(cy, most), w.depth - missed)
     if not passed:
         return
-    _defer_blocks(w, passed, group)
+    _defer_blocks(s, w, passed, group)
     if not sure:
         first, last = passed[0], passed[-1]
-        w.unsure.append(Unsure(_turn(w, group, first), _turn(w, group, last), passed, len(w.changes)))
-    w.misses[(job.tier, job.team, f)] = missed + len(passed)
+        s.unsure.append(Unsure(_turn(w, group, first), _turn(w, group, last), passed, len(s.changes)))
+    w.misses[LaneKey(job.tier, job.team, f)] = missed + len(passed)
     if missed + len(passed) >= w.depth:
         order.narrow_current()
 
 
 def _turn(w: WalkState, group: int, job: PendingJob) -> Turn:
-    return (group, w.key(job), job.submitted_at, job.job_id)
+    return Turn(group, w.key(job), job.submitted_at, job.job_id)
 
 
 def behind(cy: Cycle, most: int | None) -> Callable[[PendingJob], bool]:
@@ -142,7 +216,7 @@ def all_blocked(cy: Cycle, jobs: tuple[PendingJob, ...], book: ReservationBook, 
     return book.blocking(min(sizes), cy.now + shortest) is not None
 
 
-def _defer_blocks(w: WalkState, jobs: list[PendingJob], group: int) -> None:
+def _defer_blocks(s: Shortcuts, w: WalkState, jobs: list[PendingJob], group: int) -> None:
     """Each job passed over is to get the block its own turn would have given it: the ladder's
     answer in the state of that turn, which `settle` records when the walk gets past it. Only
     a job asked about keeps a block (`Cycle.record`), but for QUOTA_EXCEEDED, which every job
@@ -154,13 +228,13 @@ def _defer_blocks(w: WalkState, jobs: list[PendingJob], group: int) -> None:
             return
         jobs = [j for j in jobs if j.job_id in cy.asked]
     for j in jobs:
-        heapq.heappush(w.passed, (_turn(w, group, j), j))
+        heapq.heappush(s.passed, (_turn(w, group, j), j))
 
 
-def settle(w: WalkState, turn: Turn | None) -> None:
+def settle(s: Shortcuts, w: WalkState, turn: Turn | None) -> None:
     """Record the block of each job passed over whose turn came before `turn` (all, if None):
     the walk has changed nothing since, so the ladder answers as at that turn."""
-    cy, passed = w.cy, w.passed
+    cy, passed = w.cy, s.passed
     refused: dict[tuple[str, str, int, int], Block | None] = {}
     while passed and (turn is None or passed[0][0] < turn):
         _, job = heapq.heappop(passed)
@@ -175,7 +249,7 @@ def settle(w: WalkState, turn: Turn | None) -> None:
             cy.record(job, block)
 
 
-def confirm(w: WalkState) -> bool:
+def confirm(s: Shortcuts) -> bool:
     """Check each run of jobs passed over with attempts left against the changes logged after
     it: a change before the last one's turn that leaves fewer free GPUs than one of them needs
     may have made that job short of capacity at its turn, and with attempts left then, that
@@ -183,9 +257,9 @@ def confirm(w: WalkState) -> bool:
     are not told apart, so any such change counts against the whole run (the caller decides
     the cycle again: exact, only slower, and rare). Their blocks need no check: `settle` took
     each from the ladder in the state of its turn."""
-    for run in w.unsure:
+    for run in s.unsure:
         flavor, most = run.jobs[0].flavor, -1
-        for change in w.changes[run.mark :]:
+        for change in s.changes[run.mark :]:
             if change.turn >= run.last:
                 break
             if most < 0:
