@@ -92,7 +92,7 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
     cy = Cycle(world.snapshot(jobs), NOW, config, ROTA_RULES)
     for run in world.runs:
         if draw(st.integers(0, 5)) == 0:
-            cy.taken.add(run.run_id)  # a victim of a plan already made
+            cy.capacity.taken.add(run.run_id)  # a victim of a plan already made
     return cy, jobs
 
 

@@ -141,7 +141,7 @@ def _behind_head(extra: list[PendingJob]) -> tuple[Cycle, ReservationBook, list[
     config = team_config({"a": 8, "b": 8, "c": 8}, max_preemption_attempts=0)
     cy = Cycle(world.snapshot(behind), NOW, config, ROTA_RULES)
     book = cy.book("gpu")
-    book.reserve("head", 1, 14, cy.state.free_total["gpu"], NOW, 3600.0)
+    book.reserve("head", 1, 14, cy.capacity.state.free_total["gpu"], NOW, 3600.0)
     return cy, book, behind
 
 

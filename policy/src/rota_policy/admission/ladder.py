@@ -61,19 +61,19 @@ _FRAGMENTED = Block(Code.FRAGMENTATION)
 def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | Block:
     """Where the job fits now, or the first rung of the ladder it fails. `held_by`, if given,
     is the job that holds the line ahead of it (policies without backfill)."""
-    state, flavor = cy.state, job.flavor
+    state, flavor = cy.capacity.state, job.flavor
     if flavor not in state.layout.flavors:
         return _NO_FLAVOR
     if job.share and flavor not in cy.config.shareable:
-        return cy.shared_block(Code.NO_MATCHING_FLAVOR, _not_shareable(flavor))
+        return cy.outcome.shared_block(Code.NO_MATCHING_FLAVOR, _not_shareable(flavor))
     if not state.can_ever_fit(job):
         return _NEVER_FITS
-    if cy.budget.waiting:
+    if cy.capacity.budget.waiting:
         spent = budget_block(cy, job)
         if spent is not None:
             return spent
     if held_by is not None:
-        return cy.shared_block(Code.PRIORITY, held_by)
+        return cy.outcome.shared_block(Code.PRIORITY, held_by)
     refused = quota_block(cy, job)
     if refused is not None:
         return refused
@@ -81,7 +81,7 @@ def admission(cy: Cycle, job: PendingJob, held_by: str | None = None) -> Fit | B
         return _share_fit(cy, job)
     if state.free_total.get(flavor, 0) < job.gpus:
         return _SHORT
-    reserved = reservation_block(cy, job) if cy.books else None
+    reserved = reservation_block(cy, job) if cy.capacity.books else None
     if reserved is not None:
         return reserved
     fit = state.find(job)
@@ -95,11 +95,11 @@ def _not_shareable(flavor: str) -> str:
 def _share_fit(cy: Cycle, job: PendingJob) -> Fit | Block:
     """Rungs 4-6 for a GPU share (DECISIONS 67): room on a GPU already shared needs no free GPU
     and delays no reservation (it takes no whole GPU); else it is a 1-GPU job."""
-    state = cy.state
+    state = cy.capacity.state
     if not state.share_room(job.flavor, job.share):
         if state.free_total.get(job.flavor, 0) < 1:
             return _SHORT
-        reserved = reservation_block(cy, job) if cy.books else None
+        reserved = reservation_block(cy, job) if cy.capacity.books else None
         if reserved is not None:
             return reserved
     fit = state.find_share(job)
@@ -115,8 +115,8 @@ def admission_block(cy: Cycle, job: PendingJob) -> Block | None:
 def budget_block(cy: Cycle, job: PendingJob) -> Block | None:
     """Rung 2b: BUDGET_EXHAUSTED, if the job's team has used its budget of the flavor this
     period and its budget says its jobs wait. Constant within a cycle (`budget`)."""
-    spent = cy.budget.waits(job.team, job.flavor)
-    return None if spent is None else cy.shared_block(Code.BUDGET_EXHAUSTED, spent.message)
+    spent = cy.capacity.budget.waits(job.team, job.flavor)
+    return None if spent is None else cy.outcome.shared_block(Code.BUDGET_EXHAUSTED, spent.message)
 
 
 _DEPTH: Mapping[Code, int] = MappingProxyType({
@@ -144,7 +144,7 @@ class Choice(NamedTuple):
 
 def within_quota(cy: Cycle, team: str, flavor: str, gpus: float) -> bool:
     """Whether `gpus` more of `flavor` keep the team within its nominal quota (no borrowing)."""
-    return cy.quota.in_use(team, flavor) + gpus <= cy.quota.limits(team, flavor).quota
+    return cy.capacity.quota.in_use(team, flavor) + gpus <= cy.capacity.quota.limits(team, flavor).quota
 
 
 def choose(cy: Cycle, job: PendingJob, held: Callable[[str], str | None] | None = None) -> Choice:
@@ -171,21 +171,21 @@ def choose(cy: Cycle, job: PendingJob, held: Callable[[str], str | None] | None 
 
 def quota_block(cy: Cycle, job: PendingJob) -> Block | None:
     """Rung 3: QUOTA_EXCEEDED with quota's message, if the policy has quotas and they refuse."""
-    quota = cy.quota
+    quota = cy.capacity.quota
     demand = job.demand
     if not cy.rules.quotas or quota.allows(job.team, job.flavor, demand):
         return None
-    return cy.shared_block(Code.QUOTA_EXCEEDED, quota.check(job.team, job.flavor, demand).message)
+    return cy.outcome.shared_block(Code.QUOTA_EXCEEDED, quota.check(job.team, job.flavor, demand).message)
 
 
 def reservation_block(cy: Cycle, job: PendingJob) -> Block | None:
     """Rung 5: RESERVED_FOR_HIGHER_PRIORITY naming the first reservation that starting now, for
     the job's expected runtime, would delay."""
-    book = cy.books.get(job.flavor)
+    book = cy.capacity.books.get(job.flavor)
     if book is None:
         return None
     held = book.blocking(job.gpus, cy.now + cy.runtime(job))
-    return None if held is None else cy.shared_block(Code.RESERVED_FOR_HIGHER_PRIORITY, held.job_id)
+    return None if held is None else cy.outcome.shared_block(Code.RESERVED_FOR_HIGHER_PRIORITY, held.job_id)
 
 
 def widest(cy: Cycle, job: PendingJob, fit: Fit) -> tuple[PendingJob, Fit]:
@@ -196,13 +196,13 @@ def widest(cy: Cycle, job: PendingJob, fit: Fit) -> tuple[PendingJob, Fit]:
     per size here."""
     if not job.elastic:
         return job, fit
-    state = cy.state
+    state = cy.capacity.state
     free = state.free_total.get(job.flavor, 0)
     for workers in range(min(job.workers_max, free // job.gpus_per_worker), job.workers, -1):
         variant = job.sized(workers)
         if not state.can_ever_fit(variant) or quota_block(cy, variant) is not None:
             continue
-        if cy.books and reservation_block(cy, variant) is not None:
+        if cy.capacity.books and reservation_block(cy, variant) is not None:
             continue
         found = state.find(variant)
         if found is not None:

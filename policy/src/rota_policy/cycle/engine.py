@@ -20,8 +20,9 @@ from dataclasses import replace
 
 from rota_policy.cycle.fast.shortcuts import Shortcuts
 from rota_policy.cycle.grow import grows
+from rota_policy.cycle.plans import PlanHold, hold
 from rota_policy.cycle.restarts import resolve_restarts
-from rota_policy.cycle.state import Cycle, PlanHold, Planner, Rules, hold
+from rota_policy.cycle.state import Cycle, Planner, Rules
 from rota_policy.cycle.walk import walk
 from rota_policy.cycle.walkstate import REFERENCE, FastPath
 from rota_policy.explain.reasons import explain
@@ -43,7 +44,7 @@ def _resolve_plans(cy: Cycle) -> None:
     wanted = {plan.preemptor_job_id for plan in plans}
     owner = {job_id: q for q in cy.snapshot.pending for job_id in wanted & q.ids()}
     runs = {r.run_id: r for r in cy.snapshot.running}
-    state = cy.state
+    state = cy.capacity.state
     for plan in plans:
         queue = owner.get(plan.preemptor_job_id)
         if queue is None:
@@ -52,11 +53,11 @@ def _resolve_plans(cy: Cycle) -> None:
         for run_id in plan.victim_run_ids:
             run = runs.get(run_id)
             if run is not None:
-                cy.taken.add(run_id)
+                cy.capacity.taken.add(run_id)
                 victim_gpus.update((s.node, g) for s in run.placement for g in s.gpus)
         complete, broken = _target_state(cy, plan.target, victim_gpus)
         if broken:
-            cy.abandoned.append(plan.preemptor_job_id)
+            cy.outcome.abandoned.append(plan.preemptor_job_id)
             continue
         share = plan.target[0].share if len(plan.target) == 1 else 0
         if complete and share:  # its quarters, on a GPU free or with room: booked now
@@ -65,13 +66,13 @@ def _resolve_plans(cy: Cycle) -> None:
             holds: tuple[tuple[int, tuple[int, ...]], ...] = ()
         else:
             holds = hold(state, plan.target)
-        cy.planned[plan.preemptor_job_id] = plan.target if complete else None
+        cy.in_flight.planned[plan.preemptor_job_id] = plan.target if complete else None
         asked = cy.now if plan.requested_at is None else plan.requested_at
-        cy.plan_ready_at[plan.preemptor_job_id] = max(cy.now, asked + cy.config.checkpoint_save_s)
+        cy.in_flight.plan_ready_at[plan.preemptor_job_id] = max(cy.now, asked + cy.config.checkpoint_save_s)
         gpus = sum(s.share / QUARTERS if s.share else len(s.gpus) for s in plan.target)
         flavor = state.layout.node_flavor[state.layout.index[plan.target[0].node]] if plan.target else ""
-        cy.quota.add(queue.team, flavor, gpus)
-        cy.plan_holds[plan.preemptor_job_id] = PlanHold(queue.team, flavor, gpus, holds)
+        cy.capacity.quota.add(queue.team, flavor, gpus)
+        cy.in_flight.plan_holds[plan.preemptor_job_id] = PlanHold(queue.team, flavor, gpus, holds)
 
 
 def _target_state(
@@ -79,7 +80,7 @@ def _target_state(
 ) -> tuple[bool, bool]:
     """Whether every GPU of a plan's target is free (a share's: free or with room for its
     quarters), and whether one is held by a run that is not its victim (the plan is broken)."""
-    state = cy.state
+    state = cy.capacity.state
     complete = True
     for slot in target:
         node = state.layout.index.get(slot.node)
@@ -121,11 +122,11 @@ def run_cycle(
     pending, diagnoses = explain(cy)
     grown = grows(cy) if rules.grow else ()
     return Decisions(
-        admissions=tuple(cy.admissions),
-        plans=tuple(cy.plans),
+        admissions=tuple(cy.outcome.admissions),
+        plans=tuple(cy.outcome.plans),
         pending=pending,
         diagnoses=diagnoses,
-        abandoned_plans=tuple(cy.abandoned),
-        deferred=tuple(sorted(cy.deferred.items())),
+        abandoned_plans=tuple(cy.outcome.abandoned),
+        deferred=tuple(sorted(cy.outcome.deferred.items())),
         grows=grown,
     )

@@ -30,14 +30,14 @@ _NO_LEVEL = need_of(RackAffinity.none, None)
 
 def _waited_on(cy: Cycle) -> set[str]:
     """The flavors some pending job still waits for after this cycle, or a plan holds."""
-    admitted = {a.job_id for a in cy.admissions}
+    admitted = {a.job_id for a in cy.outcome.admissions}
     flavors: set[str] = set()
     for queue in cy.snapshot.pending:
         # More jobs than admissions: one waits, without building the queue's id set.
         if len(queue.jobs) > len(admitted) or len(queue.jobs) > len(admitted & queue.ids()):
             flavors.add(queue.flavor)
             flavors.update(queue.fallback or ())
-    for hold in cy.plan_holds.values():
+    for hold in cy.in_flight.plan_holds.values():
         flavors.add(hold.flavor)
     return flavors
 
@@ -45,7 +45,7 @@ def _waited_on(cy: Cycle) -> set[str]:
 def grows(cy: Cycle) -> tuple[Grow, ...]:
     """The elastic runs that grow this cycle, each with the workers it adds. Takes their GPUs
     from the cycle's state and adds them to their teams' quota use."""
-    state = cy.state
+    state = cy.capacity.state
     idle = {f for f, free in state.free_total.items() if free > 0}
     if idle:
         idle -= _waited_on(cy)
@@ -54,7 +54,7 @@ def grows(cy: Cycle) -> tuple[Grow, ...]:
     candidates = [
         run for run in cy.snapshot.running
         if run.workers_range is not None and run.flavor in idle and run.resumable
-        and len(run.placement) < run.workers_range[1] and run.run_id not in cy.taken
+        and len(run.placement) < run.workers_range[1] and run.run_id not in cy.capacity.taken
         and cy.now - run.started_at >= cy.config.grow_after_s
     ]
     out = []
@@ -67,14 +67,14 @@ def grows(cy: Cycle) -> tuple[Grow, ...]:
 
 
 def _grow(cy: Cycle, run: RunningRun) -> Grow | None:
-    state, layout = cy.state, cy.state.layout
+    state, layout = cy.capacity.state, cy.capacity.state.layout
     assert run.workers_range is not None
     per_worker = len(run.placement[0].gpus)
     now_workers = len(run.placement)
     free = state.free_total.get(run.flavor, 0)
     nodes = layout.flavor_nodes.get(run.flavor, [])
     for extra in range(min(run.workers_range[1] - now_workers, free // per_worker), 0, -1):
-        if cy.rules.quotas and not cy.quota.allows(run.team, run.flavor, extra * per_worker):
+        if cy.rules.quotas and not cy.capacity.quota.allows(run.team, run.flavor, extra * per_worker):
             continue
         fit = fit_on_counts(state.counts(), nodes, layout, extra, per_worker, _NO_LEVEL)
         if fit is None:
@@ -82,6 +82,6 @@ def _grow(cy: Cycle, run: RunningRun) -> Grow | None:
         added = tuple(
             Slot(now_workers + slot.worker, slot.node, slot.gpus) for slot in state.allocate(fit)
         )
-        cy.quota.add(run.team, run.flavor, extra * per_worker)
+        cy.capacity.quota.add(run.team, run.flavor, extra * per_worker)
         return Grow(run.run_id, run.job_id, now_workers + extra, added)
     return None

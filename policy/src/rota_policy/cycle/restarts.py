@@ -12,7 +12,8 @@ job starts wherever the ladder admits it, as any requeued job does.
 from __future__ import annotations
 
 from rota_policy.admission.placement import ClusterState
-from rota_policy.cycle.state import Cycle, PlanHold
+from rota_policy.cycle.plans import PlanHold
+from rota_policy.cycle.state import Cycle
 from rota_policy.model.snapshot import Restart, RunningRun
 
 __all__ = ["resolve_restarts", "restart_message"]
@@ -28,30 +29,30 @@ def resolve_restarts(cy: Cycle) -> None:
     runs = {r.run_id: r for r in cy.snapshot.running}
     for restart in restarts:
         queue, run = owner.get(restart.job_id), runs.get(restart.run_id)
-        if (queue is None and run is None) or not restart.target or restart.job_id in cy.planned:
+        if (queue is None and run is None) or not restart.target or restart.job_id in cy.in_flight.planned:
             continue  # over (the caller drops it), or a plan of its own already holds GPUs
-        holds = _holds(cy.state, restart, run)
+        holds = _holds(cy.capacity.state, restart, run)
         if holds is None:
-            cy.abandoned.append(restart.job_id)
+            cy.outcome.abandoned.append(restart.job_id)
             continue
         complete = not any(gpus is None for _, gpus in holds)
         held = tuple((node, gpus) for node, gpus in holds if gpus)
         for node, gpus in held:
-            cy.state.take_exact(node, gpus)
-        layout = cy.state.layout
+            cy.capacity.state.take_exact(node, gpus)
+        layout = cy.capacity.state.layout
         flavor = layout.node_flavor[layout.index[restart.target[0].node]]
         team = queue.team if queue is not None else run.team if run is not None else ""
         # The run's own GPUs count in its team's use while it holds them: only the rest adds.
         extra = max(0, sum(len(s.gpus) for s in restart.target) - (run.gpus if run else 0))
-        cy.quota.add(team, flavor, extra)
-        cy.plan_holds[restart.job_id] = PlanHold(team, flavor, extra, held)
+        cy.capacity.quota.add(team, flavor, extra)
+        cy.in_flight.plan_holds[restart.job_id] = PlanHold(team, flavor, extra, held)
         if run is not None:
-            cy.taken.add(run.run_id)  # no plan or grow picks a run that is restarting
+            cy.capacity.taken.add(run.run_id)  # no plan or grow picks a run that is restarting
         if queue is not None:
-            cy.restarting[restart.job_id] = restart
-            cy.planned[restart.job_id] = restart.target if complete else None
+            cy.in_flight.restarting[restart.job_id] = restart
+            cy.in_flight.planned[restart.job_id] = restart.target if complete else None
             asked = cy.now if restart.requested_at is None else restart.requested_at
-            cy.plan_ready_at[restart.job_id] = max(cy.now, asked + cy.config.checkpoint_save_s)
+            cy.in_flight.plan_ready_at[restart.job_id] = max(cy.now, asked + cy.config.checkpoint_save_s)
 
 
 def _holds(

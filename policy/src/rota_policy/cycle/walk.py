@@ -36,7 +36,7 @@ def walk(cy: Cycle, fast: FastPath = REFERENCE) -> bool:
         order = _order(w, queues)
         for job in order:
             fast.before_turn(w, group, order)
-            if job.job_id in cy.planned:
+            if job.job_id in cy.in_flight.planned:
                 _plan_in_flight(w, job, group, order)
                 continue
             # 3. admit: the admission ladder, at this job's turn.
@@ -48,20 +48,20 @@ def walk(cy: Cycle, fast: FastPath = REFERENCE) -> bool:
                     break
                 code = blocked.code
             else:
-                held = cy.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
+                held = cy.outcome.head_of_line if w.all_blocked or job.flavor in w.blocked_flavors else None
                 outcome = admission(cy, job, held)
                 if not isinstance(outcome, Block):
                     sized, outcome = widest(cy, job, outcome)
-                    cy.admit(sized, cy.state.place(sized, outcome), via_plan=False)
+                    cy.admit(sized, cy.capacity.state.place(sized, outcome), via_plan=False)
                     fast.changed(w, group, order)
                     continue
                 if outcome.code in _FINAL:
-                    cy.record(job, outcome)
+                    cy.outcome.record(job, outcome)
                     continue
                 # 4. preempt: victims whose stop really lets it fit.
                 if _preempt(w, job, outcome.code, group, order):
                     continue
-                cy.record(job, outcome)
+                cy.outcome.record(job, outcome)
                 # 5. reserve for it, or hold the line behind it.
                 if not _reserve_or_hold(w, job, outcome.code):
                     break
@@ -86,21 +86,21 @@ def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -
     cy = w.cy
 
     def held(flavor: str) -> str | None:
-        return cy.head_of_line if w.all_blocked or flavor in w.blocked_flavors else None
+        return cy.outcome.head_of_line if w.all_blocked or flavor in w.blocked_flavors else None
 
     choice = choose(cy, job, held)
     chosen, outcome = choice.job, choice.outcome
     if not isinstance(outcome, Block):
         sized, outcome = widest(cy, chosen, outcome)
-        cy.admit(sized, cy.state.place(sized, outcome), via_plan=False)
+        cy.admit(sized, cy.capacity.state.place(sized, outcome), via_plan=False)
         w.fast.changed(w, group, order)
         return None, True
     if outcome.code in _FINAL:
-        cy.record_on(job, chosen.flavor, outcome)
+        cy.outcome.record_on(job, chosen.flavor, outcome)
         return None, True
     if _preempt_many(w, job, choice.tried, group, order):
         return None, True
-    cy.record_on(job, chosen.flavor, outcome)
+    cy.outcome.record_on(job, chosen.flavor, outcome)
     waiting = [v for v, b in choice.tried if b.code not in _FINAL and b.code is not Code.QUOTA_EXCEEDED]
     go_on = True
     if cy.rules.backfill == "none":
@@ -117,7 +117,7 @@ def _turn_of_many(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -
 
 
 def _first_start(cy: Cycle, job: PendingJob) -> float:
-    found = cy.book(job.flavor).earliest(job.gpus, cy.state.free_total.get(job.flavor, 0), cy.now)
+    found = cy.book(job.flavor).earliest(job.gpus, cy.capacity.state.free_total.get(job.flavor, 0), cy.now)
     return found[0] if found is not None else float("inf")
 
 
@@ -148,7 +148,7 @@ def _order(w: WalkState, queues: list[PendingQueue]) -> QueueWalk:
     return QueueWalk(queues, w.key, dynamic=w.dynamic, hopeless=w.fast.hopeless(w),
                      version=w.quota_version, room=w.room, held_back=w.held_back,
                      holds_back_all=w.holds_back_all,
-                     always=w.cy.planned.keys())
+                     always=w.cy.in_flight.planned.keys())
 
 
 def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk) -> None:
@@ -156,31 +156,31 @@ def _plan_in_flight(w: WalkState, job: PendingJob, group: int, order: QueueWalk)
     capacity that freed itself, if the ladder admits it there without the plan's quota, and
     the plan gives way; or else it waits for its victims."""
     cy = w.cy
-    target = cy.planned[job.job_id]
-    restart = cy.restarting.get(job.job_id)
+    target = cy.in_flight.planned[job.job_id]
+    restart = cy.in_flight.restarting.get(job.job_id)
     if restart is not None:
         _restart_in_flight(w, job, restart, target)
         return
     if job.fallback:  # its plan is on one of its flavors: it starts there or waits
-        hold = cy.plan_holds.get(job.job_id)
+        hold = cy.in_flight.plan_holds.get(job.job_id)
         job = job.on(hold.flavor if hold is not None else job.flavor)
     if target is not None:
         cy.admit(job, target, via_plan=True)
         w.ready.discard(job.job_id)
         return
-    state, flavor = cy.state, job.flavor
+    state, flavor = cy.capacity.state, job.flavor
     if state.free_total.get(flavor, 0) >= job.gpus or (job.share and state.share_room(flavor, job.share)):
         cy.release_plan_quota(job.job_id)
         outcome = admission(cy, job)
         if not isinstance(outcome, Block):
             sized, outcome = widest(cy, job, outcome)
-            placement = cy.state.place(sized, outcome)
+            placement = cy.capacity.state.place(sized, outcome)
             cy.give_up_plan(job.job_id)
             cy.admit(sized, placement, via_plan=False)
             w.fast.changed(w, group, order)  # it took free GPUs, as any admission does
             return
         cy.release_plan_quota(job.job_id, back=True)
-    cy.block(job, Code.WAITING_FOR_PREEMPTION)
+    cy.outcome.block(job, Code.WAITING_FOR_PREEMPTION)
 
 
 def _restart_in_flight(
@@ -191,9 +191,9 @@ def _restart_in_flight(
     its GPUs are a moment away (DECISIONS 81)."""
     cy = w.cy
     if target is None:
-        cy.block(job, Code.WAITING_FOR_PREEMPTION, restart_message(restart))
+        cy.outcome.block(job, Code.WAITING_FOR_PREEMPTION, restart_message(restart))
         return
-    job = job.on(cy.plan_holds[job.job_id].flavor)
+    job = job.on(cy.in_flight.plan_holds[job.job_id].flavor)
     cy.admit(job.sized(len(target)), target, via_plan=True)
     w.ready.discard(job.job_id)
 
@@ -226,7 +226,7 @@ def _search(
     w.fast.changed(w, group, order)
     if plan is None:
         return False
-    cy.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
+    cy.outcome.block(job, Code.WAITING_FOR_PREEMPTION, plan.message)
     return True
 
 
@@ -234,7 +234,7 @@ def _may_search(cy: Cycle, job: PendingJob, code: Code) -> bool:
     """Whether the job, on its flavor, may search for victims now that `code` blocks it."""
     if job.share and not cy.rules.share_victims:
         return False  # the baselines' searches count whole GPUs (DECISIONS 84)
-    if cy.budget.only_idle(job.team, job.flavor) is not None:
+    if cy.capacity.budget.only_idle(job.team, job.flavor) is not None:
         return False  # past its budget a job takes idle GPUs only, never anyone's
     patient = cy.rules.preempt_for_wait_target and code is Code.INSUFFICIENT_CAPACITY
     if patient and not _wait_target_at_stake(cy, job):
@@ -243,7 +243,7 @@ def _may_search(cy: Cycle, job: PendingJob, code: Code) -> bool:
     if cy.now < allowed_at:
         # Its queue's preemption delay: GPUs may still free themselves. It spends no attempt,
         # so the jobs behind it search as if it had not been blocked.
-        cy.deferred[job.job_id] = allowed_at
+        cy.outcome.deferred[job.job_id] = allowed_at
         return False
     return True
 
@@ -257,7 +257,7 @@ def _wait_target_at_stake(cy: Cycle, job: PendingJob) -> bool:
     target = cy.config.tier(job.tier).long_wait_s
     if cy.now - job.submitted_at >= target:
         return True
-    found = cy.book(job.flavor).earliest(job.gpus, cy.state.free_total.get(job.flavor, 0), cy.now)
+    found = cy.book(job.flavor).earliest(job.gpus, cy.capacity.state.free_total.get(job.flavor, 0), cy.now)
     return found is None or found[0] - job.submitted_at > target
 
 
@@ -267,10 +267,10 @@ def _reserve_or_hold(w: WalkState, job: PendingJob, code: Code) -> bool:
     cy, backfill = w.cy, w.cy.rules.backfill
     if code is Code.QUOTA_EXCEEDED:
         return True
-    if cy.budget.idle_only and cy.budget.only_idle(job.team, job.flavor) is not None:
+    if cy.capacity.budget.idle_only and cy.capacity.budget.only_idle(job.team, job.flavor) is not None:
         return True  # past its budget it takes idle GPUs as they come, and holds none back
     if backfill == "none":
-        cy.head_of_line = cy.head_of_line or job.job_id
+        cy.outcome.head_of_line = cy.outcome.head_of_line or job.job_id
         if cy.rules.order == "submit":
             w.all_blocked = True
             return False
@@ -278,6 +278,6 @@ def _reserve_or_hold(w: WalkState, job: PendingJob, code: Code) -> bool:
     elif backfill == "reserve" and code is not Code.RESERVED_FOR_HIGHER_PRIORITY:
         book = cy.book(job.flavor)
         if len(book.reservations) < w.limit:
-            free = cy.state.free_total.get(job.flavor, 0)
+            free = cy.capacity.state.free_total.get(job.flavor, 0)
             book.reserve(job.job_id, job.tier.rank, job.gpus, free, cy.now, cy.runtime(job))
     return True

@@ -73,7 +73,7 @@ class WalkState:
         self.planner: Planner | None = rules.planner if config.preemption else None
         self.attempts = config.max_preemption_attempts if self.planner is not None else 0
         """Preemption attempts left this cycle."""
-        self.ready = {job_id for job_id, target in cy.planned.items() if target is not None}
+        self.ready = {job_id for job_id, target in cy.in_flight.planned.items() if target is not None}
         """Preemptors whose plan's GPUs are all held, and that have not had their turn yet."""
         self.blocked_flavors: set[str] = set()
         """Flavors where a blocked job holds the line (policies without backfill)."""
@@ -84,11 +84,11 @@ class WalkState:
         self.depth = rules.per_queue_depth
 
     def reservations_full(self, flavor: str) -> bool:
-        book = self.cy.books.get(flavor)
+        book = self.cy.capacity.books.get(flavor)
         return book is not None and len(book.reservations) >= self.limit
 
     def quota_version(self) -> int:
-        return self.cy.quota.version
+        return self.cy.capacity.quota.version
 
     def held_back(self, job: PendingJob) -> bool:
         """Whether a reservation keeps `job` from starting now (the ladder's reservation rung).
@@ -98,13 +98,13 @@ class WalkState:
             return False  # room on a GPU already shared may open later in the cycle, and takes no whole GPU
         if job.fallback:
             return all(self.held_back(job.on(f)) for f in job.flavors)
-        book = self.cy.books.get(job.flavor)
+        book = self.cy.capacity.books.get(job.flavor)
         return book is not None and book.blocking(job.gpus, self.cy.now + self.cy.runtime(job)) is not None
 
     def holds_back_all(self, flavor: str, gpus: int, runtime_s: float) -> bool:
         """Whether a reservation keeps from starting now every job of `flavor` that needs at
         least `gpus` and is expected to run at least `runtime_s` (0 or less: any runtime)."""
-        book = self.cy.books.get(flavor)
+        book = self.cy.capacity.books.get(flavor)
         return book is not None and book.blocking(gpus, self.cy.now + max(runtime_s, 0.0)) is not None
 
     def room(self, q: PendingQueue) -> int:
@@ -121,7 +121,7 @@ class WalkState:
 
     def _room(self, team: str, flavor: str) -> int:
         cy = self.cy
-        quota, free = cy.quota, cy.state.free_total.get(flavor, 0)
+        quota, free = cy.capacity.quota, cy.capacity.state.free_total.get(flavor, 0)
         if not cy.rules.quotas or free <= 0 or quota.allows(team, flavor, free):
             return free
         allowed, refused = 0, free
@@ -148,7 +148,8 @@ class WalkState:
         return (
             self.attempts <= 0
             and not self.ready
-            and not any(cy.state.free_total.values())
-            and not (cy.shares and cy.state.parts)
-            and (cy.rules.backfill != "reserve" or all(map(self.reservations_full, cy.state.layout.flavors)))
+            and not any(cy.capacity.state.free_total.values())
+            and not (cy.shares and cy.capacity.state.parts)
+            and (cy.rules.backfill != "reserve"
+                 or all(map(self.reservations_full, cy.capacity.state.layout.flavors)))
         )

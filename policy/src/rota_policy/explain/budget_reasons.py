@@ -17,7 +17,8 @@ Details = tuple[tuple[str, int | float | str], ...]
 
 
 def budget_details(cy: Cycle, job: PendingJob) -> Details:
-    spent = cy.budget.waits(job.team, job.flavor) or cy.budget.only_idle(job.team, job.flavor)
+    budget = cy.capacity.budget
+    spent = budget.waits(job.team, job.flavor) or budget.only_idle(job.team, job.flavor)
     if spent is None:
         return ()
     return (
@@ -31,19 +32,19 @@ def budget_details(cy: Cycle, job: PendingJob) -> Details:
 def block_of(cy: Cycle, job: PendingJob) -> Block | None:
     """The block the walk recorded, or rung 2b's, which a walk that dropped the job's queue
     whole (`shortcuts.hopeless`) did not record; it sets the ETA, so it is asked first."""
-    block = cy.blocks.get(job.job_id)
-    if block is None and cy.budget.waiting:
+    block = cy.outcome.blocks.get(job.job_id)
+    if block is None and cy.capacity.budget.waiting:
         block = budget_block(cy, job)
     return block
 
 
 def budget_start(cy: Cycle, job: PendingJob) -> float:
     """A job that waits for its budget starts no earlier than the reset."""
-    spent = cy.budget.waits(job.team, job.flavor)
+    spent = cy.capacity.budget.waits(job.team, job.flavor)
     return spent.resets_at if spent is not None else cy.now
 
 
 def idle_only_reasons(cy: Cycle, job: PendingJob) -> tuple[Reason, ...]:
     """A job past an idle_only budget is told so beside what blocks it now."""
-    idle = cy.budget.only_idle(job.team, job.flavor)
+    idle = cy.capacity.budget.only_idle(job.team, job.flavor)
     return () if idle is None else (Reason(Code.BUDGET_EXHAUSTED, idle.message, budget_details(cy, job)),)

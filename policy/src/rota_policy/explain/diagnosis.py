@@ -38,7 +38,7 @@ def diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) 
         tier = TIER_ORDER[rank]
         counts = Counter(ex.primary for _, ex in members)
         top, n = counts.most_common(1)[0]
-        cap = cy.state.layout.capacity.get(flavor, 0)
+        cap = cy.capacity.state.layout.capacity.get(flavor, 0)
         big = [j for j, _ in members if cap and j.gpus * 2 > cap]
         oldest = max(cy.now - j.submitted_at for j, _ in members)
         if len(big) * 2 >= len(members) and top is not Code.EXCEEDS_CLUSTER:
@@ -50,7 +50,7 @@ def diagnose(cy: Cycle, explained: list[tuple[PendingJob, PendingExplanation]]) 
             cause = _CAUSE[top]
             msg = f"{n} of {len(members)} long waiters in {tier.value}/{team} wait on {top.value}"
             if top is Code.QUOTA_EXCEEDED:
-                lim = cy.quota.limits(team, flavor)
+                lim = cy.capacity.quota.limits(team, flavor)
                 msg += f": quota {lim.quota}, borrowing limit {lim.borrowing_limit}"
             elif top is Code.PRIORITY:
                 msg += f": queue weight {cy.config.tier(tier).weight} ranks them behind other work"
@@ -75,7 +75,7 @@ def wider_flavor(cy: Cycle, job: PendingJob, code: Code, eta: float | None) -> t
     two flavors or more."""
     if code is Code.WAITING_FOR_PREEMPTION or (eta is not None and eta - cy.now < _SOONER_S):
         return None
-    flavors = cy.state.layout.flavors
+    flavors = cy.capacity.state.layout.flavors
     if len(flavors) < 2:
         return None
     for flavor in sorted(flavors):

@@ -12,15 +12,23 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from rota_policy.cycle.state import Cycle
+from rota_policy.model.keys import LaneKey
 from rota_policy.model.snapshot import PendingJob, PendingQueue, expected_ends
 
 __all__ = ["EXACT_DEPTH", "DeepQueues", "Eta", "scaled_end"]
 
 EXACT_DEPTH = 128
 
-OrderKey = tuple[float, float, str]
+class OrderKey(NamedTuple):
+    """Where a job comes in the walk's order within its tier group."""
+
+    key: float
+    submitted_at: float
+    job_id: str
+
 
 
 def scaled_end(started_at: float, declared_end: float, now: float, scale: float) -> float:
@@ -39,7 +47,7 @@ class Eta:
     def __init__(self, cy: Cycle) -> None:
         self.cy = cy
         self.scale = cy.snapshot.runtime_scale
-        self.free: dict[str, int] = dict(cy.state.free_total)
+        self.free: dict[str, int] = dict(cy.capacity.state.free_total)
         self.clock: dict[str, float] = {}
         self.depth: dict[str, int] = {}
         self.releases: dict[str, list[tuple[float, int, str]]] = {}
@@ -49,7 +57,7 @@ class Eta:
         """After `start`: the job, declared with no runtime, whose assumed end set the ETA."""
         scale = self.scale
         now = cy.now
-        taken, default = cy.taken, cy.config.default_runtime_s
+        taken, default = cy.capacity.taken, cy.config.default_runtime_s
         releases = self.releases
         live = [run for run in cy.snapshot.running if run.run_id not in taken]
         for run, declared in zip(live, expected_ends(live, now, default), strict=True):
@@ -60,7 +68,7 @@ class Eta:
                 releases[run.flavor] = [release]
             else:
                 found.append(release)
-        for job in cy.admitted_jobs:
+        for job in cy.outcome.admitted_jobs:
             ends = (now + cy.runtime(job) * scale, job.gpus, _label(job))
             self.releases.setdefault(job.flavor, []).append(ends)
         for heap in self.releases.values():
@@ -73,7 +81,7 @@ class Eta:
         clock = self.clock.get(f, cy.now)
         runtime = cy.runtime(job) * self.scale
         if depth >= EXACT_DEPTH:
-            capacity = cy.state.layout.capacity.get(f, 0) or 1
+            capacity = cy.capacity.state.layout.capacity.get(f, 0) or 1
             self.clock[f] = clock + g * runtime / capacity
             return clock
         heap = self.releases.setdefault(f, [])
@@ -150,23 +158,23 @@ class DeepQueues:
     def __init__(
         self,
         groups: Sequence[Sequence[PendingQueue]],
-        done: dict[tuple[object, str, str], int],
+        done: dict[LaneKey, int],
         key: Callable[[PendingJob], float],
         skipped: Sequence[tuple[PendingJob, bool]],
     ) -> None:
         self.groups = groups
         self.done = done
         self.key = key
-        self.group_of: dict[tuple[object, str, str], int] = {}
-        self.queue_of: dict[tuple[object, str, str], PendingQueue] = {}
+        self.group_of: dict[LaneKey, int] = {}
+        self.queue_of: dict[LaneKey, PendingQueue] = {}
         for gi, group in enumerate(groups):
             for q in group:
-                self.group_of[(q.tier, q.team, q.flavor)] = gi
-                self.queue_of[(q.tier, q.team, q.flavor)] = q
+                self.group_of[LaneKey(q.tier, q.team, q.flavor)] = gi
+                self.queue_of[LaneKey(q.tier, q.team, q.flavor)] = q
         self.skipped = skipped
 
     def _order(self, job: PendingJob) -> OrderKey:
-        return (self.key(job), job.submitted_at, job.job_id)
+        return OrderKey(self.key(job), job.submitted_at, job.job_id)
 
     def _index(self, q: PendingQueue, job: PendingJob) -> int:
         """How many jobs of `q` come before `job` in the walk's order."""
@@ -180,14 +188,14 @@ class DeepQueues:
     def ahead(self, job: PendingJob, default_runtime_s: float) -> tuple[int, int, float]:
         """Jobs, GPUs and GPU-seconds of `job`'s flavor between the walk's stop and `job`."""
         f = job.flavor
-        qkey = (job.tier, job.team, f)
+        qkey = LaneKey(job.tier, job.team, f)
         gi = self.group_of[qkey]
         count, gpus, work = 0, 0, 0.0
         for gj in range(gi + 1):
             for q in self.groups[gj]:
                 if q.flavor != f:
                     continue
-                lo = self.done.get((q.tier, q.team, f), 0)
+                lo = self.done.get(LaneKey(q.tier, q.team, f), 0)
                 hi = len(q.jobs) if gj < gi else self._index(q, job)
                 if hi <= lo:
                     continue
@@ -199,7 +207,7 @@ class DeepQueues:
         for other, counts in self.skipped:
             if other.flavor != f or other.job_id == job.job_id:
                 continue
-            okey = (other.tier, other.team, f)
+            okey = LaneKey(other.tier, other.team, f)
             go = self.group_of.get(okey)
             if go is None or go > gi or (go == gi and self._order(other) >= target):
                 continue

@@ -36,15 +36,15 @@ class ReleaseCurve:
         found = self._curves.get(flavor)
         if found is None:
             cy = self.cy
-            now, scale, taken = cy.now, cy.snapshot.runtime_scale, cy.taken
-            live = [r for r in cy.runs_by_flavor.get(flavor, ()) if r.run_id not in taken]
+            now, scale, taken = cy.now, cy.snapshot.runtime_scale, cy.capacity.taken
+            live = [r for r in cy.capacity.runs_by_flavor.get(flavor, ()) if r.run_id not in taken]
             ends = expected_ends(live, now, cy.config.default_runtime_s)
             events = [(scaled_end(r.started_at, e, now, scale), r.gpus)
                       for r, e in zip(live, ends, strict=True)]
-            admitted = (j for j in cy.admitted_jobs if j.flavor == flavor)
+            admitted = (j for j in cy.outcome.admitted_jobs if j.flavor == flavor)
             events.extend((now + cy.runtime(j) * scale, j.gpus) for j in admitted)
             events.sort()
-            times, cumulated = [now], [float(cy.state.free_total.get(flavor, 0))]
+            times, cumulated = [now], [float(cy.capacity.state.free_total.get(flavor, 0))]
             for t, gpus in events:
                 times.append(t)
                 cumulated.append(cumulated[-1] + gpus)
@@ -98,23 +98,25 @@ class QuotaEta:
             own = [r for r in cy.snapshot.running if r.team == team and r.flavor == flavor]
             ends = expected_ends(own, now, cy.config.default_runtime_s)
             heap = [
-                (now + save if r.run_id in cy.taken else scaled_end(r.started_at, end, now, scale), r.demand,
+                (now + save if r.run_id in cy.capacity.taken else scaled_end(r.started_at, end, now, scale),
+                 r.demand,
                  _what(r.tier.value, r.job_id))
                 for r, end in zip(own, ends, strict=True)
             ]
             heap.extend((now + cy.runtime(j) * scale, j.demand, _what(j.tier.value, j.job_id))
-                        for j in cy.admitted_jobs if j.team == team and j.flavor == flavor)
+                        for j in cy.outcome.admitted_jobs if j.team == team and j.flavor == flavor)
             # Preemptors of the team whose plans hold quota: they run from their victims' save.
             default = cy.config.default_runtime_s * scale
-            started = {a.job_id for a in cy.admissions}
-            heap.extend((cy.plan_ready_at.get(job_id, now) + default, hold.gpus, f"your team's job {job_id}")
-                        for job_id, hold in cy.plan_holds.items()
+            started = {a.job_id for a in cy.outcome.admissions}
+            ready_at = cy.in_flight.plan_ready_at
+            heap.extend((ready_at.get(job_id, now) + default, hold.gpus, f"your team's job {job_id}")
+                        for job_id, hold in cy.in_flight.plan_holds.items()
                         if hold.team == team and hold.flavor == flavor and job_id not in started)
-            heap.extend((cy.plan_ready_at.get(j.job_id, now) + cy.runtime(j) * scale, j.demand,
+            heap.extend((cy.in_flight.plan_ready_at.get(j.job_id, now) + cy.runtime(j) * scale, j.demand,
                          _what(j.tier.value, j.job_id))
-                        for j in cy.preemptors if j.team == team and j.flavor == flavor)
+                        for j in cy.outcome.preemptors if j.team == team and j.flavor == flavor)
             heapq.heapify(heap)
-            found = self._teams[key] = _TeamClock(cy.quota.in_use(team, flavor), limit, now, heap)
+            found = self._teams[key] = _TeamClock(cy.capacity.quota.in_use(team, flavor), limit, now, heap)
         return found
 
     def start(self, job: PendingJob, book: bool = True) -> QuotaWait:
@@ -122,14 +124,14 @@ class QuotaEta:
         the jobs behind it (the exact walk's jobs, as `eta.Eta` books them)."""
         cy = self.cy
         f, team, demand = job.flavor, job.team, job.demand
-        lim = cy.quota.limits(team, f)
-        used = cy.quota.in_use(team, f)
+        lim = cy.capacity.quota.limits(team, f)
+        used = cy.capacity.quota.in_use(team, f)
         if lim.borrowing_limit is not None and used + demand > lim.quota + lim.borrowing_limit:
             return self._borrowing(job, lim.quota, lim.borrowing_limit, book)
         # Other teams' lending limits keep their idle quota back: GPUs in use must be freed.
-        room = cy.state.layout.capacity.get(f, 0) - cy.quota.kept_back(team, f)
-        short = max(0.0, cy.quota.total(f) + demand - room)
-        freed = self.curve.back_by(f, short + cy.state.free_total.get(f, 0))
+        room = cy.capacity.state.layout.capacity.get(f, 0) - cy.capacity.quota.kept_back(team, f)
+        short = max(0.0, cy.capacity.quota.total(f) + demand - room)
+        freed = self.curve.back_by(f, short + cy.capacity.state.free_total.get(f, 0))
         physical = self.curve.back_by(f, demand)
         at = None if freed is None or physical is None else max(freed, physical)
         if at is None:

@@ -10,6 +10,8 @@ shape share the answer.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rota_policy.admission.placement import ClusterState
 from rota_policy.cycle.state import Cycle
 from rota_policy.explain.eta import scaled_end
@@ -18,8 +20,16 @@ from rota_policy.model.snapshot import PendingJob, expected_ends
 
 __all__ = ["ShapeEta", "fragmentation", "split_hint"]
 
-ShapeKey = tuple[str, int, int, str, bool]
-"""Flavor, workers, GPUs per worker, level (or ""), and whether the level is a hard stop."""
+class ShapeKey(NamedTuple):
+    """What a wait on a shape depends on: jobs of the same key share the answer."""
+
+    flavor: str
+    workers: int
+    gpus_per_worker: int
+    level: str
+    """The topology level whose domain must seat the gang, or ""."""
+    hard: bool
+    """Whether the level is a hard stop."""
 
 
 class ShapeEta:
@@ -37,14 +47,16 @@ class ShapeEta:
         found = self._events.get(flavor)
         if found is None:
             cy = self.cy
-            now, scale, index = cy.now, cy.snapshot.runtime_scale, cy.state.layout.index
-            live = [r for r in cy.runs_by_flavor.get(flavor, ()) if r.run_id not in cy.taken and not r.share]
+            now, scale, index = cy.now, cy.snapshot.runtime_scale, cy.capacity.state.layout.index
+            taken = cy.capacity.taken
+            live = [r for r in cy.capacity.runs_by_flavor.get(flavor, ())
+                    if r.run_id not in taken and not r.share]
             found = []
             for run, end in zip(live, expected_ends(live, now, cy.config.default_runtime_s), strict=True):
                 at = scaled_end(run.started_at, end, now, scale)
                 found.extend((at, index[s.node], len(s.gpus)) for s in run.placement)
-            admitted = {j.job_id: j for j in cy.admitted_jobs}
-            for a in cy.admissions:
+            admitted = {j.job_id: j for j in cy.outcome.admitted_jobs}
+            for a in cy.outcome.admissions:
                 job = admitted.get(a.job_id)
                 if job is not None and a.flavor == flavor and not job.share:
                     at = now + cy.runtime(job) * scale
@@ -58,10 +70,10 @@ class ShapeEta:
         starts there; None if running work never frees such room (or the job is a share)."""
         if job.share:
             return None
-        state = self.cy.state
+        state = self.cy.capacity.state
         levels, hard = state.layout.chain(job.need)
         level = levels[-1] if hard else ""
-        key = (job.flavor, job.workers, job.gpus_per_worker, level, hard)
+        key = ShapeKey(job.flavor, job.workers, job.gpus_per_worker, level, hard)
         if key not in self._found:
             self._found[key] = self._first_fit(job, level, state)
         return self._found[key]

@@ -57,7 +57,7 @@ class Holds:
             return False
         if job.share and not cy.rules.share_victims:
             return False
-        return cy.budget.only_idle(job.team, job.flavor) is None
+        return cy.capacity.budget.only_idle(job.team, job.flavor) is None
 
     def victims(
         self, job: PendingJob, code: Code, ahead: int, start: float | None
@@ -72,7 +72,7 @@ class Holds:
             return None
         cy, cfg = self.cy, self.cy.config
         quota_case = code is Code.QUOTA_EXCEEDED
-        lim = cy.quota.limits(job.team, job.flavor)
+        lim = cy.capacity.quota.limits(job.team, job.flavor)
         if quota_case and lim.borrowing_limit is None:
             return None  # other teams' lending limits: stopping its own runs would not help
         key = (job.tier, job.team, job.flavor, job.gpus, job.demand, code)
@@ -112,7 +112,7 @@ class Holds:
         borrowing: dict[str, float] = {}
         ready, spent = 0.0, 0.0
         young: list[tuple[float, str, RunningRun]] = []
-        for run in cy.runs_by_flavor.get(f, ()):
+        for run in cy.capacity.runs_by_flavor.get(f, ()):
             if run.run_id in ctx.taken or (quota_case and run.team != job.team):
                 continue
             rank, rule = rules[run.tier]
@@ -120,7 +120,7 @@ class Holds:
                 rank = OVER_BUDGET
             if rank is None or (cap is not None and not run.resumable and rota_loss(run, now) > cap):
                 continue
-            if victim_category(job, run, rank, may_reclaim, borrowing, cy.quota, shielded) is None:
+            if victim_category(job, run, rank, may_reclaim, borrowing, cy.capacity.quota, shielded) is None:
                 continue
             held = run.demand if quota_case else run.gpus
             if run.preemptions >= rule.max_preemptions:
@@ -130,9 +130,9 @@ class Holds:
             else:
                 ready += held
         if quota_case:
-            need = cy.quota.in_use(job.team, f) + job.demand - limit
+            need = cy.capacity.quota.in_use(job.team, f) + job.demand - limit
         else:
-            need = job.gpus - cy.state.free_total.get(f, 0)
+            need = job.gpus - cy.capacity.state.free_total.get(f, 0)
         if need <= 0 or ready >= need:
             return _Protected(None, None, 0.0, False)
         young.sort()
@@ -162,7 +162,7 @@ class Holds:
     def wait_target(self, job: PendingJob, code: Code, start: float | None) -> Reason | None:
         """For a job held by its wait target (`_patient_until`): a reason that says so. Its ETA
         already rests on the running work's end, which comes before the target."""
-        if job.job_id in self.cy.deferred or not self._may_preempt(job):
+        if job.job_id in self.cy.outcome.deferred or not self._may_preempt(job):
             return None
         if self._patient_until(job, code, start) is None:
             return None

@@ -41,7 +41,7 @@ def delay_reason(cy: Cycle, job: PendingJob, start: float | None) -> tuple[float
     """For a job whose queue's preemption delay kept it from searching for victims this cycle:
     the reason that says until when, and its ETA, which is no later than the delay's end plus
     the victims' save when what it may stop would make room."""
-    allowed_at = cy.deferred.get(job.job_id)
+    allowed_at = cy.outcome.deferred.get(job.job_id)
     if allowed_at is None:
         return None
     f, cfg = job.flavor, cy.config
@@ -57,9 +57,9 @@ def delay_reason(cy: Cycle, job: PendingJob, start: float | None) -> tuple[float
         for run, rank in victim_pool(ctx, f)
         if run.run_id not in ctx.taken
         and (cap is None or rota_loss(run, now) <= cap)
-        and victim_category(job, run, rank, may_reclaim, borrowing, cy.quota, shielded) is not None
+        and victim_category(job, run, rank, may_reclaim, borrowing, cy.capacity.quota, shielded) is not None
     )
-    free = cy.state.free_total.get(f, 0)
+    free = cy.capacity.state.free_total.get(f, 0)
     delay = cfg.protection(job.tier).delay_s
     message = (
         f"queue {job.tier.value} waits {delay:g} s after submission for GPUs to free themselves"
@@ -76,7 +76,7 @@ def delay_reason(cy: Cycle, job: PendingJob, start: float | None) -> tuple[float
 
 
 def protected_borrowers(cy: Cycle) -> Borrowers:
-    now, cfg, quota = cy.now, cy.config, cy.quota
+    now, cfg, quota = cy.now, cy.config, cy.capacity.quota
     rules = {t: cfg.protection(t) for t in TIER_ORDER if cfg.tier(t).preemptible}
     out: Borrowers = {}
     for run in cy.snapshot.running:
@@ -86,7 +86,7 @@ def protected_borrowers(cy: Cycle) -> Borrowers:
         until = run.started_at + rule.min_runtime_s
         # One that cannot checkpoint waits for the preemptor's wait target, which
         # `reclaim_reason` knows: it is kept whatever its age.
-        if ((until > now or not run.resumable) and run.run_id not in cy.taken
+        if ((until > now or not run.resumable) and run.run_id not in cy.capacity.taken
                 and run.tier is not Tier.production and run.preemptions < rule.max_preemptions
                 and quota.borrowing(run.team, run.flavor) > 0):
             saving, losing = out.setdefault(run.flavor, ([], []))
@@ -102,10 +102,10 @@ def reclaim_reason(cy: Cycle, job: PendingJob, borrowers: Borrowers) -> tuple[fl
     their runs may not be taken back yet (under their queue's minimum runtime, or unable to
     checkpoint before the job has waited its wait target): when enough of them may be (not
     before the job's own preemption delay ends, plus the save), and a reason that says so."""
-    f, team, quota, cfg, now = job.flavor, job.team, cy.quota, cy.config, cy.now
+    f, team, quota, cfg, now = job.flavor, job.team, cy.capacity.quota, cy.config, cy.now
     if quota.in_use(team, f) + job.gpus > quota.limits(team, f).quota or not cfg.preemption:
         return None
-    if cy.budget.only_idle(team, f) is not None:
+    if cy.capacity.budget.only_idle(team, f) is not None:
         return None  # past its budget it takes back nothing
     shielded = cfg.protection(job.tier).shielded_from
     allowed_at = cfg.preemption_allowed_at(job.tier, job.submitted_at)
@@ -117,7 +117,7 @@ def reclaim_reason(cy: Cycle, job: PendingJob, borrowers: Borrowers) -> tuple[fl
     unsaved = ((max(until, target_ends), gpus, other, tier, False) for until, gpus, other, tier in losing)
     runs = heapq.merge(((until, gpus, other, tier, True) for until, gpus, other, tier in saving),
                        (b for b in unsaved if b[0] > now))
-    free = cy.state.free_total.get(f, 0)
+    free = cy.capacity.state.free_total.get(f, 0)
     got, lenders, losing_gpus = free, Counter[str](), 0
     for back_at, gpus, other, tier, saves in runs:
         if other == team or tier in shielded:

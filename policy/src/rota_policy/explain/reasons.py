@@ -29,6 +29,7 @@ from rota_policy.explain.holds import Holds
 from rota_policy.explain.protection import Borrowers, clock, delay_reason, protected_borrowers, reclaim_reason
 from rota_policy.explain.wording import elastic, in_one, more, need_of, over_flavors, restarting, with_wider
 from rota_policy.model.decisions import Diagnosis, PendingExplanation, Reason, ScoreBreakdown
+from rota_policy.model.keys import LaneKey
 from rota_policy.model.snapshot import PendingJob, PendingQueue
 from rota_policy.nominate.ordering import QueueWalk, submit_key, tier_queues
 
@@ -95,7 +96,7 @@ class _Shared:
 def _reasons(
     cy: Cycle, shared: _Shared, job: PendingJob, block: Block | None, ahead: int, gpus_ahead: int
 ) -> tuple[Reason, ...]:
-    f, g, state = job.flavor, job.gpus, cy.state
+    f, g, state = job.flavor, job.gpus, cy.capacity.state
     free, cap = state.free_total.get(f, 0), state.layout.capacity.get(f, 0)
     need = need_of(job)
     if block is None:
@@ -117,7 +118,8 @@ def _reasons(
         details += (("blocker", "exceeds_cluster"),)
     elif code is Code.QUOTA_EXCEEDED:
         msg = block.detail or f"team {job.team} is at its {f} quota"
-        details += (("in_use", cy.quota.in_use(job.team, f)), ("quota", cy.quota.limits(job.team, f).quota))
+        quota = cy.capacity.quota
+        details += (("in_use", quota.in_use(job.team, f)), ("quota", quota.limits(job.team, f).quota))
     elif code is Code.INSUFFICIENT_CAPACITY:
         msg = ""  # the shared reason below
     elif code is Code.FRAGMENTATION:
@@ -147,7 +149,7 @@ def _reasons(
         out.append(_ahead(f, ahead, gpus_ahead))
     if code in (Code.QUOTA_EXCEEDED, Code.PRIORITY) and free < g:
         out.append(shared.capacity_reason(need, f, g, free, cap))
-    return tuple(out) if not cy.budget.idle_only else (*out, *idle_only_reasons(cy, job))
+    return tuple(out) if not cy.capacity.budget.idle_only else (*out, *idle_only_reasons(cy, job))
 
 
 def _ahead(flavor: str, ahead: int, gpus_ahead: int) -> Reason:
@@ -187,7 +189,7 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     wanted = cy.snapshot.explain
     if wanted is not None and not wanted:
         return (), ()
-    admitted = {a.job_id for a in cy.admissions}
+    admitted = {a.job_id for a in cy.outcome.admissions}
     remaining = None if wanted is None else set(wanted) - admitted
     if remaining is not None and not remaining:
         return (), ()
@@ -200,14 +202,14 @@ def explain(cy: Cycle) -> tuple[tuple[PendingExplanation, ...], tuple[Diagnosis,
     shared = _Shared({}, {}, QuotaEta(cy, ReleaseCurve(cy)), ShapeEta(cy), Holds(cy))
     position: dict[str, int] = {}
     gpus_ahead: dict[str, int] = {}
-    done: dict[tuple[object, str, str], int] = {}
+    done: dict[LaneKey, int] = {}
     out: list[tuple[PendingJob, PendingExplanation]] = []
     groups = _groups(cy)
     key = submit_key if cy.rules.order == "submit" else cy.order_key()
     for group in groups:
         for job in QueueWalk(group, key):
             f = job.flavor
-            qkey = (job.tier, job.team, f)
+            qkey = LaneKey(job.tier, job.team, f)
             done[qkey] = done.get(qkey, 0) + 1
             if job.job_id in admitted:
                 continue
@@ -248,7 +250,7 @@ def _start(cy: Cycle, eta: Eta, shape: ShapeEta, job: PendingJob, code: Code | N
     """The job's ETA in the exact walk, from the block its turn gave it: a wait on a shape
     starts no earlier than one node or domain has room for it."""
     if code is Code.WAITING_FOR_PREEMPTION:
-        return eta.start_by_plan(job, cy.plan_ready_at.get(job.job_id, cy.now))
+        return eta.start_by_plan(job, cy.in_flight.plan_ready_at.get(job.job_id, cy.now))
     if code is Code.BUDGET_EXHAUSTED:
         return budget_start(cy, job)  # nor does it take GPUs ahead of others in the schedule
     if code in NO_ETA:
@@ -264,7 +266,7 @@ def _start(cy: Cycle, eta: Eta, shape: ShapeEta, job: PendingJob, code: Code | N
 
 def _on_shape(cy: Cycle, job: PendingJob, code: Code | None) -> bool:
     """Whether the job's wait is on a shape: fragmentation, or a level it needs whole."""
-    return code is Code.FRAGMENTATION or cy.state.layout.chain(job.need)[1]
+    return code is Code.FRAGMENTATION or cy.capacity.state.layout.chain(job.need)[1]
 
 
 def _explanation(
@@ -282,7 +284,7 @@ def _explanation(
     reasons = _reasons(cy, shared, on, block, pos, ahead_gpus)
     if job.fallback:
         reasons = over_flavors(job, on.flavor, reasons)
-    restart = cy.restarting.get(job.job_id)
+    restart = cy.in_flight.restarting.get(job.job_id)
     if restart is not None and reasons[0].code is Code.WAITING_FOR_PREEMPTION:
         reasons = (restarting(restart, reasons[0]), *reasons[1:])
     elif job.elastic:
@@ -354,9 +356,9 @@ def _flavor_of_block(cy: Cycle, job: PendingJob, block: Block | None) -> tuple[P
     if block is None:
         choice = choose(cy, job)
         return choice.job, choice.outcome if isinstance(choice.outcome, Block) else None
-    flavor = cy.block_flavor.get(job.job_id)
+    flavor = cy.outcome.block_flavor.get(job.job_id)
     if flavor is None:
-        hold = cy.plan_holds.get(job.job_id)
+        hold = cy.in_flight.plan_holds.get(job.job_id)
         flavor = hold.flavor if hold is not None else job.flavor
     return job.on(flavor), block
 
@@ -366,15 +368,15 @@ def _deep(
     shared: _Shared,
     targets: list[PendingJob],
     groups: list[list[PendingQueue]],
-    done: dict[tuple[object, str, str], int],
+    done: dict[LaneKey, int],
     key: Callable[[PendingJob], float],
     eta: Eta,
     position: dict[str, int],
     gpus_ahead: dict[str, int],
 ) -> list[tuple[PendingJob, PendingExplanation]]:
     """Jobs past the exact walk: what is ahead comes from prefix sums, the ETA from the fluid."""
-    skipped = [(j, False) for j in cy.admitted_jobs]
-    skipped.extend((j, True) for j in cy.no_eta)
+    skipped = [(j, False) for j in cy.outcome.admitted_jobs]
+    skipped.extend((j, True) for j in cy.outcome.no_eta)
     deep = DeepQueues(groups, done, key, skipped)
     default = cy.config.default_runtime_s
     out: list[tuple[PendingJob, PendingExplanation]] = []
@@ -386,11 +388,11 @@ def _deep(
         code = block.code if block is not None else None
         start: float | None = None
         if code is Code.WAITING_FOR_PREEMPTION:
-            start = cy.plan_ready_at.get(job.job_id, cy.now)
+            start = cy.in_flight.plan_ready_at.get(job.job_id, cy.now)
         elif code is Code.BUDGET_EXHAUSTED:
             start = budget_start(cy, job)
         elif code not in NO_ETA:
-            capacity = cy.state.layout.capacity.get(f, 0) or 1
+            capacity = cy.capacity.state.layout.capacity.get(f, 0) or 1
             start = eta.clock.get(f, cy.now) + work * eta.scale / capacity
         out.append((job, _explanation(cy, shared, job, block, start, pos, gpus_ahead.get(f, 0) + gpus)))
     return out

@@ -74,7 +74,7 @@ def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Cho
     made: list[tuple[float, Offer]] = []
     """Offers whose worst victim is the one of the choice in hand (a later one may tie), with
     what their victims lose."""
-    seated = sum(offer[2] for offer in offers)
+    seated = sum(offer.slots for offer in offers)
     prefixes: dict[int, list[Choice]] = {}
     shared = SharedGpus(ctx.state, job.share)
     current: tuple[int, bool, int] | None = None
@@ -98,11 +98,11 @@ def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Cho
             break
         for node, prefix in credit(choice, gained, prefixes, per_worker, shared):
             cost = offer_cost(prefix)
-            made.append((cost[1], (cost, node, 1, prefix)))
+            made.append((cost.loss, Offer(cost, node, 1, prefix)))
     else:
         offers.extend(o for _, o in made)
         seated += len(made)
         if seated < workers:
             return None
-    offers.sort(key=lambda o: (o[0], o[1]))
+    offers.sort(key=lambda o: (o.cost, o.node))
     return offers

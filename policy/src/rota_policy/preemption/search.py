@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rota.contracts.common import Tier
 
@@ -56,7 +57,10 @@ from rota_policy.preemption.victimrules import (
 )
 
 __all__ = [
+    "FREE",
     "Candidate",
+    "Offer",
+    "OfferCost",
     "PoolRun",
     "PreemptionContext",
     "best_plan",
@@ -80,8 +84,30 @@ class Candidate:
     key: tuple[object, ...]
 
 
-Offer = tuple[tuple[object, ...], int, int, tuple[Choice, ...]]
-"""What a node offers a gang: (cost, node index, worker slots, the victims to stop for them)."""
+class OfferCost(NamedTuple):
+    """What an offer costs; costs compare the worst victim first, then the loss, then how many
+    runs stop."""
+
+    worst: tuple[int, ...]
+    """Its worst victim's (category, cannot checkpoint, tier rank): `worst`."""
+    loss: float
+    victims: int
+
+
+FREE = OfferCost((-1, 0, False), 0.0, 0)
+"""The cost of free GPUs: below every offer that stops a run."""
+
+
+class Offer(NamedTuple):
+    """What a node offers a gang."""
+
+    cost: OfferCost
+    node: int
+    """The node's index."""
+    slots: int
+    """The worker slots it seats."""
+    victims: tuple[Choice, ...]
+    """The victims to stop for them, in Rota's order."""
 
 
 def slots_from(state: ClusterState, fit: Fit, freed: dict[int, list[int]]) -> tuple[Slot, ...]:
@@ -240,11 +266,11 @@ def free_offers(job: PendingJob, ctx: PreemptionContext) -> tuple[list[Offer], d
     for node in state.layout.flavor_nodes.get(job.flavor, []):
         free = len(state.free[node])
         if free >= per_worker:
-            offers.append((((-1, 0, False), 0.0, 0), node, free // per_worker, ()))
+            offers.append(Offer(FREE, node, free // per_worker, ()))
         elif job.share and any(  # room on a GPU already shared seats a share at no cost
             used <= room and (node, gpu) not in state.held for gpu, used in state.parts.get(node, {}).items()
         ):
-            offers.append((((-1, 0, False), 0.0, 0), node, 1, ()))
+            offers.append(Offer(FREE, node, 1, ()))
         else:
             gained[node] = free
     return offers, gained
@@ -274,9 +300,9 @@ def credit(
     return seated
 
 
-def offer_cost(victims: Sequence[Choice]) -> tuple[tuple[int, bool, int], float, int]:
+def offer_cost(victims: Sequence[Choice]) -> OfferCost:
     """Costs compare the worst victim first, then the loss, then how many runs stop."""
-    return (max(worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
+    return OfferCost(max(worst(c) for c in victims), sum(c[1].loss for c in victims), len(victims))
 
 
 def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice]) -> list[Offer]:
@@ -288,8 +314,8 @@ def _node_offers(job: PendingJob, ctx: PreemptionContext, choices: list[Choice])
     shared = SharedGpus(ctx.state, job.share)
     for choice in choices:
         for node, prefix in credit(choice, gained, prefixes, per_worker, shared):
-            offers.append((offer_cost(prefix), node, 1, prefix))
-    offers.sort(key=lambda o: (o[0], o[1]))
+            offers.append(Offer(offer_cost(prefix), node, 1, prefix))
+    offers.sort(key=lambda o: (o.cost, o.node))
     return offers
 
 
@@ -312,12 +338,12 @@ def best_plan(job: PendingJob, ctx: PreemptionContext, offers: list[Offer]) -> P
         domains = state.layout.domains(level)
         by_domain: dict[str, list[Offer]] = {}
         for offer in offers:
-            by_domain.setdefault(domains[offer[1]], []).append(offer)
+            by_domain.setdefault(domains[offer.node], []).append(offer)
         groups.extend(by_domain.values())
     if not hard:
         groups.append(offers)
     per_worker = job.gpus_per_worker
-    best: tuple[tuple[object, ...], Fit, list[Choice]] | None = None
+    best: tuple[OfferCost, Fit, list[Choice]] | None = None
     for group in groups:
         fit: Fit = []
         chosen: dict[str, Choice] = {}

@@ -89,7 +89,7 @@ class Shortcuts(FastPath):
     def changed(self, w: WalkState, group: int, order: QueueWalk) -> None:
         if self.unsure:  # only `confirm` reads the log, and only past its first entry
             k, submitted, job_id = order.current_key
-            free = dict(w.cy.state.free_total)
+            free = dict(w.cy.capacity.state.free_total)
             self.changes.append(Change(Turn(group, k, submitted, job_id), w.attempts, free))
 
     def reserved(self, w: WalkState, job: PendingJob, missed: int, group: int, order: QueueWalk) -> None:
@@ -107,8 +107,8 @@ def hopeless(w: WalkState, q: PendingQueue) -> bool:
     whose jobs accept other flavors too is hopeless only if it is so on each of them: every
     job's flavors are among them, and every job is at least the queue's smallest."""
     cy = w.cy
-    if (not q.fallback and cy.budget.waiting and cy.budget.waits(q.team, q.flavor)
-            and cy.planned.keys().isdisjoint(q.ids())):
+    if (not q.fallback and cy.capacity.budget.waiting and cy.capacity.budget.waits(q.team, q.flavor)
+            and cy.in_flight.planned.keys().isdisjoint(q.ids())):
         return True  # rung 2b blocks every job of the queue all cycle, and ends their turns
     if w.attempts > 0 or w.ready:
         return False
@@ -119,10 +119,10 @@ def hopeless(w: WalkState, q: PendingQueue) -> bool:
 
 def _hopeless_on(w: WalkState, q: PendingQueue, flavor: str) -> bool:
     cy, backfill = w.cy, w.cy.rules.backfill
-    if q.shares and cy.state.share_room(flavor, 1):
+    if q.shares and cy.capacity.state.share_room(flavor, 1):
         return False  # a share may start on a GPU already shared (no free GPU, no reservation)
     # Else a share is a 1-GPU job on every rung that follows (`ladder._share_fit`).
-    if q.min_gpus <= cy.state.free_total.get(flavor, 0):
+    if q.min_gpus <= cy.capacity.state.free_total.get(flavor, 0):
         return backfill == "reserve" and w.reservations_full(flavor) and _reserved_out(cy, q, flavor)
     if backfill == "none":
         return w.all_blocked or flavor in w.blocked_flavors
@@ -135,7 +135,7 @@ def _reserved_out(cy: Cycle, q: PendingQueue, flavor: str) -> bool:
     """Rung 5 blocks the queue's smallest job, at its shortest runtime, hence every job of the
     queue (spare GPUs only shrink within a cycle). A job without an estimate counts as ending
     now, which only makes this say no more often."""
-    book = cy.books.get(flavor)
+    book = cy.capacity.books.get(flavor)
     if book is None:
         return False
     return book.blocking(q.min_gpus, cy.now + (q.min_runtime_s if q.min_runtime_s > 0 else 0.0)) is not None
@@ -150,10 +150,10 @@ def pass_over(s: Shortcuts, w: WalkState, job: PendingJob, missed: int, group: i
     cy, f = w.cy, job.flavor
     if missed >= w.depth or job.fallback or job.share or not w.reservations_full(f):
         return
-    if w.attempts > 0 and cy.rules.quotas and not cy.quota.never_refuses(job.team, f):
+    if w.attempts > 0 and cy.rules.quotas and not cy.capacity.quota.never_refuses(job.team, f):
         return
     sure = w.attempts <= 0
-    book, most = cy.books[f], None if sure else cy.state.free_total.get(f, 0)
+    book, most = cy.capacity.books[f], None if sure else cy.capacity.state.free_total.get(f, 0)
     upcoming = order.upcoming(w.depth - missed)
     if all_blocked(cy, upcoming, book, most):
         order.skip(len(upcoming))
@@ -178,7 +178,7 @@ def _turn(w: WalkState, group: int, job: PendingJob) -> Turn:
 def behind(cy: Cycle, most: int | None) -> Callable[[PendingJob], bool]:
     """Rung 5 blocks it now, hence all cycle (rung 2 passes, and it has no plan in flight);
     with `most`, it also needs no more GPUs than that."""
-    planned, can_ever_fit = cy.planned, cy.state.can_ever_fit
+    planned, can_ever_fit = cy.in_flight.planned, cy.capacity.state.can_ever_fit
     most = most if most is not None else 1 << 62
 
     def blocked(job: PendingJob) -> bool:
@@ -197,16 +197,16 @@ def all_blocked(cy: Cycle, jobs: tuple[PendingJob, ...], book: ReservationBook, 
     reservation. False sends the caller job by job."""
     if not jobs or (cy.many and any(j.fallback for j in jobs)) or (cy.shares and any(j.share for j in jobs)):
         return False
-    if cy.planned and not cy.planned.keys().isdisjoint([j.job_id for j in jobs]):
+    if cy.in_flight.planned and not cy.in_flight.planned.keys().isdisjoint([j.job_id for j in jobs]):
         return False
     sizes = [j.gpus for j in jobs]
     largest = max(sizes)
     if most is not None and largest > most:
         return False
-    fits, flavor = cy.state.shape_fits, jobs[0].flavor
+    fits, flavor = cy.capacity.state.shape_fits, jobs[0].flavor
     # A job no larger than the largest node fits on it, whatever its shape: ask per shape
     # only when the run holds a bigger one.
-    if largest > cy.state.layout.max_node.get(flavor, 0) and not all(
+    if largest > cy.capacity.state.layout.max_node.get(flavor, 0) and not all(
         fits(flavor, *shape) for shape in {(j.workers, j.gpus_per_worker, j.need) for j in jobs}
     ):
         return False
@@ -223,10 +223,10 @@ def _defer_blocks(s: Shortcuts, w: WalkState, jobs: list[PendingJob], group: int
     keeps; the jobs share one queue, hence one team and flavor."""
     cy = w.cy
     job = jobs[0]
-    if not (cy.rules.quotas and not cy.quota.never_refuses(job.team, job.flavor)):
-        if not cy.asked:  # most cycles of a replay ask about nobody
+    if not (cy.rules.quotas and not cy.capacity.quota.never_refuses(job.team, job.flavor)):
+        if not cy.outcome.asked:  # most cycles of a replay ask about nobody
             return
-        jobs = [j for j in jobs if j.job_id in cy.asked]
+        jobs = [j for j in jobs if j.job_id in cy.outcome.asked]
     for j in jobs:
         heapq.heappush(s.passed, (_turn(w, group, j), j))
 
@@ -238,15 +238,15 @@ def settle(s: Shortcuts, w: WalkState, turn: Turn | None) -> None:
     refused: dict[tuple[str, str, int, int], Block | None] = {}
     while passed and (turn is None or passed[0][0] < turn):
         _, job = heapq.heappop(passed)
-        if job.job_id in cy.asked:
+        if job.job_id in cy.outcome.asked:
             block = admission_block(cy, job)
         else:  # only QUOTA_EXCEEDED would be kept: rung 3 alone, once per size
-            key = (job.team, job.flavor, job.gpus, cy.quota.version)
+            key = (job.team, job.flavor, job.gpus, cy.capacity.quota.version)
             if key not in refused:
                 refused[key] = quota_block(cy, job)
             block = refused[key]
         if block is not None:
-            cy.record(job, block)
+            cy.outcome.record(job, block)
 
 
 def confirm(s: Shortcuts) -> bool:
