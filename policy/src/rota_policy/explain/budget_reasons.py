@@ -31,7 +31,7 @@ def budget_details(cy: Cycle, job: PendingJob) -> Details:
 
 def block_of(cy: Cycle, job: PendingJob) -> Block | None:
     """The block the walk recorded, or rung 2b's, which a walk that dropped the job's queue
-    whole (`shortcuts.hopeless`) did not record; it sets the ETA, so it is asked first."""
+    whole (`cycle.fast.shortcuts.hopeless`) did not record; it sets the ETA, so it is asked first."""
     block = cy.outcome.blocks.get(job.job_id)
     if block is None and cy.capacity.budget.waiting:
         block = budget_block(cy, job)

@@ -2,7 +2,7 @@
 only their queue's minimum runtime keeps from being taken back (phase 6, `reasons`).
 
 The rules themselves are applied where victims are chosen (`victimpool.victim_pool`: minimum
-runtime and budget of the victim's queue; `preemption.victim_category`: `preemptible_by`) and
+runtime and budget of the victim's queue; `preemption.victimrules.victim_category`: `preemptible_by`) and
 where a job would search (`walk._preempt`: the preemptor's delay).
 """
 

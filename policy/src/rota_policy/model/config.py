@@ -85,7 +85,7 @@ class TierPolicy:
     long_wait_s: float = 3600.0
     preemptible_by: frozenset[Tier] | None = None
     """The tiers whose jobs may stop this tier's runs, by any rule; None: every tier a rule
-    allows (`preemption.victim_category`)."""
+    allows (`preemption.victimrules.victim_category`)."""
     min_runtime_s: float | None = None
     """None: `PolicyConfig.min_runtime_s`."""
     max_preemptions_per_job: int | None = None
@@ -187,7 +187,7 @@ class PolicyConfig:
 
     def may_preempt(self, preemptor: Tier, victim: Tier) -> bool:
         """Whether the victim's queue lets a job of the preemptor's tier stop it at all (the other
-        rules, `preemption.victim_category`, still apply)."""
+        rules, `preemption.victimrules.victim_category`, still apply)."""
         return victim not in self._protection[preemptor].shielded_from
 
     def preemption_allowed_at(self, tier: Tier, submitted_at: float) -> float:

@@ -1,4 +1,4 @@
-"""Rota's victim search with an early exit, beside the reference (`preemption.rota_plan`).
+"""Rota's victim search with an early exit, beside the reference (`search.rota_plan`).
 
 The reference costs every run a job may stop: under load about a hundred per search, while the
 plan it keeps is most often one node's first victim. Victims come in Rota's order (category,
@@ -66,7 +66,7 @@ def _lower_tier(job: PendingJob, ctx: PreemptionContext, may_reclaim: bool) -> I
 
 
 def _first_offers(job: PendingJob, ctx: PreemptionContext, choices: Iterator[Choice]) -> list[Offer] | None:
-    """The nodes' offers in cost order (as `preemption._node_offers` makes them), up to the
+    """The nodes' offers in cost order (as `search._node_offers` makes them), up to the
     first ones that seat every worker and can come after no other offer; None if all of
     `choices` do not seat it."""
     per_worker, workers = job.gpus_per_worker, job.workers

@@ -3,7 +3,7 @@
 A whole-GPU preemptor gains a shared GPU only once every share on it is a victim; a share
 preemptor gains room on a shared GPU once the shares it stops there leave room for its quarters.
 The victim searches (`preemption`, `cheapest`) meet victims in one order and credit each to the
-nodes it frees GPUs on (`preemption.credit`); a share is credited here, to its GPU, and reaches
+nodes it frees GPUs on (`search.credit`); a share is credited here, to its GPU, and reaches
 its node's offer only with the shares it needs beside it, so an offer never holds a share whose
 stop frees nothing for the preemptor. Both searches credit the same victims in the same order
 through this one structure, which keeps their plans equal.
@@ -40,7 +40,7 @@ class SharedGpus:
     def credit(
         self, choice: Choice, gained: dict[int, int], prefixes: dict[int, list[Choice]], per_worker: int
     ) -> list[tuple[int, tuple[Choice, ...]]]:
-        """`preemption.credit` for a share victim: its GPU, once it has the preemptor's room,
+        """`search.credit` for a share victim: its GPU, once it has the preemptor's room,
         adds one GPU to its node (a share preemptor's one worker is then seated)."""
         slot = choice[1].run.placement[0]
         node = self.index[slot.node]

@@ -110,7 +110,7 @@ class PreemptionContext:
     """Per flavor and bucket, its runs in victim order (`ordered_bucket`)."""
     below: dict[tuple[str, int, float], dict[int, int]] = field(default_factory=dict)
     """Per (flavor, tier rank, loss cap), the GPUs per node of pool runs below that tier that
-    lose no more than the cap (`preemption._below_within_cap`)."""
+    lose no more than the cap (`victimrules.below_within_cap`)."""
     shrinkable: dict[str, list[PoolRun]] = field(default_factory=dict)
     """Per flavor, the pool runs that could give up a worker (`shrink.shrinkable`)."""
     idle_only: frozenset[tuple[str, str]] = frozenset()

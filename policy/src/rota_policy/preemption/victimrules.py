@@ -109,6 +109,6 @@ def wait_target_ends(job: PendingJob, long_wait_s: float) -> float:
 def reclaims_at_any_loss(job: PendingJob, ctx: PreemptionContext) -> bool:
     """Whether `job` takes back what other teams borrowed whatever the borrowers lose: it stays
     within its team's quota and has waited its tier's wait target. The loss cap does not count
-    what such borrowers lose (`preemption._admissible`), but the plan's expected loss does."""
+    what such borrowers lose (`search._admissible`), but the plan's expected loss does."""
     target = ctx.config.tier(job.tier).long_wait_s
     return ctx.now >= wait_target_ends(job, target) and may_reclaim_for(job, ctx)
