@@ -101,6 +101,19 @@ def test_the_policy_has_no_import_cycle() -> None:
         visit(name, [])
 
 
+def test_the_policy_model_imports_no_phase_and_the_reference_walk_no_shortcut() -> None:
+    """`rota_policy.model` (what the policy reads and writes) is the bottom of the policy; the
+    reference walk and its state know the shortcuts (`cycle.fast`) only through their seam."""
+    graph = _policy_imports()
+    model = {name: deps for name, deps in graph.items() if name.startswith("rota_policy.model")}
+    assert model, "no rota_policy.model package"
+    assert {(name, dep) for name, deps in model.items() for dep in deps
+            if not dep.startswith("rota_policy.model")} == set()
+    walk = {name: graph[name] for name in ("rota_policy.cycle.walk", "rota_policy.cycle.walkstate")}
+    assert {(name, dep) for name, deps in walk.items() for dep in deps
+            if dep.startswith("rota_policy.cycle.fast")} == set()
+
+
 def test_no_function_of_the_policy_is_longer_than_sixty_lines() -> None:
     import ast
     from pathlib import Path

@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from rota_policy.baselines import schedule_fifo, schedule_kueue, schedule_slurm
-from rota_policy.config import (
+from rota_policy.core import schedule
+from rota_policy.model.config import (
     BudgetLimit,
     PolicyConfig,
     ScoreWeights,
@@ -20,8 +21,7 @@ from rota_policy.config import (
     gangs_of,
     policy_config_from,
 )
-from rota_policy.core import schedule
-from rota_policy.decisions import (
+from rota_policy.model.decisions import (
     Admission,
     Decisions,
     Diagnosis,
@@ -31,7 +31,7 @@ from rota_policy.decisions import (
     ScoreBreakdown,
     VictimChoice,
 )
-from rota_policy.model import (
+from rota_policy.model.snapshot import (
     NodeState,
     PendingJob,
     PendingQueue,
@@ -42,7 +42,7 @@ from rota_policy.model import (
     Snapshot,
     group_pending,
 )
-from rota_policy.topology import TopologyNeed, job_topology
+from rota_policy.model.topology import TopologyNeed, job_topology
 
 SchedulePolicy = Callable[[Snapshot, float, PolicyConfig], Decisions]
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rota_policy.cheapest import cheapest_plan
-from rota_policy.config import PolicyConfig
-from rota_policy.decisions import Decisions, PreemptionPlan
-from rota_policy.engine import Cycle, Rules, run_cycle
-from rota_policy.model import PendingJob, Snapshot
-from rota_policy.preemption import PreemptionContext, victim_pool
-from rota_policy.shrink import shrink_plan
-from rota_policy.victimrules import wait_target_ends
+from rota_policy.cycle.engine import Cycle, Rules, run_cycle
+from rota_policy.cycle.state import MissKey
+from rota_policy.model.config import PolicyConfig
+from rota_policy.model.decisions import Decisions, PreemptionPlan
+from rota_policy.model.snapshot import PendingJob, Snapshot
+from rota_policy.preemption.cheapest import cheapest_plan
+from rota_policy.preemption.search import PreemptionContext, victim_pool
+from rota_policy.preemption.shrink import shrink_plan
+from rota_policy.preemption.victimrules import wait_target_ends
 
 __all__ = ["ROTA_RULES", "schedule"]
 
@@ -37,7 +38,7 @@ def _rota_planner(job: PendingJob, ctx: PreemptionContext, cy: Cycle) -> Preempt
     # The victim pool costs a pass over the running runs, so it is looked at last.
     misses = cy.planner_cache.fewest_missed
     waited = cy.now >= wait_target_ends(job, cy.config.tier(job.tier).long_wait_s)
-    miss_key = (job.tier, job.team, job.flavor, job.gpus_per_worker, job.need, job.share, waited)
+    miss_key = MissKey(job.tier, job.team, job.flavor, job.gpus_per_worker, job.need, job.share, waited)
     missed = misses.get(miss_key)
     if missed is not None and job.workers >= missed:
         return None

@@ -11,7 +11,7 @@ from rota.budget import Period, period_bounds
 from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import POLICIES, BudgetLimit, PolicyConfig, Snapshot
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import run_cycle
+from rota_policy.cycle.engine import run_cycle
 
 from tests.unit.policy.test_policy_properties import NOW, SETTINGS, TEAMS, worlds
 

@@ -12,7 +12,7 @@ from rota.budget import Period
 from rota.contracts.common import Tier
 from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import BudgetLimit, Decisions, PolicyConfig
-from rota_policy.model import NodeState
+from rota_policy.model.snapshot import NodeState
 from rota_replay.metrics import metrics
 from rota_replay.simulator import Simulator
 from rota_replay.workload import TraceJob

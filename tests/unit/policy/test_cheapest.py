@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota.contracts.common import Tier
 from rota_policy import PendingJob, PolicyConfig, TierPolicy
-from rota_policy.cheapest import cheapest_plan
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import Cycle
-from rota_policy.preemption import rota_plan
+from rota_policy.cycle.engine import Cycle
+from rota_policy.preemption.cheapest import cheapest_plan
+from rota_policy.preemption.search import rota_plan
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 
@@ -92,7 +92,7 @@ def clusters(draw: st.DrawFn) -> tuple[Cycle, list[PendingJob]]:
     cy = Cycle(world.snapshot(jobs), NOW, config, ROTA_RULES)
     for run in world.runs:
         if draw(st.integers(0, 5)) == 0:
-            cy.taken.add(run.run_id)  # a victim of a plan already made
+            cy.capacity.taken.add(run.run_id)  # a victim of a plan already made
     return cy, jobs
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from rota_policy import POLICIES
-from rota_policy.drain import Drain, drain_stops, expected_end, in_flight_nodes
+from rota_policy.preemption.drain import Drain, drain_stops, expected_end, in_flight_nodes
 
 from tests.unit.policy.builders import Run, World, cluster, gpu_jobs, team_config
 

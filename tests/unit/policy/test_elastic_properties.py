@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota_policy import POLICIES, PolicyConfig, Snapshot
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import run_cycle
+from rota_policy.cycle.engine import run_cycle
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from rota.contracts.common import Tier
-from rota_policy.model import NodeState
+from rota_policy.model.snapshot import NodeState
 from rota_replay.hetero import ELASTIC_DRAWS, hetero_jobs
 from rota_replay.metrics import metrics
 from rota_replay.rotacsv import HEADER, TraceFormatError, load_rota_csv, write_rota_csv

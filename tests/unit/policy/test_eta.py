@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from rota_policy import schedule
-from rota_policy.runtimes import RuntimeScale
+from rota_policy.model.runtimes import RuntimeScale
 
 from tests.unit.policy.builders import Run, cluster, gpu_jobs, team_config
 

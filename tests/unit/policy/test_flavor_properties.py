@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota_policy import POLICIES, PolicyConfig, Snapshot
-from rota_policy import walk as walk_module
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import run_cycle
+from rota_policy.cycle.engine import run_cycle
+from rota_policy.cycle.fast.shortcuts import Shortcuts
+from rota_policy.cycle.walkstate import FastPath
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 
@@ -88,12 +89,12 @@ def test_shortcuts_decide_as_the_reference_walk_with_multi_flavor_jobs(world: tu
 def test_dropping_hopeless_multi_flavor_queues_changes_no_decision(
     world: tuple[Snapshot, PolicyConfig], policy: str
 ) -> None:
-    """`shortcuts.hopeless` drops a queue only if no flavor its jobs accept could start,
+    """`Shortcuts.hopeless` drops a queue only if no flavor its jobs accept could start,
     preempt or reserve for any of them: without it, the walk decides the same."""
     snap, config = world
     fast = POLICIES[policy](snap, NOW, config)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(walk_module, "hopeless", lambda w, q: False)
+        patch.setattr(Shortcuts, "hopeless", FastPath.hopeless)  # drops no lane
         reference = POLICIES[policy](snap, NOW, config)
     assert (fast.admissions, fast.plans) == (reference.admissions, reference.plans)
 

@@ -16,7 +16,8 @@ from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import PendingJob, PlanInFlight, PolicyConfig, Slot, Snapshot, schedule
 from rota_policy.baselines.slurm import SLURM_RULES
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import Cycle, Rules, run_cycle
+from rota_policy.cycle.engine import Rules, run_cycle
+from rota_policy.cycle.outcome import Outcome
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 
@@ -109,13 +110,13 @@ def test_a_queue_its_quota_refuses_costs_the_window_not_its_length(
     world = World(nodes=4)
     pending = gpu_jobs("a", "training", n=5000, gpus=1, runtime=600.0)
     tried: list[str] = []
-    block = Cycle.block
+    block = Outcome.block
 
-    def counted(cy: Cycle, job: PendingJob, code: Code, detail: str = "") -> None:
+    def counted(outcome: Outcome, job: PendingJob, code: Code, detail: str = "") -> None:
         tried.append(job.job_id)
-        block(cy, job, code, detail)
+        block(outcome, job, code, detail)
 
-    monkeypatch.setattr(Cycle, "block", counted)
+    monkeypatch.setattr(Outcome, "block", counted)
     config = team_config({"a": 0, "b": 32}, borrowing={"a": 0})
     decisions = schedule(world.snapshot(pending), NOW, config)
     assert decisions.admissions == ()

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rota.contracts.common import Tier
 from rota_policy import PendingJob, PendingQueue
-from rota_policy.backfill import Reservation
+from rota_policy.admission.backfill import Reservation
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import Cycle
-from rota_policy.ordering import next_fitting
-from rota_policy.walkstate import WalkState
+from rota_policy.cycle.engine import Cycle
+from rota_policy.cycle.walkstate import WalkState
+from rota_policy.nominate.ordering import next_fitting
 
 from tests.unit.policy.builders import World, team_config
 

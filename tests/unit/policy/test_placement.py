@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rota_policy.layout import layout_of
-from rota_policy.model import NodeState
-from rota_policy.placement import ClusterState
+from rota_policy.admission.placement import ClusterState
+from rota_policy.model.layout import layout_of
+from rota_policy.model.snapshot import NodeState
 
 
 def _nodes(count: int, free: int = 8, rack: str = "r0") -> tuple[NodeState, ...]:

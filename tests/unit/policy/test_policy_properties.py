@@ -22,9 +22,9 @@ from rota_policy import (
     TeamLimits,
     TeamPolicy,
     group_pending,
-    preemption,
 )
-from rota_policy.layout import layout_of
+from rota_policy.model.layout import layout_of
+from rota_policy.preemption import search as preemption
 
 TEAMS = ("a", "b", "c")
 TIERS = (Tier.production, Tier.training, Tier.experiment)

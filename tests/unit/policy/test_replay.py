@@ -11,7 +11,7 @@ import pytest
 from rota.config import load_config
 from rota.contracts.common import Tier
 from rota_policy import Decisions, PendingQueue, PolicyConfig, Snapshot, policy_config_from
-from rota_policy.fairshare import accrue, decay, fairshare_factors, usage_share_gap, water_fill
+from rota_policy.nominate.fairshare import accrue, decay, fairshare_factors, usage_share_gap, water_fill
 from rota_replay.metrics import METRIC_KEYS
 from rota_replay.replay import find_scenario, nodes_from, replay_run
 from rota_replay.simulator import Simulator

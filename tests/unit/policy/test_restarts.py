@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from rota.contracts.messages import WaitReasonCode as Code
 from rota_policy import PendingJob, Restart, Slot, schedule
-from rota_policy.decisions import Decisions
+from rota_policy.model.decisions import Decisions
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rota_policy import POLICIES, PendingJob, PlanInFlight, PolicyConfig, RunningRun, Slot, Snapshot
-from rota_policy import walk as walk_module
 from rota_policy.core import ROTA_RULES
-from rota_policy.engine import run_cycle
+from rota_policy.cycle.engine import run_cycle
+from rota_policy.cycle.fast.shortcuts import Shortcuts
+from rota_policy.cycle.walkstate import FastPath
 
 from tests.unit.policy.builders import World, gpu_jobs, team_config
 
@@ -177,12 +178,12 @@ def test_shortcuts_decide_as_the_reference_walk_with_shares(
 def test_dropping_hopeless_queues_with_shares_changes_no_decision(
     world_of: tuple[World, list[PendingJob], PolicyConfig], policy: str
 ) -> None:
-    """`shortcuts.hopeless` keeps a queue with a share while some GPU of its flavor is shared
+    """`Shortcuts.hopeless` keeps a queue with a share while some GPU of its flavor is shared
     with room: without the shortcut, the walk decides the same."""
     world, pending, config = world_of
     snap = world.snapshot(pending)
     fast = POLICIES[policy](snap, NOW, config)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(walk_module, "hopeless", lambda w, q: False)
+        patch.setattr(Shortcuts, "hopeless", FastPath.hopeless)  # drops no lane
         reference = POLICIES[policy](snap, NOW, config)
     assert (fast.admissions, fast.plans) == (reference.admissions, reference.plans)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from rota.contracts import messages as m
-from rota_policy.layout import layout_key
+from rota_policy.model.layout import layout_key
 from rota_scheduler.snapshot import policy_snapshot, snapshot_of
 
 from tests.unit.scheduler_service.test_view_and_actions import Story, of

@@ -11,7 +11,7 @@ from rota.config import load_config
 from rota.contracts import messages as m
 from rota.ids import new_id
 from rota_policy import policy_config_from, schedule
-from rota_policy.runtimes import RuntimeScale
+from rota_policy.model.runtimes import RuntimeScale
 from rota_scheduler.actions import next_to_explain, plan_actions, record_sent
 from rota_scheduler.snapshot import policy_snapshot
 from rota_scheduler.view import ClusterView

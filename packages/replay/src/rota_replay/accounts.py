@@ -7,7 +7,7 @@ over the time between two events, when nothing changes. The metrics read them at
 
 from __future__ import annotations
 
-from rota_policy.fairshare import accrue, usage_share_gap, water_fill
+from rota_policy.nominate.fairshare import accrue, usage_share_gap, water_fill
 
 from rota_replay.simjob import Mean
 

@@ -29,7 +29,7 @@ from rota_policy import (
     group_pending,
     schedule,
 )
-from rota_policy.layout import Layout, layout_of
+from rota_policy.model.layout import Layout, layout_of
 
 __all__ = ["bench_config", "bench_snapshot", "run_core_bench"]
 

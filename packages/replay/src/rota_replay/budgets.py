@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rota.budget import BudgetMeter, period_bounds, period_label
-from rota_policy.config import PolicyConfig
+from rota_policy.model.config import PolicyConfig
 
 __all__ = ["SimBudgets"]
 

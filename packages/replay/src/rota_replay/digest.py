@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rota_policy import PolicyConfig, policy_config_from
-from rota_policy.decisions import Decisions
-from rota_policy.model import Slot, Snapshot
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.snapshot import Slot, Snapshot
 
 from rota_replay.replay import POLICY_NAMES, load, nodes_from, team_quotas
 from rota_replay.simulator import Simulator

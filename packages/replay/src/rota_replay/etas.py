@@ -16,8 +16,8 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rota.contracts.common import Tier
-from rota_policy.decisions import Decisions
-from rota_policy.model import PendingJob, RunningRun
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.snapshot import PendingJob, RunningRun
 
 from rota_replay.squeue import squeue_start
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rota_policy.model import QUARTERS, NodeState, Slot
+from rota_policy.model.snapshot import QUARTERS, NodeState, Slot
 
 __all__ = ["NodeBook"]
 

@@ -11,7 +11,7 @@ from collections.abc import Hashable
 from typing import TypeVar
 
 from rota.contracts.common import Tier
-from rota_policy.model import PendingJob, PendingQueue
+from rota_policy.model.snapshot import PendingJob, PendingQueue
 
 __all__ = ["QueueKey", "SimQueues", "count"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from rota.config import load_config
 from rota.config.model import RotaConfig
 from rota_policy import POLICIES, PolicyConfig, policy_config_from
-from rota_policy.model import NodeState
+from rota_policy.model.snapshot import NodeState
 
 from rota_replay.etas import EtaLog, probe_times
 from rota_replay.metrics import metrics

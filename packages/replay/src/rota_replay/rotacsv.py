@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rota.contracts.common import Tier
-from rota_policy.model import QUARTERS
+from rota_policy.model.snapshot import QUARTERS
 
 from rota_replay.workload import TraceJob
 

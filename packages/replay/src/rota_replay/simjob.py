@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from rota_policy.model import PendingJob, RunningRun, Slot
+from rota_policy.model.snapshot import PendingJob, RunningRun, Slot
 
 from rota_replay.workload import CHECKPOINT_SAVE_S, TraceJob
 

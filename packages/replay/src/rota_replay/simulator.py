@@ -16,11 +16,11 @@ from collections.abc import Callable
 from rota.contracts.common import Tier
 from rota.contracts.job import RackAffinity
 from rota_policy import POLICIES, PolicyConfig, SchedulePolicy
-from rota_policy.decisions import Decisions
-from rota_policy.layout import layout_of
-from rota_policy.model import NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
-from rota_policy.runtimes import RuntimeScale
-from rota_policy.topology import job_topology
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.layout import layout_of
+from rota_policy.model.runtimes import RuntimeScale
+from rota_policy.model.snapshot import NodeState, PendingJob, PlanInFlight, RunningRun, Slot, Snapshot
+from rota_policy.model.topology import job_topology
 
 from rota_replay.accounts import Accounts
 from rota_replay.budgets import SimBudgets

@@ -30,9 +30,9 @@ from typing import Any
 
 from rota.config import load_config
 from rota.config.model import RotaConfig
-from rota_policy.config import PolicyConfig, policy_config_from
-from rota_policy.decisions import Decisions
-from rota_policy.model import Snapshot
+from rota_policy.model.config import PolicyConfig, policy_config_from
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.snapshot import Snapshot
 
 from rota_replay.hetero import hetero_jobs, hetero_shares, whole_gpus
 from rota_replay.replay import find_scenario, freeze_heap, nodes_from, team_quotas

@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
 from rota.contracts.common import TIER_ORDER, Tier
-from rota_policy.model import PendingJob, RunningRun
+from rota_policy.model.snapshot import PendingJob, RunningRun
 
 __all__ = ["BF_MAX_JOB_TEST", "FreeProfile", "squeue_start"]
 

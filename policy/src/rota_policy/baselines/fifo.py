@@ -6,10 +6,10 @@ Gangs are still placed best-fit, all or nothing.
 
 from __future__ import annotations
 
-from rota_policy.config import PolicyConfig
-from rota_policy.decisions import Decisions
-from rota_policy.engine import Rules, run_cycle
-from rota_policy.model import Snapshot
+from rota_policy.cycle.engine import Rules, run_cycle
+from rota_policy.model.config import PolicyConfig
+from rota_policy.model.decisions import Decisions
+from rota_policy.model.snapshot import Snapshot
 
 __all__ = ["FIFO_RULES", "schedule_fifo"]
 

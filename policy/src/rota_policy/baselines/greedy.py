@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rota_policy.decisions import PreemptionPlan
-from rota_policy.model import PendingJob
-from rota_policy.placement import Fit, fit_on_counts
-from rota_policy.preemption import Candidate, make_plan, slots_from
-from rota_policy.victimpool import PreemptionContext
+from rota_policy.admission.placement import Fit, fit_on_counts
+from rota_policy.model.decisions import PreemptionPlan
+from rota_policy.model.snapshot import PendingJob
+from rota_policy.preemption.search import Candidate, make_plan, slots_from
+from rota_policy.preemption.victimpool import PreemptionContext
 
 __all__ = ["greedy_plan"]
 

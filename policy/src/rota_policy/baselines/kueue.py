@@ -27,11 +27,11 @@
 from __future__ import annotations
 
 from rota_policy.baselines.greedy import greedy_plan
-from rota_policy.config import PolicyConfig
-from rota_policy.decisions import Decisions, PreemptionPlan
-from rota_policy.engine import Cycle, Rules, run_cycle
-from rota_policy.model import PendingJob, Snapshot
-from rota_policy.preemption import Candidate, PreemptionContext, expected_loss
+from rota_policy.cycle.engine import Cycle, Rules, run_cycle
+from rota_policy.model.config import PolicyConfig
+from rota_policy.model.decisions import Decisions, PreemptionPlan
+from rota_policy.model.snapshot import PendingJob, Snapshot
+from rota_policy.preemption.search import Candidate, PreemptionContext, expected_loss
 
 __all__ = ["KUEUE_RULES", "schedule_kueue"]
 

@@ -21,7 +21,7 @@ from rota.contracts.lifecycle import Phase
 from rota.contracts.subjects import EVENT_SUBJECTS, RUN_START, RUN_STOP, STREAM_CMD, STREAM_EVT
 from rota.ids import new_id, stable_id
 from rota_policy import Decisions, PendingExplanation, PreemptionPlan, Slot
-from rota_policy.decisions import Grow
+from rota_policy.model.decisions import Grow
 
 from rota_scheduler.records import JobRecord
 from rota_scheduler.staleness import WaitPrint, staleness, words

@@ -19,7 +19,7 @@ from rota.contracts.lifecycle import Phase
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.ids import new_id, stable_id
 from rota_policy import RunningRun, Snapshot
-from rota_policy.drain import DRAIN_REASON, DrainStop, drain_stops, eviction_stops, expected_end
+from rota_policy.preemption.drain import DRAIN_REASON, DrainStop, drain_stops, eviction_stops, expected_end
 
 from rota_scheduler.actions import Actions, DecisionRecord, Outgoing
 from rota_scheduler.view import ClusterView

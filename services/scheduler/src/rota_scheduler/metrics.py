@@ -16,7 +16,7 @@ from rota.config import RotaConfig
 from rota.contracts.common import Tier
 from rota.contracts.lifecycle import Phase
 from rota_policy import Decisions
-from rota_policy.model import QUARTERS
+from rota_policy.model.snapshot import QUARTERS
 
 from rota_scheduler.actions import DecisionRecord
 from rota_scheduler.budgets import budget_uses

@@ -11,7 +11,7 @@ from typing import Any
 from rota.contracts import JobSpec
 from rota.contracts.lifecycle import Phase
 from rota_policy import NodeState, RunningRun, Slot
-from rota_policy.layout import Layout
+from rota_policy.model.layout import Layout
 
 from rota_scheduler.staleness import WaitPrint
 

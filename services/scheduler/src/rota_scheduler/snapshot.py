@@ -9,7 +9,7 @@ from typing import Any
 from rota.contracts import Tier
 from rota.contracts.lifecycle import Phase
 from rota_policy import NodeState, PlanInFlight, Restart, RunningRun, Snapshot
-from rota_policy.layout import layout_of
+from rota_policy.model.layout import layout_of
 
 from rota_scheduler.records import Allocation, JobRecord, RunningMemo, SnapshotMemo
 from rota_scheduler.view import ClusterView

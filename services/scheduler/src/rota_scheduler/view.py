@@ -24,9 +24,9 @@ from rota.contracts import messages as m
 from rota.contracts.job import WorkerPlacement, share_quarters
 from rota.contracts.lifecycle import BUDGETED_REASON, Phase, next_phase
 from rota_policy import Slot, gangs_of
-from rota_policy.drain import Drain
-from rota_policy.model import QUARTERS
-from rota_policy.runtimes import RuntimeScale
+from rota_policy.model.runtimes import RuntimeScale
+from rota_policy.model.snapshot import QUARTERS
+from rota_policy.preemption.drain import Drain
 
 from rota_scheduler.pending_index import PendingIndex
 from rota_scheduler.records import (
