@@ -91,7 +91,7 @@ def no_eta(reasons: list[Mapping[str, Any]]) -> str:
 
 def age_factor(weight: float, cap_s: float, waited_s: float) -> float:
     """The score's age factor after `waited_s`, as the policy computes it
-    (`rota_policy.ordering.Scorer.age`): weight x min(wait, cap) / cap."""
+    (`rota_policy.nominate.ordering.Scorer.age`): weight x min(wait, cap) / cap."""
     waited = min(max(waited_s, 0.0), cap_s)
     return weight * waited / cap_s if cap_s > 0 else 0.0
 

@@ -33,7 +33,7 @@ LONGEST_WAITS = 5
 TIERS = [t.value for t in TIER_ORDER]
 
 # The primary reason that explains a long wait by something other than too few GPUs, named
-# as the scheduler's queue diagnosis names it (rota_policy.reasons).
+# as the scheduler's queue diagnosis names it (rota_policy.explain.reasons).
 CAUSES = {
     "QUOTA_EXCEEDED": "quota_too_low",
     "NO_MATCHING_FLAVOR": "flavor_too_narrow",

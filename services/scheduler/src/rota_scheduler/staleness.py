@@ -46,7 +46,7 @@ SCORE = 0.5
 """Only a score factor moved."""
 
 TIME_IN_WORDS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?: UTC|Z|[+-]\d{2}:\d{2})")
-"""A time as the policy writes one in a reason (`rota_policy.protection.clock`), or ISO 8601."""
+"""A time as the policy writes one in a reason (`rota_policy.explain.protection.clock`), or ISO 8601."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,7 @@ class ClusterView:
     """Nodes the executor withdrew (`NodeWithdrawn`), with why: none of their GPUs is free."""
     drains: dict[str, Drain] = field(default_factory=dict)
     """Nodes drained (`NodeDrainRequested`), until `NodeDrainCancelled`: none of their GPUs
-    is free, and their runs are stopped as `rota_policy.drain` says (DECISIONS 100)."""
+    is free, and their runs are stopped as `rota_policy.preemption.drain` says (DECISIONS 100)."""
     evictions: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Run id → (node, why) of runs a Kubernetes EvictionRequest names (`RunEvictionRequested`):
     stopped as a drain stops a run, until the run ends or the request is withdrawn."""
