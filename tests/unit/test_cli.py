@@ -204,3 +204,21 @@ def test_rota_jobs_filters_by_user_and_name_as_squeue_u_and_n(
     assert (asked[0].user, asked[0].name) == ("alice", "llama-ft")
     bad = runner.invoke(app, ["jobs", "--user", "Alice Smith", "--json"])
     assert bad.exit_code == 2 and json.loads(bad.stdout)["error"]["field"] == "user"
+
+
+def test_rota_jobs_searches_and_pages_as_the_consoles_job_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rota.cli import jobs
+    from rota.contracts import messages as m
+
+    asked: list[m.ListJobs] = []
+
+    def call(settings: object, subject: str, query: m.ListJobs) -> list[object]:
+        asked.append(query)
+        return []
+
+    monkeypatch.setattr(jobs, "call", call)
+    result = runner.invoke(app, ["jobs", "--search", "llama", "--limit", "20", "--offset", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    assert (asked[0].search, asked[0].limit, asked[0].offset) == ("llama", 20, 40)
+    bad = runner.invoke(app, ["jobs", "--search", "llama ft", "--json"])
+    assert bad.exit_code == 2 and json.loads(bad.stdout)["error"]["field"] == "search"

@@ -187,13 +187,17 @@ def jobs(
         "--user", "-u", help="Only this user's jobs (as squeue -u).")] = None,
     name: Annotated[str | None, typer.Option(
         "--name", "-n", help="Only the jobs of this name (as squeue -n).")] = None,
+    search: Annotated[str | None, typer.Option(
+        help="Only jobs whose name contains this (any case), or whose id starts or ends with it.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
+    offset: Annotated[int | None, typer.Option(
+        help="Skip this many of the newest first: the next page is --offset LIMIT.")] = None,
     output: OutputOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List jobs, newest first: one line each; JOB is the short id every command takes."""
     filters = {"team": team, "queue": queue, "state": state, "user": user, "name": name,
-               "limit": limit}
+               "search": search, "limit": limit, "offset": offset}
     query = m.ListJobs.model_validate({k: v for k, v in filters.items() if v is not None})
     rows: list[dict[str, Any]] = call(get_settings(), s.API_JOBS_LIST, query)
     if json_out:
