@@ -22,9 +22,9 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client
@@ -39,6 +39,23 @@ TEAM = "bench"
 JS_TIMEOUT_S = 30.0
 """The bench's own JetStream requests wait this long: on a loaded machine, and right after a
 fault, 5 s (nats-py's default) is not always enough, and a figure lost to it is no figure."""
+
+
+_T = TypeVar("_T")
+
+
+async def again(request: Callable[[], Awaitable[_T]], within_s: float = 60.0) -> _T:
+    """`request()`, asked again while JetStream times out or has no leader to answer: right
+    after a server is killed and restarted, its streams elect leaders and catch up, and a
+    request in that window fails though the next one will not."""
+    give_up = time.monotonic() + within_s
+    while True:
+        try:
+            return await request()
+        except (TimeoutError, nats.errors.Error):
+            if time.monotonic() > give_up:
+                raise
+            await asyncio.sleep(1.0)
 
 
 async def read_stream(nc: Client, since_seq: int) -> list[tuple[dict[str, Any], datetime]]:
@@ -122,10 +139,10 @@ async def stuck_consumers(nc: Client) -> tuple[dict[str, dict[str, int]], float]
     whose ack was lost with a server is redelivered after the ack wait: only what is still
     there after it is stuck."""
     start = time.monotonic()
-    unsettled, ack_wait = await unsettled_consumers(nc)
+    unsettled, ack_wait = await again(lambda: unsettled_consumers(nc))
     while unsettled and time.monotonic() - start < ack_wait + 10.0:
         await asyncio.sleep(1.0)
-        unsettled, ack_wait = await unsettled_consumers(nc)
+        unsettled, ack_wait = await again(lambda: unsettled_consumers(nc))
     return unsettled, round(time.monotonic() - start, 1)
 
 
@@ -172,7 +189,7 @@ async def phase(nats_urls: list[str], creds: str | None, *, name: str, jobs: int
         await healer
     say(f"{name}: all sent; waiting for every grant")
     for _ in range(120):
-        events = await read_stream(nc, since)
+        events = await again(lambda: read_stream(nc, since))
         found = verdict(events, sids, fault_at, recovered_at)
         if found["granted"] >= jobs:
             break
