@@ -66,6 +66,8 @@ def answer(subject: str, data: BaseModel) -> Any:
                                  "gpus": 8, "borrowed_gpus": 0, "granted_at": EVIL,
                                  "placement": [{"node": EVIL, "gpus": [0, 1]}]}]}
     if subject == s.NOTIFICATIONS_LIST:
+        if getattr(data, "with_channels", False):
+            return {"notifications": [NOTIFICATION], "channels": [EVIL]}
         return [NOTIFICATION]
     if subject.startswith(s.SYS_DEADLETTER):
         return [{"created_at": "2026-12-01T12:00:00", "service": "submission",

@@ -228,6 +228,11 @@ def _zero_known_labels() -> None:
 
 _zero_known_labels()
 
+KNOWN_LABEL_VALUES: dict[str, tuple[tuple[str, ...], ...]] = {
+    family_name(f): tuple(getattr(f, "_metrics", {})) for f in _families()}
+"""Each family's label values known in advance (those started at 0), as they were at import,
+before a service or a test counted anything: the metrics reference lists these."""
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 for _standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
     REGISTRY.register(_standard)

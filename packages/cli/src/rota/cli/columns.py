@@ -52,7 +52,10 @@ def age(at: str | datetime | None, now: datetime | None = None) -> str:
     """How long ago, in the unit that keeps it short: `45s`, `12m`, `3h`, `2d`."""
     if at is None:
         return "-"
-    when = at if isinstance(at, datetime) else datetime.fromisoformat(str(at))
+    try:
+        when = at if isinstance(at, datetime) else datetime.fromisoformat(str(at))
+    except ValueError:  # not a time: nothing to say how long ago, and nothing of it printed
+        return "-"
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     seconds = max(0, int(((now or datetime.now(UTC)) - when).total_seconds()))

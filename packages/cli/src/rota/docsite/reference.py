@@ -218,7 +218,9 @@ def _labels(family: Any) -> str:
     flavor) have none."""
     names: tuple[str, ...] = tuple(getattr(family, "_labelnames", None)
                                    or getattr(family, "labelnames", None) or ())
-    known = list(getattr(family, "_metrics", {}))
+    from rota import metrics
+
+    known = metrics.KNOWN_LABEL_VALUES.get(metrics.family_name(family), ())
     words = []
     for i, name in enumerate(names):
         values = list(dict.fromkeys(key[i] for key in known))
