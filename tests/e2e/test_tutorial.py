@@ -15,12 +15,13 @@ hold or its timeout passes.
 from __future__ import annotations
 
 import os
+import queue
 import re
-import select
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -69,7 +70,7 @@ STEPS = (
         r"can be taken back at .* when the borrowers' minimum runtime ends",
         r"it would start now on a100", r"eta +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
         r"position 1 in the h100 queue")),
-    Step("uv run rota preemptions", (r"completed +\S+ +acked +\d\d:\d\d:\d\d +0\.0 GPU-s",),
+    Step("uv run rota preemptions", (r"completed +\S+ +acked +\d+[smhd] +0\.0 GPU-s",),
          timeout_s=600),
     Step("uv run rota jobs", (r"release-eval +vision +production +8 h100 +running",
                               r"lr-sweep +research +experiment +16 h100 +pending")),
@@ -81,7 +82,7 @@ STEPS = (
         r"scheduler +admit: proposed 16 GPUs .*\(8 borrowed\)",
         r"executor +run \S+ started \(attempt 1\)",
         r"scheduler +chosen as a victim for production job \S+: its runs are in a lower queue",
-        r"preemption +notice sent: checkpoint and stop by \S+ \(grace 120 s\)",
+        r"preemption +notice sent: checkpoint and stop by \S+ \S+ UTC \(grace 120 s\)",
         r"executor +acknowledged the notice with checkpoint (sim://\S+)",
         r"executor +run stopped \(preempted\), checkpoint sim://\S+",
         r"ledger +released 16 GPUs", r"preemption +preemption completed: \S+ acked",
@@ -139,14 +140,28 @@ def start_rota_up(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen([ROTA, "up"], env=env, cwd=REPO, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
+    stderr = process.stderr
+    # A thread reads the lines: `select` on the pipe and `readline` on its buffered reader
+    # miss lines that arrived in the same read, which wait in the buffer while `select`
+    # waits for more that never comes (`rota up` is quiet once it is up).
+    arrived: queue.Queue[str | None] = queue.Queue()
+
+    def read_lines() -> None:
+        for line in stderr:
+            arrived.put(line)
+        arrived.put(None)
+
+    threading.Thread(target=read_lines, daemon=True).start()
     lines: list[str] = []
     # Generous: on a loaded machine the first start (initdb, migrations, six services and the
     # console) takes minutes; `rota up` itself waits up to 60 s for the services.
     deadline = time.monotonic() + UP_TIMEOUT_S
-    while time.monotonic() < deadline and not any("Rota is up" in line for line in lines):
-        ready, _, _ = select.select([process.stderr], [], [], max(0.0, deadline - time.monotonic()))
-        line = process.stderr.readline() if ready else ""
-        if not line:
+    while not any("Rota is up" in line for line in lines):
+        try:
+            line = arrived.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
             break
         lines.append(line.rstrip("\n"))
     output = "\n".join(lines)

@@ -14,11 +14,12 @@ import pytest
 from rich.console import Console
 from rota.cli import jobs as jobs_cli
 from rota.cli import operations
-from rota.cli.columns import Column, age, render
+from rota.cli.columns import Column, render
 from rota.cli.main import app
 from rota.cli.up import print_summary
 from rota.demo.runner import _view
 from rota.demo.story import Story
+from rota.formats import age
 from rota.ids import new_id, short_id
 from rota.settings import get_settings
 from typer.testing import CliRunner
@@ -89,7 +90,8 @@ def victim(**fields: Any) -> dict[str, Any]:
 
 def test_rota_preemptions_prints_one_line_per_victim_with_short_ids(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    acked = victim(outcome="acked", acked_at="2026-12-02T04:05:06.123+00:00", lost_gpu_seconds=0)
+    acked_at = (datetime.now(UTC) - timedelta(minutes=4, seconds=5)).isoformat()
+    acked = victim(outcome="acked", acked_at=acked_at, lost_gpu_seconds=0)
     plans = [plan(acked, victim()), plan()]
     monkeypatch.setattr(operations, "call", lambda *args: plans)
     result = runner.invoke(app, ["preemptions"])
@@ -97,7 +99,7 @@ def test_rota_preemptions_prints_one_line_per_victim_with_short_ids(
     ids = [p["preemptor_job_id"] for p in plans] + [v["job_id"] for v in plans[0]["victims"]]
     lines = assert_fits(result.stdout, ids)
     assert len(lines) == 1 + 3  # two victims, and the plan that has none
-    assert "04:05:06" in lines[1] and "10.3 GPU-s" in lines[2]
+    assert " 4m " in lines[1] and "10.3 GPU-s" in lines[2]  # ACKED: an age, as AGE columns are
     wide = runner.invoke(app, ["preemptions", "-o", "wide"]).stdout
     assert LONG_URI in wide and plans[0]["plan_id"] in wide
 

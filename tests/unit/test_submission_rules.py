@@ -158,7 +158,7 @@ def test_a_failed_runs_error_is_the_jobs_detail_which_rota_why_shows() -> None:
     assert (state, changes) == ("failed", {"ended": True, "detail": error})
     job = {"job_id": "j", "name": "n", "state": state, "queue": "training", "team": "nlp",
            "ended_at": "2026-12-07T13:20:09+00:00", **changes}
-    assert why(job)["summary"] == f"failed at 2026-12-07T13:20:09+00:00: {error}"
+    assert why(job)["summary"] == f"failed at 2026-12-07 13:20:09 UTC: {error}"
 
 
 def test_preemption_events_belong_to_the_victims_too() -> None:
@@ -202,7 +202,7 @@ def test_why_and_trace_words() -> None:
     plan = {"preemptor_job_id": "p" * 36, "preemptor_queue": "production", "reason": "rota:lower_tier",
             "message": "m", "victims": [half], "expected_lost_gpu_seconds": 0.0}
     assert describe("PreemptionRequested", plan, "j").startswith(
-        "chosen as a victim for production job ppppppppppppp (stops its 0.5 of one GPU)")
+        "chosen as a victim for production job pppppppppppp (stops its 0.5 of one GPU)")
     assert "victims nb (experiment, 0.5 of one GPU)" in describe("PreemptionRequested", plan, "p" * 36)
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from rota import waits
+from rota.formats import moment, short
 
 Describe = Callable[[dict[str, Any], str], str]
 
@@ -28,7 +29,7 @@ def _held(victim: dict[str, Any]) -> str:
 
 
 def _victims(data: dict[str, Any]) -> str:
-    return ", ".join(f"{v.get('job_name') or v['job_id'][:13]} ({v['queue']}, {_held(v)}"
+    return ", ".join(f"{v.get('job_name') or short(v['job_id'])} ({v['queue']}, {_held(v)}"
                      + (f", shrunk to {v['shrink_to']} workers" if v.get("shrink_to") else "")
                      + ")" for v in data.get("victims", []))
 
@@ -46,7 +47,7 @@ def _preemption_requested(data: dict[str, Any], job_id: str) -> str:
     shrunk = (f"; shrunk to {mine['shrink_to']} workers, it restarts on the GPUs it keeps"
               if mine.get("shrink_to") else "")
     return (f"chosen as a victim for {data['preemptor_queue']} job"
-            f" {data['preemptor_job_id'][:13]}{stops}: {waits.plan_reason(data.get('reason'))}"
+            f" {short(data['preemptor_job_id'])}{stops}: {waits.plan_reason(data.get('reason'))}"
             f"{shrunk}")
 
 
@@ -54,16 +55,16 @@ def _noticed(data: dict[str, Any], job_id: str) -> str:
     then = (f"save a checkpoint, stop and restart with {data['shrink_to']} workers"
             if data.get("shrink_to") else "checkpoint and stop")
     if data.get("reason") == "drain":
-        return (f"notice sent: {then} by {data['deadline']} (grace {data['grace_s']:.0f} s) for"
+        return (f"notice sent: {then} by {moment(data['deadline'])} (grace {data['grace_s']:.0f} s) for"
                 f" the drain of node {data.get('node') or '?'}")
-    return (f"notice sent: {then} by {data['deadline']} (grace {data['grace_s']:.0f} s) for a"
+    return (f"notice sent: {then} by {moment(data['deadline'])} (grace {data['grace_s']:.0f} s) for a"
             f" {data['preemptor_queue']} job")
 
 
 def _preemption_completed(data: dict[str, Any], job_id: str) -> str:
     if data.get("aborted"):
         return "preemption aborted: the preemptor went away; victims keep running"
-    outcomes = ", ".join(f"{v['job_id'][:13]} {v['outcome']}"
+    outcomes = ", ".join(f"{short(v['job_id'])} {v['outcome']}"
                          + (f" (lost {v['lost_gpu_seconds'] / 3600:.2f} GPU-h)"
                             if v.get("lost_gpu_seconds") else "")
                          for v in data.get("victims", []))
@@ -77,18 +78,14 @@ def _pending(data: dict[str, Any], job_id: str) -> str:
     reasons = data.get("reasons") or []
     said = [_reason(reasons[0])] if reasons else ["waiting"]
     said += [f"held back: {_reason(r)}" for r in reasons[1:] if r.get("code") in waits.HOLDS]
-    eta = f", ETA {data['eta']}" if data.get("eta") else f", no ETA: {waits.no_eta(reasons)}"
+    eta = f", ETA {moment(data['eta'])}" if data.get("eta") else f", no ETA: {waits.no_eta(reasons)}"
     return f"hold: {'; '.join(said)} (position {data.get('position')}{eta})"
 
 
 def _reason(reason: dict[str, Any]) -> str:
     ends = waits.ends_at(reason)
-    until = f" (until {_utc(ends)})" if ends is not None else ""
+    until = f" (until {moment(ends)})" if ends is not None else ""
     return f"{waits.title(str(reason.get('code', '')))}: {reason.get('message', '')}{until}"
-
-
-def _utc(at: datetime) -> str:
-    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 DESCRIBE: dict[str, Describe] = {
@@ -106,7 +103,7 @@ DESCRIBE: dict[str, Describe] = {
     "AllocationGranted": lambda d, _: f"granted by the ledger: {d['gpus']} GPUs",
     "AllocationRejected": lambda d, _: f"rejected by the ledger: {d['code']}: {d['message']}",
     "AllocationReleased": lambda d, _: f"released {d['gpus']} GPUs after {d['gpu_seconds'] / 3600:.2f} GPU-h",
-    "RunStarted": lambda d, _: (f"run {d['run_id'][:13]} started (attempt {d['attempt']})"
+    "RunStarted": lambda d, _: (f"run {short(d['run_id'])} started (attempt {d['attempt']})"
                                 + (f", resuming from {d['resumed_from']}" if d.get("resumed_from") else "")),
     "RunFinished": lambda d, _: f"run finished (exit {d.get('exit_code', 0)})",
     "RunFailed": lambda d, _: f"run failed: {d['error']}",
@@ -189,11 +186,11 @@ def why(job: dict[str, Any], *, now: datetime | None = None,
     else:
         answer["summary"] = {
             "admitted": "admitted: GPUs granted, the run is starting",
-            "running": f"running since {job.get('started_at')} (attempt {job.get('attempts')})",
+            "running": f"running since {moment(job.get('started_at'))} (attempt {job.get('attempts')})",
             "preempting": (job["detail"] if str(job.get("detail") or "").startswith("drain")
                            else "being preempted: told to checkpoint and stop"),
-            "finished": f"finished at {job.get('ended_at')}",
-            "failed": f"failed at {job.get('ended_at')}: {job.get('detail') or ''}".rstrip(": "),
+            "finished": f"finished at {moment(job.get('ended_at'))}",
+            "failed": f"failed at {moment(job.get('ended_at'))}: {job.get('detail') or ''}".rstrip(": "),
             "cancelled": f"cancelled: {job.get('detail') or ''}".rstrip(": "),
         }.get(state, state)
     answer["resume_from"] = job.get("resume_from")

@@ -10,14 +10,15 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.table import Table
 
 from rota.cli.client import call
+from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.cli.untrusted import untrusted
 from rota.config.loader import parse_config
 from rota.contracts.messages import DrainNode, ListNodes, UndrainNode
 from rota.contracts.subjects import API_NODE_DRAIN, API_NODE_UNDRAIN, SCHEDULER_NODES
+from rota.formats import moment, short
 from rota.k8s.inventory import (
     DEFAULT_FLAVOR_LABEL,
     DEFAULT_GPU_RESOURCE,
@@ -146,7 +147,7 @@ def cluster_drain(
     if json_out:
         emit_json(result)
         return
-    console.print(untrusted(f"node {result['node']} draining until {result['deadline']}"
+    console.print(untrusted(f"node {result['node']} draining until {moment(result['deadline'])}"
                             f" ({result['reason']}); `rota cluster nodes` shows its runs"),
                   highlight=False)
 
@@ -166,10 +167,15 @@ def cluster_undrain(
     console.print(untrusted(f"node {result['node']} takes placements again"), highlight=False)
 
 
+NODE_COLUMNS = (Column("NODE", whole=True), Column("FLAVOR"), Column("GPUS", whole=True),
+                Column("STATE", whole=True), Column("REASON"), Column("RUNS"))
+
+
 @cluster_app.command("nodes")
 @handled
 def cluster_nodes(
     node: Annotated[str | None, typer.Argument(help="Only this node.")] = None,
+    output: OutputOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Each node's state (ready, draining until D, drained, lost) and the runs on it, as the
@@ -179,15 +185,13 @@ def cluster_nodes(
     if json_out:
         emit_json(nodes)
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("NODE", "FLAVOR", "GPUS", "STATE", "REASON", "RUNS"):
-        table.add_column(column, overflow="fold")
+    lines = []
     for row in nodes:
         state = row["state"]
         if state == "draining":
-            state = f"draining until {row['deadline']}"
-        runs = ", ".join(f"{r['job_id'][-12:]} ({r['team']}, {r['gpus']} GPUs"
+            state = f"draining until {moment(row['deadline'])}"
+        runs = ", ".join(f"{short(r['job_id'])} ({r['team']}, {r['gpus']} GPUs"
                          f"{', stopping' if r['draining'] else ''})" for r in row["runs"])
-        table.add_row(*map(untrusted, (row["node"], row["flavor"], str(row["gpus"]), state,
-                                       row["reason"] or "", runs or "-")))
-    console.print(table)
+        lines.append([row["node"], row["flavor"], str(row["gpus"]), state, row["reason"] or "-",
+                      runs or "-"])
+    print_table(console, NODE_COLUMNS, lines, wide=output is Output.wide)

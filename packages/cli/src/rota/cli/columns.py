@@ -1,8 +1,8 @@
 """Tables as kubectl and squeue print them: one row per line, in the terminal's width.
 
 A cell that does not fit is cut with "…", never wrapped onto the next line, so every row
-stays one line that `grep` and `awk` can read. Ids, times and URLs are never cut: a short id
-is the last 12 characters of an id (`rota.ids.short_id`), which every command takes back.
+stays one line that `grep` and `awk` can read. Ids, times and URLs are never cut; how they
+are printed is `rota.formats`.
 The long columns (full ids, URIs, paths) appear only with `-o wide`, which cuts nothing;
 `--json` has every field.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
 
@@ -46,23 +45,6 @@ def terminal_width(console: Console) -> int:
     """`COLUMNS` when set (as squeue reads it), else what the console found."""
     columns = os.environ.get("COLUMNS", "")
     return int(columns) if columns.isdigit() and int(columns) > 0 else console.width
-
-
-def age(at: str | datetime | None, now: datetime | None = None) -> str:
-    """How long ago, in the unit that keeps it short: `45s`, `12m`, `3h`, `2d`."""
-    if at is None:
-        return "-"
-    try:
-        when = at if isinstance(at, datetime) else datetime.fromisoformat(str(at))
-    except ValueError:  # not a time: nothing to say how long ago, and nothing of it printed
-        return "-"
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    seconds = max(0, int(((now or datetime.now(UTC)) - when).total_seconds()))
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _fit(natural: list[int], whole: list[bool], room: int) -> list[int]:

@@ -3,34 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from rota.cli.client import request
+from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, handled
 from rota.cli.stack import SERVICES
-from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import deadletter as deadletter_subject
+from rota.formats import age, moment
 from rota.settings import Settings, get_settings
 
+DEAD_LETTER_COLUMNS = (
+    Column("AGE", whole=True), Column("SERVICE", whole=True), Column("CONSUMER"),
+    Column("SUBJECT"), Column("SEQ", whole=True), Column("TRIES", whole=True), Column("ERROR"),
+    Column("WHEN", wide=True),
+)
 
-def _short_time(value: str | None) -> str:
-    return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
-
-def table(rows: list[dict[str, Any]]) -> Table:
-    out = Table(box=None, header_style="bold")
-    for column in ("WHEN", "SERVICE", "CONSUMER", "SUBJECT", "SEQ", "TRIES", "ERROR"):
-        out.add_column(column, overflow="fold")
-    for row in rows:
-        out.add_row(*map(untrusted, (
-            _short_time(row["created_at"]), row["service"], row["consumer"], row["subject"],
-            str(row["stream_seq"]), str(row["deliveries"]), f"{row['error_type']}: {row['error']}")))
-    return out
+def dead_letter_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    return [[age(row["created_at"]), row["service"], row["consumer"], row["subject"],
+             str(row["stream_seq"]), str(row["deliveries"]), f"{row['error_type']}: {row['error']}",
+             moment(row["created_at"])] for row in rows]
 
 
 async def _gather(settings: Settings, services: list[str],
@@ -59,6 +55,7 @@ def deadletter(
         "--service", help=f"Only this service: one of {', '.join(SERVICES)}.")] = None,
     limit: Annotated[int, typer.Option(
         "--limit", min=1, max=1000, help="At most this many, newest first.")] = 50,
+    output: OutputOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
     = False,
 ) -> None:
@@ -71,7 +68,8 @@ def deadletter(
     if json_out:
         emit_json(rows)
     elif rows:
-        console.print(table(rows))
+        print_table(console, DEAD_LETTER_COLUMNS, dead_letter_rows(rows),
+                    wide=output is Output.wide)
     else:
         console.print("no dead letters")
     if failed:

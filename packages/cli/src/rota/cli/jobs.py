@@ -15,13 +15,13 @@ import yaml
 from rota import waits
 from rota.cli import record
 from rota.cli.client import call
-from rota.cli.columns import Column, Output, OutputOpt, age, print_table
+from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.cli.untrusted import untrusted
 from rota.config import ConfigError, load_config
 from rota.contracts import messages as m
 from rota.contracts import subjects as s
-from rota.ids import short_id
+from rota.formats import age, moment, parse_time, score, short
 from rota.settings import get_settings
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -164,9 +164,9 @@ def job_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         reasons = wait.get("reasons") or []
         why = waits.title(reasons[0]["code"]) if reasons else (row.get("detail") or "")
         lines.append([
-            short_id(row["job_id"]), row["name"], row["team"], row["queue"],
+            short(row["job_id"]), row["name"], row["team"], row["queue"],
             f"{gpus_shown(row)} {row['flavor']}", row["state"], age(row["submitted_at"]), why,
-            row.get("user_name") or "-", str(row["submitted_at"])[:19].replace("T", " "),
+            row.get("user_name") or "-", moment(row["submitted_at"]),
             row["job_id"], row.get("resume_from") or "-",
         ])
     return lines
@@ -227,13 +227,14 @@ def job(
                 "gpus_per_worker", "gpus", "gpu_share", "state", "submission_id", "submitted_at",
                 "started_at", "ended_at", "attempts", "run_id", "resume_from", "detail"):
         if row.get(key) is not None:
-            console.print(f"[bold]{key:>16}[/bold]  {untrusted(row[key])}", highlight=False)
+            value = moment(row[key]) if key.endswith("_at") else row[key]
+            console.print(f"[bold]{key:>16}[/bold]  {untrusted(value)}", highlight=False)
     wait = row.get("wait") or {}
     for reason in wait.get("reasons") or []:
         console.print(f"[bold]{'waiting':>16}[/bold]  {untrusted(waits.title(reason['code']))}:"
                       f" {untrusted(reason['message'])}", highlight=False)
     if wait.get("eta"):
-        console.print(f"[bold]{'eta':>16}[/bold]  {untrusted(wait['eta'])}")
+        console.print(f"[bold]{'eta':>16}[/bold]  {untrusted(moment(wait['eta']))}")
 
 
 @handled
@@ -291,7 +292,7 @@ def queues(
                  age(row["oldest_pending_at"])]
         if budgets:
             cells.extend(_budget_cells(row))
-        lines.append([*cells, str(row["oldest_pending_at"] or "-")[:19].replace("T", " ")])
+        lines.append([*cells, moment(row["oldest_pending_at"])])
     print_table(console, columns, lines, wide=output is Output.wide)
 
 
@@ -300,7 +301,7 @@ def _budget_cells(row: dict[str, Any]) -> list[str]:
         return ["-", "-", "-"]
     used, budget = row["budget_used_gpu_hours"], row["budget_gpu_hours"]
     return [f"{used / budget:.0%}", f"{used:,.0f}/{budget:,.0f}",
-            str(row["budget_resets_at"])[:16].replace("T", " ")]
+            moment(row["budget_resets_at"])]
 
 
 @handled
@@ -331,14 +332,14 @@ def print_wait(answer: dict[str, Any], now: datetime) -> None:
         code = str(reason.get("code", ""))
         console.print(f"  {label:>7}  [bold]{untrusted(reason.get('title') or waits.title(code))}"
                       f"[/bold]: {untrusted(reason['message'])}", highlight=False)
-        ends = _when(reason.get("ends_at"))
+        ends = parse_time(reason.get("ends_at"))
         if ends is not None:
-            console.print(untrusted(f"    until  {_utc(ends)} ({waits.relative(ends, now)})"),
+            console.print(untrusted(f"    until  {moment(ends)} ({waits.relative(ends, now)})"),
                           highlight=False)
-    eta = _when(answer.get("eta"))
+    eta = parse_time(answer.get("eta"))
     if eta is not None:
         basis = waits.eta_basis(answer["reasons"])
-        shown = f"{_utc(eta)} ({waits.relative(eta, now)})" + (f", {basis}" if basis else "")
+        shown = f"{moment(eta)} ({waits.relative(eta, now)})" + (f", {basis}" if basis else "")
     else:  # never a bare "unknown": the reason above says what it waits for
         shown = f"not estimated: {waits.no_eta(answer['reasons'])}"
     place = answer.get("position")
@@ -348,7 +349,7 @@ def print_wait(answer: dict[str, Any], now: datetime) -> None:
                   highlight=False)
     factors = answer.get("factors") or {}
     if factors:
-        console.print("    score  " + untrusted("  ".join(f"{k}={v:.1f}" for k, v in factors.items())),
+        console.print("    score  " + untrusted(score(factors)),
                       highlight=False)
     if answer.get("resume_from"):
         console.print(f"   resume  {untrusted(answer['resume_from'])}", highlight=False)
@@ -357,22 +358,6 @@ def print_wait(answer: dict[str, Any], now: datetime) -> None:
     if answer.get("fresh") is False:
         console.print("     note  the scheduler did not answer in time: this is the explanation it"
                       " last published", highlight=False)
-
-
-def _when(value: Any) -> datetime | None:
-    """A time from an answer, or None when there is none or it is not a time: a reason's
-    details are a team's text too, and a bad one must not stop the answer being printed."""
-    if isinstance(value, str) and value:
-        try:
-            at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return at if at.tzinfo else at.replace(tzinfo=UTC)
-    return None
-
-
-def _utc(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @handled

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from rota.cli.client import call
+from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import console, emit_json, handled
-from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import NOTIFICATIONS_LIST
+from rota.formats import age, moment, short
 from rota.settings import get_settings
 
 SUBJECT = NOTIFICATIONS_LIST
@@ -24,26 +23,25 @@ NO_CHANNEL = (
 )
 
 
-def _short_time(value: str | None) -> str:
-    if not value:
-        return "-"
-    return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
+NOTIFICATION_COLUMNS = (
+    Column("AGE", whole=True), Column("KIND", whole=True), Column("RECIPIENT"),
+    Column("CHANNEL", whole=True), Column("STATUS", whole=True), Column("TRIES", whole=True),
+    Column("JOB", whole=True), Column("CREATED", wide=True), Column("SENT / NEXT", wide=True),
+)
+ERROR_COLUMN = Column("ERROR")
 
 
-def table(rows: list[dict[str, Any]], *, failed: bool) -> Table:
-    out = Table(box=None, header_style="bold")
-    columns = ["CREATED", "KIND", "RECIPIENT", "CHANNEL", "STATUS", "TRIES", "JOB"]
-    columns += ["ERROR"] if failed else ["SENT / NEXT"]
-    for column in columns:
-        out.add_column(column, overflow="fold")
+def notification_rows(rows: list[dict[str, Any]], *, failed: bool) -> list[list[str]]:
+    """One line per notification; the times themselves with `-o wide`, the error of a dead
+    one (cut to fit, whole with `-o wide`) with `--failed`."""
+    lines = []
     for row in rows:
         when = row["sent_at"] if row["status"] == "sent" else row["next_attempt_at"]
-        last = (row["last_error"] or "-") if failed else _short_time(when)
-        out.add_row(*map(untrusted, (
-            _short_time(row["created_at"]), row["kind"], row["recipient"], row["channel"],
-            row["status"], str(row["attempts"]), (row["job_id"] or "-")[:13], last,
-        )))
-    return out
+        lines.append([age(row["created_at"]), row["kind"], row["recipient"], row["channel"],
+                      row["status"], str(row["attempts"]), short(row["job_id"]),
+                      moment(row["created_at"]), moment(when),
+                      *([row["last_error"] or "-"] if failed else [])])
+    return lines
 
 
 @handled
@@ -54,6 +52,7 @@ def notifications(
     = False,
     limit: Annotated[int, typer.Option(
         "--limit", min=1, max=1000, help="At most this many, newest first.")] = 50,
+    output: OutputOpt = None,
 ) -> None:
     """Notifications sent, retrying or dead, newest first. No secret is ever shown."""
     answer: dict[str, Any] = call(
@@ -65,7 +64,9 @@ def notifications(
         emit_json(rows)
         return
     if rows:
-        console.print(table(rows, failed=failed))
+        columns = (*NOTIFICATION_COLUMNS, *([ERROR_COLUMN] if failed else []))
+        print_table(console, columns, notification_rows(rows, failed=failed),
+                    wide=output is Output.wide)
     if not answer["channels"]:
         console.print(NO_CHANNEL, highlight=False)
     elif not rows:

@@ -7,11 +7,11 @@ from typing import Annotated, Any
 import typer
 
 from rota.cli.client import call
-from rota.cli.columns import Column, Output, OutputOpt, age, print_table
+from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import console, emit_json, handled
 from rota.contracts import messages as m
 from rota.contracts.subjects import LEDGER_ALLOCATIONS, PREEMPTION_PLANS
-from rota.ids import short_id
+from rota.formats import age, moment, short
 from rota.settings import get_settings
 from rota.units import gpu_time
 
@@ -34,10 +34,9 @@ def preemption_rows(plans: list[dict[str, Any]]) -> list[list[str]]:
         for victim in plan["victims"] or [{}]:
             job_id = victim.get("job_id")
             rows.append([
-                short_id(plan["preemptor_job_id"]), plan["state"],
-                short_id(job_id) if job_id else "-",
+                short(plan["preemptor_job_id"]), plan["state"], short(job_id),
                 victim.get("outcome") or victim.get("state") or "-",
-                str(victim.get("acked_at") or "-")[11:19] or "-",
+                age(victim.get("acked_at")),
                 gpu_time(victim.get("lost_gpu_seconds") or 0.0),
                 plan["plan_id"], plan["preemptor_queue"], victim_gpus(victim),
                 victim.get("job_name") or "-",
@@ -87,10 +86,10 @@ def allocation_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     """One line per run: its job's short id, the grant's age, where its GPUs are (cut to fit;
     whole with `-o wide`, beside the full ids and the grant's time)."""
     return [[
-        short_id(row["job_id"]), row["team"], row["queue"], str(row["gpus"]),
+        short(row["job_id"]), row["team"], row["queue"], str(row["gpus"]),
         str(row["borrowed_gpus"]), age(row["granted_at"]),
         " ".join(f"{p['node']}[{','.join(map(str, p['gpus']))}]" for p in row["placement"]),
-        row["run_id"], row["job_id"], str(row["granted_at"])[:19].replace("T", " "),
+        row["run_id"], row["job_id"], moment(row["granted_at"]),
     ] for row in rows]
 
 

@@ -16,6 +16,7 @@ from rota.cli.output import CommandFailed, InvalidInput, console
 from rota.cli.untrusted import untrusted
 from rota.contracts import messages as m
 from rota.contracts.subjects import NOTIFICATIONS_LIST
+from rota.formats import moment, score, short
 from rota.settings import Settings
 from rota.units import gpu_time
 
@@ -33,17 +34,6 @@ async def notifications(settings: Settings, job_id: str) -> tuple[list[dict[str,
     return list(reversed(rows)), None
 
 
-def _t(value: Any) -> str:
-    return str(value)[:23].replace("T", " ") if value else "-"
-
-
-def _factors(factors: dict[str, Any] | None) -> str:
-    if not factors:
-        return ""
-    parts = [f"{k}={float(v):.3g}" for k, v in factors.items() if k != "total"]
-    return f"score {float(factors.get('total', 0.0)):.4g} ({', '.join(parts)})"
-
-
 def print_record(result: dict[str, Any]) -> None:
     job = result["job"]
     console.print(f"[bold]{untrusted(job['name'])}[/bold] "
@@ -51,13 +41,13 @@ def print_record(result: dict[str, Any]) -> None:
     decisions = iter(d for d in result.get("decisions", []))
     pending = next(decisions, None)
     for entry in result["timeline"]:
-        console.print(untrusted(f"  {_t(entry['at'])}  {entry['source']:<10}  {entry['summary']}"),
+        console.print(untrusted(f"  {moment(entry['at'])}  {entry['source']:<10}  {entry['summary']}"),
                       highlight=False)
         # Decisions come from the same rows in the same order: put each one's factors
         # (and every reason, for a hold) under its timeline line.
         if pending is not None and entry["type"] in ("JobPending", "AllocationProposed",
                                                      "PreemptionRequested"):
-            extra = [_factors(pending.get("factors"))]
+            extra = [f"score  {text}" if (text := score(pending.get("factors"))) else ""]
             if pending["decision"] == "hold":
                 extra += [f"also {waits.title(r['code'])}: {r['message']}"  # holds: on its line
                           for r in pending.get("reasons", [])[1:] if r["code"] not in waits.HOLDS]
@@ -76,22 +66,22 @@ def _print_preemptions(plans: list[dict[str, Any]]) -> None:
     console.print("\n[bold]Preemptions[/bold]")
     for plan in plans:
         if plan["role"] == "caused":
-            victims = ", ".join(f"{v.get('job_name') or v['job_id'][:13]} {v.get('outcome') or '…'}"
+            victims = ", ".join(f"{v.get('job_name') or short(v['job_id'])} {v.get('outcome') or '…'}"
                                 for v in plan["victims"])
             console.print(untrusted(
-                f"  caused {plan['plan_id'][:13]} at {_t(plan['requested_at'])}:"
+                f"  caused {short(plan['plan_id'])} at {moment(plan['requested_at'])}:"
                 f" {waits.plan_reason(plan['reason'])} — victims {victims};"
                 f" {plan['outcome'] or 'open'}"),
                 highlight=False)
             continue
         lost = plan.get("lost_gpu_seconds")
         console.print(untrusted(
-            f"  suffered {plan['plan_id'][:13]} for {plan.get('preemptor_queue')} job"
-            f" {str(plan['preemptor_job_id'])[:13]}: {waits.plan_reason(plan['reason'])}\n"
-            f"    requested {_t(plan['requested_at'])}, noticed {_t(plan['noticed_at'])}"
-            f" (deadline {_t(plan['deadline'])}), acked {_t(plan['acked_at'])}"
+            f"  suffered {short(plan['plan_id'])} for {plan.get('preemptor_queue')} job"
+            f" {short(plan['preemptor_job_id'])}: {waits.plan_reason(plan['reason'])}\n"
+            f"    requested {moment(plan['requested_at'])}, noticed {moment(plan['noticed_at'])}"
+            f" (deadline {moment(plan['deadline'])}), acked {moment(plan['acked_at'])}"
             f" with {plan.get('ack_checkpoint_uri') or 'no checkpoint'},"
-            f" stopped {_t(plan['stopped_at'])}{' (forced)' if plan.get('forced') else ''};"
+            f" stopped {moment(plan['stopped_at'])}{' (forced)' if plan.get('forced') else ''};"
             f" {plan['outcome'] or 'open'}"
             + (f", lost {gpu_time(float(lost))}" if lost else ""), multiline=True),
             highlight=False)
@@ -107,5 +97,5 @@ def _print_notifications(result: dict[str, Any]) -> None:
         console.print("  none")
     for row in rows:
         when = row.get("sent_at") or row.get("next_attempt_at")
-        console.print(untrusted(f"  {_t(row.get('created_at'))}  {row['kind']} to {row['recipient']}"
-                                f" by {row['channel']}: {row['status']} {_t(when)}"), highlight=False)
+        console.print(untrusted(f"  {moment(row.get('created_at'))}  {row['kind']} to {row['recipient']}"
+                                f" by {row['channel']}: {row['status']} {moment(when)}"), highlight=False)

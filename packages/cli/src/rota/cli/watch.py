@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -16,7 +15,7 @@ from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, err
 from rota.cli.untrusted import plain
 from rota.contracts.subjects import FEED_PREFIX, team_feed
 from rota.flushed import flushed
-from rota.ids import short_id
+from rota.formats import moment, short
 from rota.settings import Settings, get_settings
 
 
@@ -27,7 +26,7 @@ def summary(doc: dict[str, Any]) -> str:
     if kind == "JobPending":
         reasons = data.get("reasons") or [{}]
         eta = data.get("eta")
-        return f"waits: {reasons[0].get('code', '?')}" + (f", eta {eta}" if eta else "")
+        return f"waits: {reasons[0].get('code', '?')}" + (f", eta {moment(eta)}" if eta else "")
     if kind == "AllocationGranted":
         return f"{data.get('gpus')} GPU(s) of {data.get('flavor')}"
     if kind == "JobResubmitted":
@@ -43,15 +42,12 @@ def summary(doc: dict[str, Any]) -> str:
     if kind == "RunFailed":
         return str(data.get("error"))
     if kind == "PreemptionNoticed":
-        return f"preemption notice: save by {data.get('deadline')}"
+        return f"preemption notice: save by {moment(data.get('deadline'))}"
     return str(data.get("name") or data.get("reason") or "")
 
 
 def _line(doc: dict[str, Any]) -> str:
-    at = doc.get("occurred_at") or ""
-    with contextlib.suppress(ValueError):
-        at = datetime.fromisoformat(at).strftime("%H:%M:%S")
-    job = short_id(doc["job_id"]) if doc.get("job_id") else "-"
+    at, job = moment(doc.get("occurred_at")), short(doc.get("job_id"))
     return f"{at}  {doc.get('type', '?'):<19} {job}  {summary(doc)}"
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rota.formats import moment, short
+
 CONFIG = Path(__file__).with_name("demo.rota.yaml")
 SIM_SPEED = 60.0
 NODE_GPUS = 8
@@ -227,7 +229,7 @@ class Story:
 
 
 def _victims(story: Story, data: dict[str, Any]) -> str:
-    return ", ".join(story.names.get(v["job_id"], v["job_id"][:8]) for v in data["victims"])
+    return ", ".join(story.names.get(v["job_id"], short(v["job_id"])) for v in data["victims"])
 
 
 _LINES: dict[str, Any] = {
@@ -239,7 +241,7 @@ _LINES: dict[str, Any] = {
         f"drain of node {d['node']}: {_victims(s, d)} must checkpoint and move" if d.get("node")
         else f"{s.names.get(d['preemptor_job_id'], '?')} preempts {_victims(s, d)}: {d['reason']}"),
     "PreemptionNoticed": lambda s, n, d: f"{n}: notice sent, checkpoint by"
-    f" {str(d['deadline'])[11:19]} UTC",
+    f" {moment(d['deadline'])}",
     "RunCheckpointed": lambda s, n, d: f"{n} acknowledged with checkpoint {d['checkpoint_uri']}"
     if d.get("notice_id") else None,
     "RunStopped": lambda s, n, d: f"{n} stopped ({d['reason']}), GPUs released",
