@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ from pydantic import BaseModel
 from rota.auth.keys import ADMIN, AuthDir
 from rota.contracts import messages as m
 from rota.settings import Settings
-from rota_console.access import LoginRefused, Trust, identity_of
+from rota_console.access import LoginRefused, Trust, identity_of, verify
 from rota_console.app import build
 from rota_console.pages import PAGE_MODELS
 from rota_console.reader import PLATFORM, ApiFailure, Reader
@@ -184,6 +186,19 @@ def test_login_reads_the_team_from_team_credentials_and_the_platform_from_the_ad
     trust = Trust.of(Settings(nats_roster=auth.roster))
     assert identity_of(team.read_text(), trust).viewer.team == "nlp"
     assert identity_of(auth.creds_path(ADMIN).read_text(), trust).viewer.team == PLATFORM
+
+
+def test_login_while_nats_is_unreachable_is_refused_not_left_waiting(
+        auth: AuthDir, tmp_path: Path) -> None:
+    team = auth.issue_team("nlp", "alice", tmp_path / "nlp.creds")
+    trust = Trust.of(Settings(nats_roster=auth.roster))
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{closed.getsockname()[1]}"
+    # The guard only turns a hang into a failure: nats-py retried such a connect for ever.
+    login = asyncio.wait_for(verify(team.read_text(), url, trust), timeout=60)
+    with pytest.raises(LoginRefused, match=r"^creds: the NATS server"):
+        asyncio.run(login)
 
 
 @pytest.mark.parametrize("text", ["", "not a creds file", "x" * 20_000])

@@ -111,8 +111,13 @@ async def verify(creds_text: str, nats_url: str, trust: Trust) -> Login:
         with os.fdopen(fd, "w") as handle:
             handle.write(creds_text)
         try:
+            # nats-py reads 0 attempts as "no limit" on the first connect too: 1 gives up.
             nc = await nats.connect(nats_url, user_credentials=name, connect_timeout=3,
-                                    allow_reconnect=False, max_reconnect_attempts=0)
+                                    allow_reconnect=False, max_reconnect_attempts=1,
+                                    reconnect_time_wait=0.2)
+        except (OSError, TimeoutError, nats.errors.NoServersError) as exc:
+            raise LoginRefused("creds: the NATS server could not be reached to check them"
+                               f" ({type(exc).__name__}); try again shortly") from None
         except Exception as exc:  # nats-py and nkeys raise their own kinds for a bad key
             raise LoginRefused(f"creds: the NATS server refused them ({type(exc).__name__})"
                                ) from None
