@@ -117,11 +117,15 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         # live runs are adopted before any StopRun for them can arrive.
         executor.backend = await make_backend(service, executor)
         await executor.recover()
+        # Before any StartRun is read: the scheduler holds what this backend cannot run.
+        await executor.announce()
 
     @service.app.after_startup
     async def run_backend() -> None:
         assert executor.backend is not None
         background.append(asyncio.create_task(executor.backend.run(), name="executor-backend"))
+        background.append(asyncio.create_task(executor.keep_announcing(),
+                                              name="executor-announce"))
         log.info("executor: %s backend", executor.backend.name)
 
     @service.app.on_shutdown

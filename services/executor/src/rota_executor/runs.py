@@ -9,9 +9,11 @@ ends once (`ended` on a run already over does nothing), and is stopped once.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import signal
+import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,6 +58,8 @@ class Executor:
         self.nodes = nodes
         self._nodes_by_name = {node.name: node for node in nodes}
         self.backend: Backend | None = None
+        self.instance = str(uuid.uuid4())
+        """This process, in its announcements: a restart is a new instance."""
 
     @property
     def _backend(self) -> Backend:
@@ -375,6 +379,33 @@ class Executor:
         async with self.service.engine.begin() as conn:
             await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
         self._wake()
+
+    # ------------------------------------------------------------------ announcements
+
+    async def announce(self) -> None:
+        """`ExecutorAnnounced`: this replica runs, and which jobs its backend runs. Valid for
+        three intervals, so one lost (a slow relay, a pause) does not make it look gone."""
+        backend, settings = self._backend, self.service.settings
+        event = m.ExecutorAnnounced(
+            backend=backend.name, needs=backend.needs, instance=self.instance,
+            replica=self.service.partition.index, replicas=self.service.partition.count,
+            valid_for_s=3 * settings.executor_announce_interval_s)
+        env = envelope(event, source=SOURCE, occurred_at=self.service.clock.now())
+        async with self.service.engine.begin() as conn:
+            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        self._wake()
+
+    async def keep_announcing(self) -> None:
+        """Announce again every `ROTA_EXECUTOR_ANNOUNCE_INTERVAL_S`, until cancelled; a
+        failed announcement is logged and tried again at the next interval."""
+        interval = self.service.settings.executor_announce_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.announce()
+            except Exception:
+                log.exception("executor: could not announce itself; trying again in %.0f s",
+                              interval)
 
     # ------------------------------------------------------------------ restart
 
