@@ -9,6 +9,9 @@ Consumers, each handler thin (the work is in `runs.Executor`):
                                                         stream, since they carry its token
 - `executor-control`     `rota.ctl.run.>`              notices, which the simulator answers
 
+At its start and every `ROTA_EXECUTOR_ANNOUNCE_INTERVAL_S` it announces which jobs its backend
+runs (`ExecutorAnnounced`): the scheduler holds a job no running executor can run.
+
 With several replicas (`ROTA_REPLICAS`), start, stop and control are partitioned by run id
 (`rota.bus.partition`): a run's stop and notices reach the replica that started it, which is
 the one that adopts it after a restart.
