@@ -88,3 +88,14 @@ def test_an_older_announcement_read_late_does_not_replace_a_newer_one() -> None:
     story.now += 5
     job = story.submit(sim={"duration_s": 60.0})
     assert proposed(story.cycle()) == {job}
+
+
+def test_a_renewal_changes_nothing_that_would_explain_the_queue_again() -> None:
+    story = Story()
+    announce(story, "local", "local")
+    before = story.view.changes
+    story.now += 30
+    announce(story, "local", "local")
+    assert story.view.changes == before
+    announce(story, "sim", None)  # another backend in its place: a change
+    assert story.view.changes == before + 1

@@ -43,14 +43,19 @@ class Announced:
 class Executors:
     replicas: dict[int, Announced] = field(default_factory=dict)
 
-    def announced(self, event: m.ExecutorAnnounced, at: float) -> None:
+    def announced(self, event: m.ExecutorAnnounced, at: float) -> bool:
+        """Fold one announcement; whether what the live replicas run may have changed (False
+        for a renewal of a replica still live with the same backend)."""
         known = self.replicas.get(event.replica)
         if known is not None and known.at > at:
-            return  # an older announcement read late: the newer one stands
+            return False  # an older announcement read late: the newer one stands
         self.replicas[event.replica] = Announced(event.backend, event.needs, at,
                                                  at + event.valid_for_s)
-        for replica in [r for r in self.replicas if r >= event.replicas]:
+        gone = [r for r in self.replicas if r >= event.replicas]
+        for replica in gone:
             del self.replicas[replica]
+        return bool(gone) or known is None or known.valid_until <= at or (
+            (known.backend, known.needs) != (event.backend, event.needs))
 
     def live(self, now: float) -> list[Announced]:
         return [a for a in self.replicas.values() if a.valid_until > now]

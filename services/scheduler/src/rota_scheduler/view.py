@@ -326,7 +326,9 @@ class ClusterView:
         return job
 
     def _on_executor_announced(self, event: m.ExecutorAnnounced, at: float) -> JobRecord | None:
-        self.executors.announced(event, at)
+        if not self.executors.announced(event, at):
+            # A renewal, every 30 s: nothing to explain again (`changes` starts refresh passes).
+            self.changes -= 1
         return None
 
     def _on_usage(self, event: m.UsageRecorded, at: float) -> JobRecord | None:
