@@ -13,7 +13,6 @@ import asyncio
 import hmac
 import logging
 import signal
-import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,7 +26,7 @@ from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.faults import crash_point
-from rota.ids import derived_id
+from rota.ids import derived_id, new_id
 from rota.service import RotaService
 from rota.tracing import context_from_headers, job_span
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -58,7 +57,7 @@ class Executor:
         self.nodes = nodes
         self._nodes_by_name = {node.name: node for node in nodes}
         self.backend: Backend | None = None
-        self.instance = str(uuid.uuid4())
+        self.instance = new_id()
         """This process, in its announcements: a restart is a new instance."""
 
     @property
