@@ -33,6 +33,7 @@ from rota_policy.model.decisions import (
 )
 from rota_policy.model.snapshot import (
     NodeState,
+    NoExecutor,
     PendingJob,
     PendingQueue,
     PlanInFlight,
@@ -56,6 +57,7 @@ __all__ = [
     "BudgetLimit",
     "Decisions",
     "Diagnosis",
+    "NoExecutor",
     "NodeState",
     "PendingExplanation",
     "PendingJob",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -21,7 +22,7 @@ from tests.integration.executor.helpers import (
     stop_run,
     wait_event,
 )
-from tests.integration.harness import ServiceProcess, eventually, stream_last_seq
+from tests.integration.harness import ServiceProcess, events, eventually, stream_last_seq
 
 SPEED = 100.0
 
@@ -30,8 +31,29 @@ SPEED = 100.0
 async def executor(endpoints: Endpoints, nc: Client, executor_home: Path
                    ) -> AsyncIterator[ServiceProcess]:
     async for service in started(endpoints, nc, executor_home, ROTA_EXECUTOR="sim",
-                                 ROTA_SIM_SPEED=str(SPEED), ROTA_SIM_TICK_S="0.05"):
+                                 ROTA_SIM_SPEED=str(SPEED), ROTA_SIM_TICK_S="0.05",
+                                 ROTA_EXECUTOR_ANNOUNCE_INTERVAL_S="0.5"):
         yield service
+
+
+async def test_it_announces_that_it_runs_every_job_and_again_while_it_runs(
+        nc: Client, executor: ServiceProcess) -> None:
+    """`ExecutorAnnounced` at its start and every interval, valid for three: the scheduler
+    holds no job for the simulator, which runs any."""
+
+    async def announced() -> list[dict[str, Any]]:
+        """This process's announcements, once there are two (the start's, then one more)."""
+        found = [e for e in await events(nc, s.EVENT_SUBJECTS["ExecutorAnnounced"])
+                 if e["data"]["backend"] == "sim"]
+        mine = [e for e in found if found and e["data"]["instance"] == found[-1]["data"]["instance"]]
+        return mine if len(mine) > 1 else []
+
+    found = await eventually(announced)
+    assert {e["source"] for e in found} == {"executor"}
+    latest = found[-1]["data"]
+    assert latest["needs"] is None and latest["valid_for_s"] == 1.5
+    assert (latest["replica"], latest["replicas"]) == (0, 1)
+    assert len({e["id"] for e in found}) == len(found)  # each its own Nats-Msg-Id
 
 
 def checkpoints(evts: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -120,3 +120,44 @@ async def test_an_elastic_gang_is_proposed_at_the_largest_size_that_fits(
         assert data["gpus"] == sum(len(w["gpus"]) for w in data["placement"]) == 32
     finally:
         scheduler.stop()
+
+
+async def _waits(nc: Client, job_id: str) -> list[dict[str, Any]]:
+    return [e for e in await events(nc, EVENT_SUBJECTS["JobPending"]) if e["job_id"] == job_id]
+
+
+async def test_a_job_no_running_executor_can_run_waits_until_one_that_can_announces_itself(
+    private: tuple[Endpoints, Client], tmp_path: Path
+) -> None:
+    """The local executor announced: a job with only a `sim` section is not proposed (its
+    StartRun would fail there) but waits with NO_EXECUTOR, which says what to do, while a job
+    with a command is proposed. The simulator announced in the same replica's place: the held
+    job is proposed."""
+    endpoints, nc = private
+    scheduler = ServiceProcess("scheduler", endpoints, tmp_path / "a", SETTINGS).start()
+    try:
+        await scheduler.wait_ready(nc)
+        await publish(nc, m.ExecutorAnnounced(backend="local", needs="local", instance=new_id(),
+                                              valid_for_s=600.0))
+        sim_only = await submit(nc, sim={"duration_s": 60.0})
+        with_command = await submit(nc, local={"command": ["python", "train.py"]})
+        await eventually(lambda: proposals(nc, with_command))
+
+        async def held() -> dict[str, Any] | None:
+            waits = await _waits(nc, sim_only)
+            return waits[-1] if waits else None
+
+        wait = (await eventually(held))["data"]
+        [reason] = wait["reasons"]
+        assert reason["code"] == "NO_EXECUTOR" and wait["eta"] is None and wait["position"] == 0
+        assert reason["details"]["executors"] == "local" and reason["details"]["sections"] == "sim"
+        assert "it has only a `sim` section; the local executor runs jobs with a `local`" \
+            " section (a command)" in reason["message"]
+        await asyncio.sleep(1.5)  # three ticks: room to propose it, if it would
+        assert await proposals(nc, sim_only) == []
+
+        await publish(nc, m.ExecutorAnnounced(backend="sim", instance=new_id(), valid_for_s=600.0))
+        [proposal] = await eventually(lambda: proposals(nc, sim_only))
+        assert proposal["data"]["job_id"] == sim_only
+    finally:
+        scheduler.stop()

@@ -43,6 +43,13 @@ def test_long_waits_another_flavor_would_end_now_are_diagnosed_as_a_flavor_list_
     assert diagnosis.message == "2 of 3 long waiters would start now on a100 if they accepted it (flavors: [gpu, a100])"
 
 
+def test_long_waits_for_an_executor_that_can_run_them_are_not_called_capacity() -> None:
+    waiting = [job(f"j{i}", waited_s=4000, reasons=["NO_EXECUTOR"]) for i in range(2)]
+    [diagnosis] = views.diagnose(waiting, 3600, NOW)
+    assert diagnosis.cause == "no_executor"
+    assert diagnosis.message == "2 of 2 long waiters: no running executor can run it"
+
+
 def test_long_waits_for_too_few_gpus_are_capacity_not_a_misconfiguration() -> None:
     [diagnosis] = views.diagnose([job("j", waited_s=4000, reasons=["INSUFFICIENT_CAPACITY"])],
                                  3600, NOW)

@@ -9,6 +9,7 @@ from rota.contracts.job import RackAffinity
 from rota_policy import (
     BudgetLimit,
     NodeState,
+    NoExecutor,
     PendingJob,
     PlanInFlight,
     PolicyConfig,
@@ -126,6 +127,8 @@ class World:
     0: it declares none (`rack` is the one level)."""
     parts: dict[int, dict[int, int]] = field(default_factory=dict)
     """Per node, the GPUs that shares hold in part: GPU index -> quarters held."""
+    unrunnable: dict[str, NoExecutor] = field(default_factory=dict)
+    """Pending jobs no running executor can run, by id (`Snapshot.unrunnable`)."""
 
     def __post_init__(self) -> None:
         self.free = [list(range(self.gpus)) for _ in range(self.nodes)]
@@ -216,7 +219,7 @@ class World:
         )
         return Snapshot(
             nodes, tuple(self.runs), group_pending(pending), dict(self.usage), tuple(self.plans), explain,
-            budget_used=self.budget_used,
+            budget_used=self.budget_used, unrunnable=self.unrunnable or None,
         )
 
     def finish(self, run: RunningRun) -> None:
@@ -265,6 +268,7 @@ def cluster(
     budget_used: dict[str, float] | None = None,
     flavors: dict[int, str] | None = None,
     blocks: int = 0,
+    unrunnable: dict[str, NoExecutor] | None = None,
 ) -> World:
     """A world of `nodes` nodes with `runs` placed in order; `drained` nodes have nothing free;
     `budget_used` is GPU-hours per team used this period of the budgeted flavor; `flavors`
@@ -272,7 +276,7 @@ def cluster(
     blocks, declaring the levels block > rack."""
     used = None if budget_used is None else {(team, FLAVOR): h * 3600.0 for team, h in budget_used.items()}
     world = World(nodes=nodes, racks=racks, usage=dict(usage or {}), plans=list(plans), budget_used=used,
-                  flavors=dict(flavors or {}), blocks=blocks)
+                  flavors=dict(flavors or {}), blocks=blocks, unrunnable=dict(unrunnable or {}))
     for r in runs:
         world.run(
             r.team, r.tier, node=r.node, gpus=r.gpus, started=r.started, resumable=r.resumable,

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 
 import pytest
 from rota.contracts.messages import WaitReasonCode as Code
-from rota_policy import POLICIES, Decisions, PendingExplanation, PendingJob, PlanInFlight, PolicyConfig, Slot
+from rota_policy import (
+    POLICIES,
+    Decisions,
+    NoExecutor,
+    PendingExplanation,
+    PendingJob,
+    PlanInFlight,
+    PolicyConfig,
+    Slot,
+)
 
 from tests.unit.policy.builders import Run, World, cluster, gpu_jobs, team_config
 
@@ -184,7 +193,42 @@ def _plan_and_a_node_that_freed_itself() -> tuple[World, list[PendingJob], Polic
 _BUSY_NODE = cluster(1, Run("cv", "production"))
 _LOST_PLAN = PlanInFlight("nlp-prod-1x8", ("gone",), (Slot(0, "n0", tuple(range(8))),))
 
+SIM_ONLY_UNDER_LOCAL = NoExecutor(("sim",), (("local", "local"),))
+"""A job with only a `sim` section while the one running executor is the local one."""
+
+
+def _held_out_of_line(d: Decisions) -> None:
+    held = explanation(d, "nlp-prod-1x8")
+    assert [r.code for r in held.reasons] == [Code.NO_EXECUTOR] and held.position == 0
+    assert held.reasons[0].detail("executors") == "local" and held.reasons[0].detail("sections") == "sim"
+    assert held.factors.total > 0  # scored as any waiting job is
+    assert explanation(d, "nlp-trai-1x8-1").position == 1  # the held job is not ahead of it
+
+
+def _no_executor_rows() -> list[Row]:
+    held = {"nlp-prod-1x8": SIM_ONLY_UNDER_LOCAL}
+    says = {"nlp-prod-1x8": "no running executor can run this job: it has only a `sim` section; the local"
+            " executor runs jobs with a `local` section (a command)"}
+    jobs = gpu_jobs("nlp", "production") + gpu_jobs("nlp", "training", n=2, submitted=100)
+    return [
+        Row(f"{policy}: a job no running executor can run waits (NO_EXECUTOR) out of line; the next starts",
+            cluster(1, unrunnable=held), jobs, team_config({"nlp": 8}), admits=("nlp-trai-1x8-0",),
+            reasons={"nlp-prod-1x8": (Code.NO_EXECUTOR,)}, no_eta=("nlp-prod-1x8",), says=says,
+            policy=policy, check=_held_out_of_line)
+        for policy in ("rota", "fifo", "kueue", "slurm")
+    ] + [
+        Row("a job no running executor can run preempts no one for GPUs it could not use",
+            cluster(1, Run("cv", "experiment"), unrunnable=held), gpu_jobs("nlp", "production"),
+            team_config({"nlp": 8, "cv": 0}), admits=(), victims=(),
+            reasons={"nlp-prod-1x8": (Code.NO_EXECUTOR,)}, says=says),
+        Row("a job with a section the running executor needs is not held: it preempts as before",
+            cluster(1, Run("cv", "experiment")), gpu_jobs("nlp", "production"),
+            team_config({"nlp": 8, "cv": 0}), admits=(), victims=("run-cv-expe-0",)),
+    ]
+
+
 ROWS: list[Row] = [
+    *_no_executor_rows(),
     # ------------------------------------------------------------ ordering
     Row("tiers are strict: production before an older training job", cluster(1),
         gpu_jobs("nlp", "training", submitted=0) + gpu_jobs("nlp", "production", submitted=5000),

@@ -24,6 +24,7 @@ TITLES: dict[str, str] = {
     "PREEMPTION_DELAYED": "its queue waits before it preempts",
     "BUDGET_EXHAUSTED": "its team's GPU-hour budget is spent",
     "PREEMPTION_HELD": "a rule holds it back from preempting",
+    "NO_EXECUTOR": "no running executor can run it",
     "NOT_YET_SCHEDULED": "not looked at yet",
 }
 

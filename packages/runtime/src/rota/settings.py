@@ -187,6 +187,9 @@ class Settings(BaseSettings):
     executor_poll_interval_s: float = Field(
         0.2, gt=0, le=60, description="How often the local backend looks for exited processes."
     )
+    executor_announce_interval_s: float = Field(
+        30.0, gt=0, le=3600, description="How often the executor announces which jobs it can "
+        "run (`ExecutorAnnounced`); the scheduler counts it gone after three intervals without.")
 
     # Decision records (issue 6): the scheduler's decision log and the read model's history
     # of finished jobs are kept this long, then pruned. 0 keeps them forever.

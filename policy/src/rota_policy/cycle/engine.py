@@ -7,6 +7,9 @@
     5. reserve    backfill reservation for a blocked job that could not preempt
     6. explain    reasons, ETA and score for every pending job asked about; queue diagnoses
 
+A job that no running executor can run (`Snapshot.unrunnable`) is taken out of its queue before
+phase 1 and explained apart (`explain.executors`): it waits as if not submitted yet.
+
 `Rules` says which of these a policy uses; Rota and the three baselines share the engine so that
 a comparison measures policy, not implementation. Phase 1 is here, phases 2-5 in `walk` (the
 reference, with its shortcuts in `cycle.fast` behind the seam `walkstate.FastPath`), phase 6 in
@@ -16,6 +19,7 @@ what they share.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from rota_policy.cycle.fast.shortcuts import Shortcuts
@@ -25,10 +29,11 @@ from rota_policy.cycle.restarts import resolve_restarts
 from rota_policy.cycle.state import Cycle, Planner, Rules
 from rota_policy.cycle.walk import walk
 from rota_policy.cycle.walkstate import REFERENCE, FastPath
-from rota_policy.explain.reasons import explain
+from rota_policy.explain.executors import held_explanations
+from rota_policy.explain.reasons import explain, score_factors
 from rota_policy.model.config import PolicyConfig
 from rota_policy.model.decisions import Decisions
-from rota_policy.model.snapshot import QUARTERS, Slot, Snapshot
+from rota_policy.model.snapshot import QUARTERS, NoExecutor, PendingQueue, Slot, Snapshot
 
 __all__ = ["Cycle", "Planner", "Rules", "run_cycle"]
 
@@ -108,11 +113,38 @@ def _fast_path(rules: Rules, shortcuts: bool) -> FastPath:
     return Shortcuts(rules.pass_over) if shortcuts else REFERENCE
 
 
+def _without(snapshot: Snapshot, held: Mapping[str, NoExecutor]) -> Snapshot:
+    """The snapshot with the held jobs out of their queues and of the jobs to explain."""
+    queues: list[PendingQueue] = []
+    for queue in snapshot.pending:
+        if held.keys().isdisjoint(queue.ids()):
+            queues.append(queue)
+            continue
+        jobs = tuple(j for j in queue.jobs if j.job_id not in held)
+        if jobs:
+            queues.append(PendingQueue(queue.tier, queue.team, queue.flavor, jobs))
+    wanted = snapshot.explain
+    return replace(snapshot, pending=tuple(queues), unrunnable=None,
+                   explain=None if wanted is None else wanted - held.keys())
+
+
 def run_cycle(
     snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules, shortcuts: bool = True
 ) -> Decisions:
     """One cycle under `rules`: walked with the shortcuts the rules allow (`cycle.fast`), or
     with none (`shortcuts=False`: the reference walk, which the tests compare with)."""
+    held = snapshot.unrunnable
+    if not held:
+        return _run(snapshot, now, config, rules, shortcuts)[0]
+    decisions, cy = _run(_without(snapshot, held), now, config, rules, shortcuts)
+    waiting = held_explanations(snapshot.pending, held, snapshot.explain,
+                                lambda job: score_factors(cy, job))
+    return replace(decisions, pending=decisions.pending + waiting)
+
+
+def _run(
+    snapshot: Snapshot, now: float, config: PolicyConfig, rules: Rules, shortcuts: bool
+) -> tuple[Decisions, Cycle]:
     cy = _prepared(snapshot, now, config, rules)
     if not walk(cy, _fast_path(rules, shortcuts)):
         # A job it passed over would have searched for victims: decide again, one job at a time.
@@ -129,4 +161,4 @@ def run_cycle(
         abandoned_plans=tuple(cy.outcome.abandoned),
         deferred=tuple(sorted(cy.outcome.deferred.items())),
         grows=grown,
-    )
+    ), cy

@@ -33,10 +33,15 @@ from rota_policy.model.keys import LaneKey
 from rota_policy.model.snapshot import PendingJob, PendingQueue
 from rota_policy.nominate.ordering import QueueWalk, submit_key, tier_queues
 
-__all__ = ["explain"]
+__all__ = ["explain", "score_factors"]
 
 
 _PRIORITY = Block(Code.PRIORITY)
+
+
+def score_factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:
+    """The job's score, factor by factor, under the cycle's rules."""
+    return _factors(cy, job)
 
 
 def _factors(cy: Cycle, job: PendingJob) -> ScoreBreakdown:

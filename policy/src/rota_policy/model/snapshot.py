@@ -21,6 +21,7 @@ from rota_policy.model.topology import Need, TopologyNeed, need_of
 
 __all__ = [
     "QUARTERS",
+    "NoExecutor",
     "NodeState",
     "PendingJob",
     "PendingQueue",
@@ -353,6 +354,18 @@ def group_pending(jobs: list[PendingJob] | tuple[PendingJob, ...]) -> tuple[Pend
 
 
 @dataclass(frozen=True, slots=True)
+class NoExecutor:
+    """Why no running executor can run a pending job: the facts, which the policy words
+    (`explain.executors`). The caller, which knows the jobs' specs and the executors, decides
+    which jobs these are; the policy leaves them waiting."""
+
+    sections: tuple[str, ...]
+    """The job's run sections (`local`, `kubernetes`, `sim`) that it has, sorted."""
+    executors: tuple[tuple[str, str], ...]
+    """Each running executor's backend and the section it needs to run a job, sorted."""
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     nodes: tuple[NodeState, ...]
     running: tuple[RunningRun, ...]
@@ -381,6 +394,10 @@ class Snapshot:
     restarts: tuple[Restart, ...] = ()
     """Runs restarting at another size on GPUs held for them (`Restart`); the live scheduler's.
     The replay restarts such a run at the instant it stops, so it never needs one."""
+    unrunnable: Mapping[str, NoExecutor] | None = None
+    """Pending jobs, by id, that no running executor can run: they wait (`NO_EXECUTOR`) out
+    of every queue's line, as if not submitted yet, so no job waits behind them. None or
+    empty: every job can run (the simulator's replay, or no executor has announced itself)."""
 
 
 # ---------------------------------------------------------------- decisions

@@ -40,6 +40,7 @@ CAUSES = {
     "EXCEEDS_CLUSTER": "request_too_large",
     "FRAGMENTATION": "fragmentation",
     "PRIORITY": "queue_weight",
+    "NO_EXECUTOR": "no_executor",
 }
 
 

@@ -9,6 +9,9 @@ Consumers, each handler thin (the work is in `runs.Executor`):
                                                         stream, since they carry its token
 - `executor-control`     `rota.ctl.run.>`              notices, which the simulator answers
 
+At its start and every `ROTA_EXECUTOR_ANNOUNCE_INTERVAL_S` it announces which jobs its backend
+runs (`ExecutorAnnounced`): the scheduler holds a job no running executor can run.
+
 With several replicas (`ROTA_REPLICAS`), start, stop and control are partitioned by run id
 (`rota.bus.partition`): a run's stop and notices reach the replica that started it, which is
 the one that adopts it after a restart.
@@ -117,11 +120,15 @@ def build(service: RotaService | None = None, config: RotaConfig | None = None) 
         # live runs are adopted before any StopRun for them can arrive.
         executor.backend = await make_backend(service, executor)
         await executor.recover()
+        # Before any StartRun is read: the scheduler holds what this backend cannot run.
+        await executor.announce()
 
     @service.app.after_startup
     async def run_backend() -> None:
         assert executor.backend is not None
         background.append(asyncio.create_task(executor.backend.run(), name="executor-backend"))
+        background.append(asyncio.create_task(executor.keep_announcing(),
+                                              name="executor-announce"))
         log.info("executor: %s backend", executor.backend.name)
 
     @service.app.on_shutdown

@@ -112,6 +112,10 @@ class Reporter(Protocol):
 
 class Backend(Protocol):
     name: str
+    needs: str | None
+    """The job spec section this backend needs to run a job (`local`, `kubernetes`); None: it
+    runs every job. Announced (`ExecutorAnnounced`) so that the scheduler holds, rather than
+    admits, a job that no running executor can run; `unsupported` says the same of one spec."""
     time_scale: float
     """Run seconds per wall second: the sim speed, else 1. Lost work is counted in run time."""
 

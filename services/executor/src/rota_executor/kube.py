@@ -80,6 +80,7 @@ class Tracked:
 
 class KubeBackend(NodeTracking, EvictionRequests):
     name = "kubernetes"
+    needs: str | None = "kubernetes"
     time_scale = 1.0
 
     def __init__(

@@ -111,6 +111,7 @@ class Watched:
 
 class LocalBackend:
     name = "local"
+    needs: str | None = "local"
     time_scale = 1.0
 
     def __init__(

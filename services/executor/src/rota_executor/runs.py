@@ -9,6 +9,7 @@ ends once (`ended` on a run already over does nothing), and is stopped once.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import signal
@@ -25,7 +26,7 @@ from rota.contracts import ContractError, envelope, parse
 from rota.contracts import messages as m
 from rota.contracts.subjects import EVENT_SUBJECTS, STREAM_EVT
 from rota.faults import crash_point
-from rota.ids import derived_id
+from rota.ids import derived_id, new_id
 from rota.service import RotaService
 from rota.tracing import context_from_headers, job_span
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -56,6 +57,8 @@ class Executor:
         self.nodes = nodes
         self._nodes_by_name = {node.name: node for node in nodes}
         self.backend: Backend | None = None
+        self.instance = new_id()
+        """This process, in its announcements: a restart is a new instance."""
 
     @property
     def _backend(self) -> Backend:
@@ -375,6 +378,33 @@ class Executor:
         async with self.service.engine.begin() as conn:
             await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
         self._wake()
+
+    # ------------------------------------------------------------------ announcements
+
+    async def announce(self) -> None:
+        """`ExecutorAnnounced`: this replica runs, and which jobs its backend runs. Valid for
+        three intervals, so one lost (a slow relay, a pause) does not make it look gone."""
+        backend, settings = self._backend, self.service.settings
+        event = m.ExecutorAnnounced(
+            backend=backend.name, needs=backend.needs, instance=self.instance,
+            replica=self.service.partition.index, replicas=self.service.partition.count,
+            valid_for_s=3 * settings.executor_announce_interval_s)
+        env = envelope(event, source=SOURCE, occurred_at=self.service.clock.now())
+        async with self.service.engine.begin() as conn:
+            await self.service.outbox.add(conn, env, EVENT_SUBJECTS[env.type], stream=STREAM_EVT)
+        self._wake()
+
+    async def keep_announcing(self) -> None:
+        """Announce again every `ROTA_EXECUTOR_ANNOUNCE_INTERVAL_S`, until cancelled; a
+        failed announcement is logged and tried again at the next interval."""
+        interval = self.service.settings.executor_announce_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.announce()
+            except Exception:
+                log.exception("executor: could not announce itself; trying again in %.0f s",
+                              interval)
 
     # ------------------------------------------------------------------ restart
 

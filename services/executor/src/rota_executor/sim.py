@@ -24,6 +24,7 @@ log = logging.getLogger("rota.executor.sim")
 
 class SimBackend:
     name = "sim"
+    needs: str | None = None
 
     def __init__(self, reporter: Reporter, clock: Clock, *, speed: float, tick_s: float) -> None:
         self.reporter = reporter

@@ -60,6 +60,7 @@ def snapshot_of(view: ClusterView, now: float, explain: frozenset[str] | None,
             for job_id, r in view.restarts.items() if job_id in view.jobs
         ),
         layout=memo.layout if memo is not None else None,
+        unrunnable=view.executors.unrunnable(now, pending, view.jobs),
     )
 
 

@@ -28,6 +28,7 @@ from rota_policy.model.runtimes import RuntimeScale
 from rota_policy.model.snapshot import QUARTERS
 from rota_policy.preemption.drain import Drain
 
+from rota_scheduler.executors import Executors
 from rota_scheduler.pending_index import PendingIndex
 from rota_scheduler.records import (
     Allocation,
@@ -67,6 +68,8 @@ class ClusterView:
     evictions: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Run id → (node, why) of runs a Kubernetes EvictionRequest names (`RunEvictionRequested`):
     stopped as a drain stops a run, until the run ends or the request is withdrawn."""
+    executors: Executors = field(default_factory=Executors)
+    """What the running executors can run (`ExecutorAnnounced`): what no one can run waits."""
     drain_victims: dict[str, str] = field(default_factory=dict)
     """Run id → the drain plan stopping it, until the run ends: stopped once."""
     changes: int = 0
@@ -322,6 +325,12 @@ class ClusterView:
             ))
         return job
 
+    def _on_executor_announced(self, event: m.ExecutorAnnounced, at: float) -> JobRecord | None:
+        if not self.executors.announced(event, at):
+            # A renewal, every 30 s: nothing to explain again (`changes` starts refresh passes).
+            self.changes -= 1
+        return None
+
     def _on_usage(self, event: m.UsageRecorded, at: float) -> JobRecord | None:
         self.usage = dict(event.teams)
         self.usage_as_of = event.as_of.timestamp() or at
@@ -432,6 +441,7 @@ HANDLERS: dict[type[BaseModel], Handler] = {
     m.NodeDrainCancelled: ClusterView._on_drain_cancelled,
     m.RunEvictionRequested: ClusterView._on_eviction_requested,
     m.UsageRecorded: ClusterView._on_usage,
+    m.ExecutorAnnounced: ClusterView._on_executor_announced,
 }
 """One handler per event class the view folds (Cosmic Python's handlers keyed by message
 class); every other event, `PreemptionNoticed` among them, changes nothing here."""

@@ -68,6 +68,8 @@ EVENT_OWNERS: dict[str, frozenset[str]] = {
     "NodeDrainCancelled": frozenset({"submission", "executor"}),
     # A Kubernetes EvictionRequest for a run's pod, seen by the executor's watch.
     "RunEvictionRequested": frozenset({"executor"}),
+    # What each executor replica can run, for the scheduler's hold (NO_EXECUTOR).
+    "ExecutorAnnounced": frozenset({"executor"}),
 }
 """Every event type and the services that may publish it."""
 

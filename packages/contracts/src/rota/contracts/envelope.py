@@ -51,6 +51,7 @@ EVENT_TYPES: dict[str, type[BaseModel]] = {
     "NodeDrainRequested": m.NodeDrainRequested,
     "NodeDrainCancelled": m.NodeDrainCancelled,
     "RunEvictionRequested": m.RunEvictionRequested,
+    "ExecutorAnnounced": m.ExecutorAnnounced,
 }
 CONTROL_TYPES: dict[str, type[BaseModel]] = {
     "PreemptionNotice": m.PreemptionNotice,

@@ -199,6 +199,10 @@ class WaitReasonCode(StrEnum):
     """A rule holds the job back from preempting: its victims' minimum runtime or preemption
     budget, or its queue's wait target (`details.hold` says which, `details.hold_ends_at` until
     when, where it ends)."""
+    NO_EXECUTOR = "NO_EXECUTOR"
+    """No running executor can run the job as it is (it has no section for their backends,
+    `ExecutorAnnounced`): it waits, and is not admitted, until one that can announces itself
+    (`details.executors`: the backends running, `details.sections`: the job's)."""
 
 
 class WaitReason(OpenModel):
@@ -333,6 +337,24 @@ class NodeRestored(OpenModel):
     """A withdrawn node is usable again: it is offered for placement once more."""
 
     node: Name
+
+
+class ExecutorAnnounced(OpenModel):
+    """An executor (one replica) runs, and says which jobs it can run: at its start and then
+    every `valid_for_s / 3` seconds. The scheduler admits no job that no executor announced as
+    running can run (wait reason `NO_EXECUTOR`); an announcement not renewed within
+    `valid_for_s` of `occurred_at` means that replica has gone. A later announcement of the
+    same `replica` replaces the earlier one (a restart, perhaps with another backend)."""
+
+    backend: Name = Field(description="`sim`, `local` or `kubernetes`.")
+    needs: Name | None = Field(None, description=(
+        "The job spec section this executor needs to run a job: `local` (a command) or "
+        "`kubernetes` (an image); none: it runs every job (the simulator plays a job without a "
+        "`sim` section for its declared runtime)."))
+    instance: Uuid = Field(description="This process: a new id at each start.")
+    replica: StrictInt = Field(0, ge=0, le=63)
+    replicas: StrictInt = Field(1, ge=1, le=64)
+    valid_for_s: StrictFloat = Field(gt=0, le=86_400)
 
 
 class NodeDrainRequested(OpenModel):

@@ -164,4 +164,5 @@ EVENT_SUBJECTS: dict[str, str] = {
     "NodeDrainRequested": "rota.evt.node.drain_requested",
     "NodeDrainCancelled": "rota.evt.node.drain_cancelled",
     "RunEvictionRequested": "rota.evt.run.eviction_requested",
+    "ExecutorAnnounced": "rota.evt.executor.announced",
 }
