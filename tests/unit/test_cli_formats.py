@@ -15,6 +15,7 @@ from rota.cli.main import app
 from rota.formats import age, moment, parse_time, score, short
 from rota.ids import new_id, short_id
 from rota.settings import get_settings
+from rota_submission.explain import describe
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -176,3 +177,15 @@ def test_rota_watch_prints_an_event_with_a_moment_and_a_short_id() -> None:
                         "job_id": job_id, "data": {"deadline": "2026-12-07T16:52:07+00:00"}})
     assert line.startswith("2026-12-07 16:47:07 UTC  PreemptionNoticed")
     assert short_id(job_id) in line and "save by 2026-12-07 16:52:07 UTC" in line
+
+
+def test_a_job_out_of_line_has_no_position_in_why_or_trace(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    reason = {"code": "NO_EXECUTOR", "message": "no running executor can run this job"}
+    jobs.print_wait({"reasons": [reason], "eta": None, "position": 0, "flavor": "gpu"},
+                    datetime.now(UTC))
+    assert "position" not in capsys.readouterr().out
+    line = describe("JobPending", {"reasons": [reason], "position": 0}, "j")
+    assert "out of line" in line and "position" not in line
+    assert "(position 3, ETA" in describe("JobPending", {"reasons": [reason], "position": 3,
+                                                         "eta": "2026-12-07T18:00:00Z"}, "j")

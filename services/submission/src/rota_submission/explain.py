@@ -79,7 +79,9 @@ def _pending(data: dict[str, Any], job_id: str) -> str:
     said = [_reason(reasons[0])] if reasons else ["waiting"]
     said += [f"held back: {_reason(r)}" for r in reasons[1:] if r.get("code") in waits.HOLDS]
     eta = f", ETA {moment(data['eta'])}" if data.get("eta") else f", no ETA: {waits.no_eta(reasons)}"
-    return f"hold: {'; '.join(said)} (position {data.get('position')}{eta})"
+    # Position 0: out of line (a job no running executor can run), so no place to say.
+    place = f"position {data['position']}" if data.get("position") else "out of line"
+    return f"hold: {'; '.join(said)} ({place}{eta})"
 
 
 def _reason(reason: dict[str, Any]) -> str:

@@ -345,7 +345,7 @@ def print_wait(answer: dict[str, Any], now: datetime) -> None:
     place = answer.get("position")
     queue = f" in the {answer['flavor']} queue" if answer.get("flavor") else ""
     console.print(untrusted(f"      eta  {shown}"
-                            + (f"   (position {place}{queue})" if place is not None else "")),
+                            + (f"   (position {place}{queue})" if place else "")),  # 0: out of line
                   highlight=False)
     factors = answer.get("factors") or {}
     if factors:
