@@ -11,11 +11,7 @@ from rich.table import Table
 from rota.cli.client import call
 from rota.cli.output import console, emit_json, handled
 from rota.cli.untrusted import untrusted
-from rota.contracts import messages as m
-from rota.contracts.subjects import NOTIFICATIONS_LIST
-from rota.settings import get_settings
 
-SUBJECT = NOTIFICATIONS_LIST
 NO_CHANNEL = (
     "no channel is configured, so the notifier records and sends nothing: give it Slack "
     "(ROTA_SLACK_TOKEN, or ROTA_SLACK_WEBHOOK_URL) or email (ROTA_SMTP_HOST, and ROTA_SMTP_USER,"
@@ -56,8 +52,12 @@ def notifications(
         "--limit", min=1, max=1000, help="At most this many, newest first.")] = 50,
 ) -> None:
     """Notifications sent, retrying or dead, newest first. No secret is ever shown."""
+    from rota.contracts import messages as m
+    from rota.contracts.subjects import NOTIFICATIONS_LIST
+    from rota.settings import get_settings
+
     answer: dict[str, Any] = call(
-        get_settings(), SUBJECT, m.ListNotifications(failed=failed, limit=limit,
+        get_settings(), NOTIFICATIONS_LIST, m.ListNotifications(failed=failed, limit=limit,
                                                      with_channels=True)
     )
     rows: list[dict[str, Any]] = answer["notifications"]

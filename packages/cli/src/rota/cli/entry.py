@@ -1,0 +1,102 @@
+"""The `rota` console script: it loads only the command it runs.
+
+`rota.cli.main.app` is the whole command line, with every command's module imported and
+every command's options built; Typer builds them all each time an app starts (about 100 ms),
+and the modules of `up`, `bench`, `cluster`, `creds`, `demo` and `replay` import NATS, the
+embedded servers, Kubernetes and the replay. So `main` looks at the first argument: a command
+or group of the tables below is imported alone and run as the only one of an app with `app`'s
+settings (its help, parsing, output and exit codes are `app`'s: tests/unit/test_cli_startup.py
+compares them); anything else (`rota`, `rota --help`, `config`, `migrate`, `contracts`, a
+typo that click suggests a name for) runs `app` itself. `app` registers the same tables, in
+this order, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import typer
+
+APP_SETTINGS: dict[str, Any] = {
+    "name": "rota",
+    "help": "Rota: a checkpoint-aware, explainable queue for GPU training jobs.",
+    "no_args_is_help": True,
+    "pretty_exceptions_enable": False,
+    "add_completion": False,
+}
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, function), in the order `rota --help` lists them
+    "demo": ("rota.demo.runner", "demo"),
+    "up": ("rota.cli.up", "up"),
+    "submit": ("rota.cli.jobs", "submit"),
+    "jobs": ("rota.cli.jobs", "jobs"),
+    "job": ("rota.cli.jobs", "job"),
+    "cancel": ("rota.cli.jobs", "cancel"),
+    "queues": ("rota.cli.jobs", "queues"),
+    "why": ("rota.cli.jobs", "why"),
+    "trace": ("rota.cli.jobs", "trace"),
+    "watch": ("rota.cli.watch", "watch"),
+    "notifications": ("rota.cli.notifications", "notifications"),
+    "deadletter": ("rota.cli.deadletter", "deadletter"),
+    "preemptions": ("rota.cli.operations", "preemptions"),
+    "allocations": ("rota.cli.operations", "allocations"),
+    "replay": ("rota.cli.replay", "replay_command"),
+    "convert-trace": ("rota.cli.replay", "convert_trace_command"),
+}
+GROUPS: dict[str, tuple[str, str]] = {
+    # name: (module, Typer app)
+    "bench": ("rota.cli.bench", "bench_app"),
+    "creds": ("rota.cli.creds", "creds_app"),
+    "auth": ("rota.cli.creds", "auth_app"),
+    "cluster": ("rota.cli.cluster", "cluster_app"),
+}
+
+
+def load(module: str, attribute: str) -> Any:
+    return getattr(importlib.import_module(module), attribute)
+
+
+def add(app: typer.Typer, name: str) -> None:
+    """Register the command or group `name` of the tables on `app`."""
+    if name in COMMANDS:
+        app.command(name)(load(*COMMANDS[name]))
+    else:
+        app.add_typer(load(*GROUPS[name]), name=name)
+
+
+def command_app(name: str) -> typer.Typer | None:
+    """An app of `app`'s settings with only the command or group `name`; None when `name` is
+    not in the tables."""
+    if name not in COMMANDS and name not in GROUPS:
+        return None
+    one = typer.Typer(**APP_SETTINGS)
+    add(one, name)
+    # An app of one command and no callback runs that command as the program itself (with
+    # no name to give); a callback keeps it a group of one, as `app` is a group.
+    one.callback()(_no_options)
+    return one
+
+
+def _no_options() -> None:
+    pass  # `rota` itself takes no option but --help (and no docstring: the help is `app`'s)
+
+
+def skip_websocket_transport() -> None:
+    """Keep nats-py from importing aiohttp, the largest import of a quick command: it wants
+    it only for NATS over websockets (ws://, wss://), which Rota never serves. Only the `rota`
+    process does this, and not when ROTA_NATS_URL names a websocket server."""
+    if not os.environ.get("ROTA_NATS_URL", "").startswith("ws") and "aiohttp" not in sys.modules:
+        sys.modules["aiohttp"] = None  # type: ignore[assignment]  # `import aiohttp` fails
+
+
+def main() -> None:
+    """The `rota` console script."""
+    skip_websocket_transport()
+    one = command_app(sys.argv[1] if len(sys.argv) > 1 else "")
+    # Anything else is the whole command line's, whose module registers these tables.
+    app: typer.Typer = load("rota.cli.main", "app") if one is None else one
+    app()
