@@ -65,7 +65,8 @@ def run_once(argv: Sequence[str], env: Mapping[str, str]) -> tuple[float, str]:
 def import_ms(argv: Sequence[str], env: Mapping[str, str]) -> float:
     """The imports of one run, as `python -X importtime` counts them: the sum of its top-level
     imports' cumulative times."""
-    done = subprocess.run([sys.executable, "-X", "importtime", *argv], env=dict(env),
+    python = Path(argv[0]).with_name("python")  # the script's own interpreter
+    done = subprocess.run([str(python), "-X", "importtime", *argv], env=dict(env),
                           capture_output=True, text=True, timeout=60)
     total = sum(int(m.group(1)) for line in done.stderr.splitlines()
                 if (m := IMPORT_LINE.match(line)))

@@ -228,11 +228,10 @@ def cli(
     runs: Annotated[int, typer.Option(min=1, help="Measured runs of each command.")] = 20,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
 ) -> None:
-    """The quick commands' start, as a user runs them: `rota submit -f`, `rota jobs --json
-    --limit 50`, `rota why <id>` and `rota --help`, each a new process, on the live stack (sim
-    executor, embedded servers under ROTA_HOME/bench, or ROTA_NATS_URL/ROTA_DATABASE_URL):
-    wall ms median/p90/max, import ms (`python -X importtime`), and whether bytecode caches
-    were usable."""
+    """How fast the quick commands start: rota submit, jobs, why and --help, each run as a new
+    process on the live stack (sim executor, embedded servers under ROTA_HOME/bench, or
+    ROTA_NATS_URL/ROTA_DATABASE_URL); wall ms median, p90 and max, the imports' ms (`python -X
+    importtime`), and whether bytecode caches were usable."""
     from rota.bench.e2e import CONFIG
     from rota.bench.startup import run
 
