@@ -86,17 +86,25 @@ def _no_options() -> None:
 
 
 def skip_websocket_transport() -> None:
-    """Keep nats-py from importing aiohttp, the largest import of a quick command: it wants
-    it only for NATS over websockets (ws://, wss://), which Rota never serves. Only the `rota`
-    process does this, and not when ROTA_NATS_URL names a websocket server."""
-    if not os.environ.get("ROTA_NATS_URL", "").startswith("ws") and "aiohttp" not in sys.modules:
-        sys.modules["aiohttp"] = None  # type: ignore[assignment]  # `import aiohttp` fails
+    """Import nats-py without aiohttp, the largest import of a quick command: nats-py wants it
+    only for NATS over websockets (ws://, wss://), which Rota never serves. aiohttp itself stays
+    importable for what needs it (kubernetes-asyncio: `rota cluster import`). Only the `rota`
+    process does this, for the commands of the tables, and not when ROTA_NATS_URL names a
+    websocket server."""
+    if os.environ.get("ROTA_NATS_URL", "").startswith("ws") or "aiohttp" in sys.modules:
+        return
+    sys.modules["aiohttp"] = None  # type: ignore[assignment]  # `import aiohttp` fails ...
+    try:
+        import nats.aio.transport  # noqa: F401  # ... in nats-py's transport, which then has none
+    finally:
+        del sys.modules["aiohttp"]
 
 
 def main() -> None:
     """The `rota` console script."""
-    skip_websocket_transport()
     one = command_app(sys.argv[1] if len(sys.argv) > 1 else "")
+    if one is not None:
+        skip_websocket_transport()
     # Anything else is the whole command line's, whose module registers these tables.
     app: typer.Typer = load("rota.cli.main", "app") if one is None else one
     app()
