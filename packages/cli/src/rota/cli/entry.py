@@ -13,9 +13,11 @@ this order, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
+import threading
 from typing import Any
 
 import typer
@@ -100,8 +102,19 @@ def skip_websocket_transport() -> None:
         del sys.modules["aiohttp"]
 
 
+COLLECTOR_BACK_AFTER_S = 1.0
+
+
 def main() -> None:
     """The `rota` console script."""
+    # Starting builds objects that live as long as the command (modules, the contracts' models,
+    # Typer's options): the cycle collector would only walk them again and again, about a
+    # tenth of a quick command's time. A command still running after a second (`up`, `watch`,
+    # `demo`, a bench) gets it back.
+    gc.disable()
+    collector_back = threading.Timer(COLLECTOR_BACK_AFTER_S, gc.enable)
+    collector_back.daemon = True  # the command's end does not wait for it
+    collector_back.start()
     one = command_app(sys.argv[1] if len(sys.argv) > 1 else "")
     if one is not None:
         skip_websocket_transport()
