@@ -8,7 +8,7 @@ import shutil
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,7 +16,9 @@ from rota.cli.output import emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
 from rota.cli.stack import SERVICES
 from rota.cli.up import ReplicasOpt, ignore_signals, replica_counts, stopping_on_signals
-from rota.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from rota.settings import Settings
 
 bench_app = typer.Typer(help="Benchmarks: figures as JSON, not timed tests.", no_args_is_help=True)
 
@@ -43,6 +45,7 @@ def e2e(
     executor, embedded servers under ROTA_HOME/bench), against the JetStream ceiling, with
     each service's CPU seconds per job."""
     from rota.bench.e2e import config_with_backlog_nodes, run
+    from rota.settings import get_settings
 
     counts = replica_counts(replicas)
     base = get_settings()
@@ -85,6 +88,8 @@ SIM_ENV = {"ROTA_LOG_LEVEL": "WARNING", "ROTA_SIM_SPEED": "1",
 
 def bench_home() -> tuple[Settings, Path]:
     """The settings with ROTA_HOME/bench, emptied, as the home."""
+    from rota.settings import get_settings
+
     base = get_settings()
     home = base.home / "bench"
     shutil.rmtree(home, ignore_errors=True)
@@ -215,6 +220,27 @@ def embedded_server_pids(stack: Stack) -> dict[str, int]:
     if infra is not None and infra.postgres is not None and infra.postgres.pid is not None:
         out["postgres"] = infra.postgres.pid
     return out
+
+
+@bench_app.command("cli")
+@handled
+def cli(
+    runs: Annotated[int, typer.Option(min=1, help="Measured runs of each command.")] = 20,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+) -> None:
+    """How fast the quick commands start: rota submit, jobs, why and --help, each run as a new
+    process on the live stack (sim executor, embedded servers under ROTA_HOME/bench, or
+    ROTA_NATS_URL/ROTA_DATABASE_URL); wall ms median, p90 and max, the imports' ms (`python -X
+    importtime`), and whether bytecode caches were usable."""
+    from rota.bench.e2e import CONFIG
+    from rota.bench.startup import run
+
+    settings, home = bench_home()
+
+    async def measure(stack: Stack) -> dict[str, Any]:
+        return run(home, runs=runs, say=_say)
+
+    on_stack(settings, CONFIG, measure, json_path)
 
 
 @bench_app.command("core")

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import nats
-from nats.aio.client import Client
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
-from pydantic import BaseModel
-
-from rota.auth.keys import ADMIN, AuthDir
-from rota.auth.permissions import team_subjects
-from rota.bus.options import connect_options, creds_team
 from rota.cli.output import CommandFailed, InvalidInput
-from rota.contracts import envelope
-from rota.contracts import messages as m
-from rota.contracts.subjects import TEAM_QUERIES, team_query
-from rota.endpoints import resolve
-from rota.settings import Settings
+
+if TYPE_CHECKING:  # nats-py, the contracts and the settings load with the first request
+    from nats.aio.client import Client
+    from pydantic import BaseModel
+
+    from rota.settings import Settings
 
 SOURCE = "cli"
 
@@ -42,6 +33,12 @@ class Connection:
 
 @asynccontextmanager
 async def connected(settings: Settings) -> AsyncIterator[Connection]:
+    import nats
+    from nats.errors import TimeoutError as NatsTimeout
+
+    from rota.bus.options import connect_options, creds_team
+    from rota.endpoints import resolve
+
     url = resolve(settings, need_database=False).nats_url
     team = creds_team(settings.nats_creds) if settings.nats_creds is not None else None
     refusals: list[str] = []
@@ -68,6 +65,11 @@ async def connected(settings: Settings) -> AsyncIterator[Connection]:
 def refused_to_team(settings: Settings, subject: str, team: str) -> str | None:
     """Why a team's credentials may not ask `subject`, said before the server refuses it
     with a bare permissions violation; None when they may."""
+    # Only team credentials come here: the admin's (those of `rota up`) skip the tables.
+    from rota.auth.keys import ADMIN, AuthDir
+    from rota.auth.permissions import team_subjects
+    from rota.contracts.subjects import TEAM_QUERIES, team_query
+
     asked = team_query(subject, team) if subject in TEAM_QUERIES else subject
     if asked in team_subjects(team):
         return None
@@ -80,6 +82,14 @@ def refused_to_team(settings: Settings, subject: str, team: str) -> str | None:
 
 async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
     """Send one API request and return its `result`, or raise with the server's reason."""
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeout
+
+    from rota.bus.options import creds_team
+    from rota.contracts import envelope
+    from rota.contracts import messages as m
+    from rota.contracts.subjects import TEAM_QUERIES, team_query
+
     team = creds_team(settings.nats_creds) if settings.nats_creds is not None else None
     if team is not None and (refused := refused_to_team(settings, subject, team)):
         raise CommandFailed(refused)
@@ -107,4 +117,6 @@ async def request(settings: Settings, subject: str, data: BaseModel) -> Any:
 
 
 def call(settings: Settings, subject: str, data: BaseModel) -> Any:
+    import asyncio
+
     return asyncio.run(request(settings, subject, data))

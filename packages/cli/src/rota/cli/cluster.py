@@ -9,15 +9,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from rota.cli.client import call
 from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.cli.untrusted import untrusted
-from rota.config.loader import parse_config
-from rota.contracts.messages import DrainNode, ListNodes, UndrainNode
-from rota.contracts.subjects import API_NODE_DRAIN, API_NODE_UNDRAIN, SCHEDULER_NODES
 from rota.formats import moment, short
 from rota.k8s.inventory import (
     DEFAULT_FLAVOR_LABEL,
@@ -29,7 +25,6 @@ from rota.k8s.inventory import (
     differences,
     nodes_of,
 )
-from rota.settings import get_settings
 
 cluster_app = typer.Typer(help="The cluster Rota places work on.", no_args_is_help=True)
 
@@ -70,6 +65,10 @@ def cluster_import(
 
     The file is validated as a whole before it is written, and YAML comments in it are not
     kept (the file is rewritten)."""
+    import yaml
+
+    from rota.config.loader import parse_config
+
     items = asyncio.run(list_nodes(kubeconfig, context))
     live = nodes_of(items, Labels(gpu_resource, flavor_label, rack_label))
     if not live:
@@ -142,6 +141,10 @@ def cluster_drain(
     to end before the deadline gets a notice, checkpoints, stops and resumes elsewhere, as a
     preemption with the reason `drain` that spends no preemption budget; at the deadline,
     whatever still runs there does the same. `rota cluster undrain` ends it."""
+    from rota.contracts.messages import DrainNode
+    from rota.contracts.subjects import API_NODE_DRAIN
+    from rota.settings import get_settings
+
     result = call(get_settings(), API_NODE_DRAIN,
                   DrainNode(node=node, reason=reason, **parse_deadline(deadline)))
     if json_out:
@@ -160,6 +163,10 @@ def cluster_undrain(
 ) -> None:
     """End a node's drain (admin only): it takes new placements again. Runs already stopped
     for the drain stay requeued."""
+    from rota.contracts.messages import UndrainNode
+    from rota.contracts.subjects import API_NODE_UNDRAIN
+    from rota.settings import get_settings
+
     result = call(get_settings(), API_NODE_UNDRAIN, UndrainNode(node=node))
     if json_out:
         emit_json(result)
@@ -180,6 +187,10 @@ def cluster_nodes(
 ) -> None:
     """Each node's state (ready, draining until D, drained, lost) and the runs on it, as the
     active scheduler sees them."""
+    from rota.contracts.messages import ListNodes
+    from rota.contracts.subjects import SCHEDULER_NODES
+    from rota.settings import get_settings
+
     result = call(get_settings(), SCHEDULER_NODES, ListNodes(node=node))
     nodes: list[dict[str, Any]] = result["nodes"]
     if json_out:

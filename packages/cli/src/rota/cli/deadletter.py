@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,10 +11,10 @@ from rota.cli.client import request
 from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, handled
 from rota.cli.stack import SERVICES
-from rota.contracts import messages as m
-from rota.contracts.subjects import deadletter as deadletter_subject
 from rota.formats import age, moment
-from rota.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from rota.settings import Settings
 
 DEAD_LETTER_COLUMNS = (
     Column("AGE", whole=True), Column("SERVICE", whole=True), Column("CONSUMER"),
@@ -32,6 +32,9 @@ def dead_letter_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
 async def _gather(settings: Settings, services: list[str],
                   limit: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Every service's dead letters, asked at once; and the services that did not answer."""
+    from rota.contracts import messages as m
+    from rota.contracts.subjects import deadletter as deadletter_subject
+
     async def one(service: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await request(
             settings, deadletter_subject(service), m.ListDeadLetters(limit=limit))
@@ -61,6 +64,8 @@ def deadletter(
 ) -> None:
     """Messages a service could not handle in ROTA_MAX_DELIVER deliveries, newest first.
     `--json` adds the payload, truncated, with run tokens and other secrets blanked out."""
+    from rota.settings import get_settings
+
     if service is not None and service not in SERVICES:
         raise InvalidInput(f"no service {service!r}; one of {', '.join(SERVICES)}", "service")
     rows, failed = asyncio.run(_gather(get_settings(), [service] if service else list(SERVICES),

@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 
 from rota import waits
-from rota.cli import record
 from rota.cli.client import call
 from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import InvalidInput, console, emit_json, handled
 from rota.cli.untrusted import untrusted
-from rota.config import ConfigError, load_config
-from rota.contracts import messages as m
-from rota.contracts import subjects as s
 from rota.formats import age, moment, parse_time, score, short
-from rota.settings import get_settings
+
+if TYPE_CHECKING:  # the contracts (pydantic models, ~100 ms) load in the commands using them
+    from rota.contracts import messages as m
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -43,6 +39,9 @@ def _parse_labels(labels: list[str]) -> dict[str, str]:
 
 def _gang_shape(gpus: int, flavor: str) -> tuple[int, int]:
     """Split a total GPU count into whole nodes of the flavor's node size."""
+    from rota.config import ConfigError, load_config
+    from rota.settings import get_settings
+
     try:
         node_gpus = load_config(get_settings().config).max_node_gpus(flavor) or 8
     except ConfigError:
@@ -57,6 +56,8 @@ def _gang_shape(gpus: int, flavor: str) -> tuple[int, int]:
 
 
 def build_spec(doc: dict[str, Any]) -> m.SubmitJob:
+    from rota.contracts import messages as m
+
     return m.SubmitJob.model_validate(doc)
 
 
@@ -95,6 +96,11 @@ def submit(
     json_out: JsonOpt = False,
 ) -> None:
     """Submit a job and print its id. Flags override the fields of `-f FILE`."""
+    import yaml
+
+    from rota.contracts import subjects as s
+    from rota.settings import get_settings
+
     doc: dict[str, Any] = {}
     if file is not None:
         try:
@@ -196,6 +202,10 @@ def jobs(
     json_out: JsonOpt = False,
 ) -> None:
     """List jobs, newest first: one line each; JOB is the short id every command takes."""
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+    from rota.settings import get_settings
+
     filters = {"team": team, "queue": queue, "state": state, "user": user, "name": name,
                "search": search, "limit": limit, "offset": offset}
     query = m.ListJobs.model_validate({k: v for k, v in filters.items() if v is not None})
@@ -209,6 +219,10 @@ def jobs(
 
 
 def fetch_job(job_id: str) -> dict[str, Any]:
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+    from rota.settings import get_settings
+
     result: dict[str, Any] = call(get_settings(), s.API_JOB_GET, m.GetJob(job_id=job_id))
     return result
 
@@ -244,6 +258,10 @@ def cancel(
     json_out: JsonOpt = False,
 ) -> None:
     """Cancel a job. Cancelling a finished or cancelled job changes nothing."""
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+    from rota.settings import get_settings
+
     row = fetch_job(job_id)
     command = m.CancelJob(job_id=row["job_id"], team=row["team"], reason=reason)
     result = call(get_settings(), s.api_cancel(row["team"]), command)
@@ -273,6 +291,10 @@ def queues(
     """Per queue and team: pending jobs (and their GPUs), running jobs, GPUs in use against
     quota, borrowed, how long the oldest pending job has waited, and the share of the team's
     GPU-hour budget of the flavor used this period (wide: the figures and when it resets)."""
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+    from rota.settings import get_settings
+
     rows: list[dict[str, Any]] = call(
         get_settings(), s.API_QUEUES_SUMMARY, m.SummarizeQueues(team=team)
     )
@@ -310,6 +332,10 @@ def why(
     json_out: JsonOpt = False,
 ) -> None:
     """Why a job waits: every reason (primary first), its ETA and its score factors."""
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+    from rota.settings import get_settings
+
     answer: dict[str, Any] = call(get_settings(), s.API_JOB_WHY, m.GetJob(job_id=job_id))
     if json_out:
         emit_json(answer)
@@ -367,6 +393,13 @@ def trace(
 ) -> None:
     """A job's decision record: every event and decision with times, the reasons and score
     factors at each decision, the preemptions it caused or suffered, the notifications sent."""
+    import asyncio
+
+    from rota.cli import record
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+    from rota.settings import get_settings
+
     settings = get_settings()
     result: dict[str, Any] = call(settings, s.API_JOB_TRACE, m.GetJob(job_id=job_id))
     result["notifications"], error = asyncio.run(

@@ -2,60 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rota.cli import jobs as job_commands
-from rota.cli import operations
-from rota.cli.bench import bench_app
-from rota.cli.cluster import cluster_app
-from rota.cli.creds import auth_app, creds_app
-from rota.cli.deadletter import deadletter
-from rota.cli.notifications import notifications
+from rota.cli.entry import APP_SETTINGS, COMMANDS, GROUPS, add, main
 from rota.cli.output import console, emit_json, handled
-from rota.cli.replay import convert_trace_command, replay_command
-from rota.cli.stack import SERVICES, migrate_all, prepare_streams
 from rota.cli.untrusted import untrusted
-from rota.cli.up import up
-from rota.cli.watch import watch
-from rota.config import load_config
-from rota.demo.runner import demo
-from rota.endpoints import resolve
-from rota.settings import get_settings
 
-app = typer.Typer(
-    name="rota",
-    help="Rota: a checkpoint-aware, explainable queue for GPU training jobs.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(bench_app, name="bench")
-app.add_typer(creds_app, name="creds")
-app.add_typer(auth_app, name="auth")
-app.add_typer(cluster_app, name="cluster")
+app = typer.Typer(**APP_SETTINGS)
+for name in (*GROUPS, *COMMANDS):
+    add(app, name)
 config_app = typer.Typer(help="Check rota.yaml files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
-
-app.command()(demo)
-app.command()(up)
-app.command()(job_commands.submit)
-app.command()(job_commands.jobs)
-app.command()(job_commands.job)
-app.command()(job_commands.cancel)
-app.command()(job_commands.queues)
-app.command()(job_commands.why)
-app.command()(job_commands.trace)
-app.command()(watch)
-app.command()(notifications)
-app.command()(deadletter)
-app.command()(operations.preemptions)
-app.command()(operations.allocations)
-app.command("replay")(replay_command)
-app.command("convert-trace")(convert_trace_command)
 
 
 @config_app.command("check")
@@ -65,6 +25,8 @@ def config_check(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Validate a config file; errors name the key path and the rule (exit 2)."""
+    from rota.config import load_config
+
     config = load_config(file)
     capacity = config.capacity()
     summary = {"ok": True, "file": str(file), "nodes": len(config.expanded_nodes()),
@@ -87,6 +49,12 @@ def migrate(
     """Apply every service's database migrations (ROTA_DATABASE_URL, or the running `rota up`),
     and make or update the NATS streams and lease buckets (ROTA_NATS_URL): as the admin
     (ROTA_NATS_CREDS), since the services' identities may not manage streams."""
+    import asyncio
+
+    from rota.cli.stack import SERVICES, migrate_all, prepare_streams
+    from rota.endpoints import resolve
+    from rota.settings import get_settings
+
     settings = get_settings()
     endpoints = resolve(settings)
     done = migrate_all(endpoints.database_url, SERVICES)
@@ -156,4 +124,4 @@ def contracts_release(
 
 
 if __name__ == "__main__":
-    app()
+    main()

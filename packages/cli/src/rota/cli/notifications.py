@@ -9,12 +9,8 @@ import typer
 from rota.cli.client import call
 from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import console, emit_json, handled
-from rota.contracts import messages as m
-from rota.contracts.subjects import NOTIFICATIONS_LIST
 from rota.formats import age, moment, short
-from rota.settings import get_settings
 
-SUBJECT = NOTIFICATIONS_LIST
 NO_CHANNEL = (
     "no channel is configured, so the notifier records and sends nothing: give it Slack "
     "(ROTA_SLACK_TOKEN, or ROTA_SLACK_WEBHOOK_URL) or email (ROTA_SMTP_HOST, and ROTA_SMTP_USER,"
@@ -55,8 +51,12 @@ def notifications(
     output: OutputOpt = None,
 ) -> None:
     """Notifications sent, retrying or dead, newest first. No secret is ever shown."""
+    from rota.contracts import messages as m
+    from rota.contracts.subjects import NOTIFICATIONS_LIST
+    from rota.settings import get_settings
+
     answer: dict[str, Any] = call(
-        get_settings(), SUBJECT, m.ListNotifications(failed=failed, limit=limit,
+        get_settings(), NOTIFICATIONS_LIST, m.ListNotifications(failed=failed, limit=limit,
                                                      with_channels=True)
     )
     rows: list[dict[str, Any]] = answer["notifications"]

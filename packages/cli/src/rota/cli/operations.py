@@ -9,10 +9,7 @@ import typer
 from rota.cli.client import call
 from rota.cli.columns import Column, Output, OutputOpt, print_table
 from rota.cli.output import console, emit_json, handled
-from rota.contracts import messages as m
-from rota.contracts.subjects import LEDGER_ALLOCATIONS, PREEMPTION_PLANS
 from rota.formats import age, moment, short
-from rota.settings import get_settings
 from rota.units import gpu_time
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -62,6 +59,10 @@ def preemptions(
 ) -> None:
     """Preemption sagas, newest first, one line per victim: the preemptor and victim as short
     ids, the outcome, when it acknowledged, the work it lost."""
+    from rota.contracts import messages as m
+    from rota.contracts.subjects import PREEMPTION_PLANS
+    from rota.settings import get_settings
+
     plans: list[dict[str, Any]] = call(
         get_settings(), PREEMPTION_PLANS,
         m.ListPreemptions(job_id=job, open=open_only, limit=limit),
@@ -102,6 +103,10 @@ def allocations(
 ) -> None:
     """The ledger's allocations, one line per run: which job holds how many GPUs, how many
     are borrowed, since when, and where."""
+    from rota.contracts import messages as m
+    from rota.contracts.subjects import LEDGER_ALLOCATIONS
+    from rota.settings import get_settings
+
     result: dict[str, Any] = call(get_settings(), LEDGER_ALLOCATIONS,
                                   m.ListAllocations(active_only=not all_runs, limit=limit))
     rows = result["allocations"]

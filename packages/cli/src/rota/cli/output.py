@@ -14,14 +14,9 @@ from datetime import datetime
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
 from rota.cli.untrusted import untrusted
-from rota.config import ConfigError
-from rota.contracts import ContractError
-from rota.contracts.envelope import first_error
-from rota.endpoints import NotRunningError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -82,18 +77,32 @@ def handled(func: Callable[P, R]) -> Callable[P, R]:
         except InvalidInput as exc:
             fail(str(exc), code=EXIT_INVALID, json_out=json_out, field=exc.field,
                  error_code=exc.code)
-        except ContractError as exc:
-            fail(str(exc), code=EXIT_INVALID, json_out=json_out, field=exc.field,
-                 error_code=exc.code)
-        except ValidationError as exc:
-            err = first_error(exc)
-            fail(str(err), code=EXIT_INVALID, json_out=json_out, field=err.field)
-        except ConfigError as exc:
-            fail(str(exc), code=EXIT_INVALID, json_out=json_out, error_code="INVALID_CONFIG")
-        except (NotRunningError, CommandFailed) as exc:
+        except CommandFailed as exc:
             fail(str(exc), code=EXIT_FAILURE, json_out=json_out)
         except Exception as exc:
-            cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            fail(cause, code=EXIT_FAILURE, json_out=json_out)
+            fail_for(exc, json_out=json_out)
 
     return wrapper
+
+
+def fail_for(exc: Exception, *, json_out: bool) -> NoReturn:
+    """The failures of the layers below: their modules load here, once something failed,
+    not at every start (a command that never reads the config does not import it)."""
+    from pydantic import ValidationError
+
+    from rota.config import ConfigError
+    from rota.contracts import ContractError
+    from rota.contracts.envelope import first_error
+    from rota.endpoints import NotRunningError
+
+    if isinstance(exc, ContractError):
+        fail(str(exc), code=EXIT_INVALID, json_out=json_out, field=exc.field, error_code=exc.code)
+    if isinstance(exc, ValidationError):
+        err = first_error(exc)
+        fail(str(err), code=EXIT_INVALID, json_out=json_out, field=err.field)
+    if isinstance(exc, ConfigError):
+        fail(str(exc), code=EXIT_INVALID, json_out=json_out, error_code="INVALID_CONFIG")
+    if isinstance(exc, NotRunningError):
+        fail(str(exc), code=EXIT_FAILURE, json_out=json_out)
+    cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    fail(cause, code=EXIT_FAILURE, json_out=json_out)

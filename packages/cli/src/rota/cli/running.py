@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rota.cli.stack import (
     CONSOLE,
@@ -28,8 +28,10 @@ from rota.cli.stack import (
     service_env,
     start_console,
 )
-from rota.endpoints import Endpoints, write_runtime_file
-from rota.settings import Settings
+
+if TYPE_CHECKING:
+    from rota.endpoints import Endpoints
+    from rota.settings import Settings
 
 # `rota up` promises a stop within 10 s; the services get most of it to drain, the servers
 # the rest, and whatever is still alive at its share's end is killed.
@@ -102,6 +104,8 @@ class Stack:
                                              logs / f"{CONSOLE}.log")
             console["login"] = console_login(self.endpoints.nats_creds)
             self.processes.append(process)
+        from rota.endpoints import write_runtime_file
+
         write_runtime_file(self.settings.runtime_file, self.endpoints, os.getpid())
         return {**self.infra.describe(self.endpoints), "home": str(self.settings.home.resolve()),
                 "executor": self.executor.value, "services": services, "console": console,

@@ -13,22 +13,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import nats
-
-from rota.auth.keys import ADMIN, AuthDir
-from rota.bus.options import connect_options
-from rota.contracts.subjects import ping, replica_ping
-from rota.embedded import (
-    EmbeddedError,
-    EmbeddedNats,
-    EmbeddedNatsCluster,
-    EmbeddedPostgres,
-    home_path,
-)
-from rota.endpoints import Endpoints
-from rota.settings import Settings
+if TYPE_CHECKING:  # NATS, the servers and the settings load where a stack starts, not with `rota`
+    from rota.auth.keys import AuthDir
+    from rota.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres
+    from rota.endpoints import Endpoints
+    from rota.settings import Settings
 
 SERVICES = ("submission", "ledger", "scheduler", "preemption", "notifier", "executor")
 REPLICABLE = ("submission", "ledger", "notifier", "executor")
@@ -96,6 +87,8 @@ def migrate_all(database_url: str, services: tuple[str, ...] = SERVICES) -> list
 async def prepare_streams(settings: Settings, endpoints: Endpoints) -> list[str]:
     """The streams and the lease buckets, made or updated as the admin: the services'
     identities may not (`rota.auth.permissions.jetstream_subjects`). Their names."""
+    import nats
+
     from rota.bus.broker import StreamLimits, check_replicas, ensure_streams
     from rota.contracts.subjects import STREAM_SUBJECTS
     from rota.lease import ensure_lease_buckets
@@ -138,6 +131,10 @@ class Infrastructure:
     auth: AuthDir | None = None
 
     def start(self) -> Endpoints:
+        from rota.auth.keys import ADMIN, AuthDir
+        from rota.embedded import EmbeddedNats, EmbeddedNatsCluster, EmbeddedPostgres, home_path
+        from rota.endpoints import Endpoints
+
         home = home_path(self.settings.home)
         nats_url = self.settings.nats_url
         if not nats_url:
@@ -238,6 +235,8 @@ def _restart_when_due(name: str, exited: str, address: str, restarts: int,
                       restart: Callable[[], object], next_start: dict[str, float],
                       now: float) -> list[str]:
     """Restart a dead server once its backoff is over; the line that says what happened."""
+    from rota.embedded import EmbeddedError
+
     if now < next_start.setdefault(name, now + backoff_s(restarts)):
         return []
     next_start.pop(name)
@@ -266,6 +265,8 @@ class ServiceProcess:
 
     @property
     def ping_subject(self) -> str:
+        from rota.contracts.subjects import ping, replica_ping
+
         service = self.service or self.name
         return ping(service) if self.replica is None else replica_ping(service, self.replica)
 
@@ -316,6 +317,8 @@ def service_env(settings: Settings, endpoints: Endpoints, config: Path | None) -
 def admin_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:
     """`rota up` itself connects as the admin of the NATS it started, before the runtime file
     that tells other commands so is written."""
+    from rota.bus.options import connect_options
+
     if endpoints.nats_creds is not None:
         return {**connect_options(settings), "user_credentials": endpoints.nats_creds,
                 "inbox_prefix": "_INBOX"}
@@ -325,6 +328,8 @@ def admin_options(settings: Settings, endpoints: Endpoints) -> dict[str, Any]:
 async def ping_all(settings: Settings, endpoints: Endpoints,
                    subjects: dict[str, str]) -> dict[str, bool]:
     """Which processes answer their ping subject (process name → subject)."""
+    import nats
+
     nc = await nats.connect(endpoints.nats_url, connect_timeout=3,
                             **admin_options(settings, endpoints))
     try:

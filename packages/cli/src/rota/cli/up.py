@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,8 +24,9 @@ from rota.cli.output import InvalidInput, emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
 from rota.cli.stack import REPLICABLE, parse_replicas
 from rota.cli.untrusted import plain, untrusted
-from rota.config import load_config
-from rota.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from rota.settings import Settings
 
 
 class Stopped(Exception):
@@ -104,6 +105,9 @@ def up(
         "--json", help="Print the endpoints and service states as one JSON object.")] = False,
 ) -> None:
     """Start Rota: NATS, PostgreSQL, migrations and the six services, until Ctrl-C."""
+    from rota.config import load_config
+    from rota.settings import get_settings
+
     counts = replica_counts(replicas)
     settings = with_nats_cluster(get_settings(), nats_cluster)
     config = config or settings.config

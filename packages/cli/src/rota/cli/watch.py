@@ -5,18 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from nats.aio.msg import Msg
 
 from rota.cli.client import connected
 from rota.cli.output import CommandFailed, InvalidInput, console, emit_json, err_console, handled
 from rota.cli.untrusted import plain
-from rota.contracts.subjects import FEED_PREFIX, team_feed
-from rota.flushed import flushed
 from rota.formats import moment, short
-from rota.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # NATS loads when the watch starts
+    from nats.aio.msg import Msg
+
+    from rota.settings import Settings
 
 
 def summary(doc: dict[str, Any]) -> str:
@@ -58,6 +59,9 @@ def _is_job(doc: dict[str, Any], job: str) -> bool:
 
 async def follow(settings: Settings, *, team: str | None, job: str | None, count: int | None,
                  seconds: float | None, json_out: bool) -> int:
+    from rota.contracts.subjects import FEED_PREFIX, team_feed
+    from rota.flushed import flushed
+
     async with connected(settings) as conn:
         if team is not None and conn.team is not None and team != conn.team:
             raise InvalidInput(f"these credentials are team {conn.team}'s", "--team")
@@ -111,5 +115,7 @@ def watch(
     """Follow your jobs' events live: submitted, waiting (reason, ETA), granted, started,
     checkpointed, noticed, stopped, finished. Live only: what happened before is in `rota
     trace`."""
+    from rota.settings import get_settings
+
     asyncio.run(follow(get_settings(), team=team, job=job, count=count, seconds=seconds,
                        json_out=json_out))

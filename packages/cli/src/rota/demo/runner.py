@@ -6,27 +6,24 @@ import asyncio
 import json
 import shutil
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import nats
 import typer
-from nats.aio.msg import Msg
 from rich.console import Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from rota.bus.options import connect_options
 from rota.cli.output import CommandFailed, console, emit_json, err_console, handled
 from rota.cli.running import Executor, Stack
 from rota.cli.up import ignore_signals, stopping_on_signals
-from rota.contracts import envelope
-from rota.contracts import messages as m
-from rota.contracts import subjects as s
 from rota.demo.story import CONFIG, MAINTENANCE, SCRIPT, SIM_SPEED, TIME_LIMIT_S, Maintenance, Story
-from rota.ids import new_id
-from rota.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # NATS and the contracts load when the demo starts
+    from nats.aio.msg import Msg
+
+    from rota.settings import Settings
 
 
 def _view(story: Story, elapsed: float) -> Group:
@@ -50,6 +47,14 @@ def _view(story: Story, elapsed: float) -> Group:
 
 
 async def _play(settings: Settings, nats_url: str, story: Story, live: Live | None) -> None:
+    import nats
+
+    from rota.bus.options import connect_options
+    from rota.contracts import envelope
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+    from rota.ids import new_id
+
     nc = await nats.connect(nats_url, **connect_options(settings))
     start = time.monotonic()
     run = new_id()[-8:]
@@ -88,6 +93,10 @@ async def _play(settings: Settings, nats_url: str, story: Story, live: Live | No
 
 async def _maintain(nc: Any, story: Story, op: Maintenance) -> None:
     """The admin's `rota cluster drain` / `undrain`, through the API as the CLI sends it."""
+    from rota.contracts import envelope
+    from rota.contracts import messages as m
+    from rota.contracts import subjects as s
+
     node = story.drained_node if op.action == "undrain" else next(iter(story.jobs[op.job].nodes))
     assert node is not None
     command: m.DrainNode | m.UndrainNode = (
@@ -115,6 +124,8 @@ def demo(
     checkpoints; then a node is drained for maintenance, and its job moves the same way.
     Exits 0 when every step happened as promised.
     """
+    from rota.settings import get_settings
+
     base = get_settings()
     home = base.home / "demo"
     shutil.rmtree(home, ignore_errors=True)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rota.config.model import Node
+if TYPE_CHECKING:  # the config's models load with the first node read (`rota` starts without)
+    from rota.config.model import Node
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_FLAVOR_LABEL = "nvidia.com/gpu.product"
@@ -51,6 +52,8 @@ def _gpus(node: dict[str, Any], resource: str) -> int:
 
 def nodes_of(items: list[dict[str, Any]], labels: Labels = Labels()) -> list[Node]:
     """The GPU nodes of a node list, as `rota.yaml` nodes, sorted by name."""
+    from rota.config.model import Node
+
     out: list[Node] = []
     for item in items:
         name = item["metadata"]["name"]
