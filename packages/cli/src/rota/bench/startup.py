@@ -32,6 +32,9 @@ JOB_SPEC = {
     "declared_runtime_s": 3600,
 }
 IMPORT_RUNS = 3
+# A stack just started is still busy (its services' first cycles, imports, connections): the
+# commands are measured as a user meets them, on a stack that has settled.
+SETTLE_S = 20.0
 IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+(\d+) \| (\S.*)$")
 """A top-level import of `-X importtime`: its cumulative microseconds (a nested one is indented)."""
 
@@ -96,6 +99,8 @@ def run(home: Path, *, runs: int, say: Callable[[str], None]) -> dict[str, Any]:
     """Submit, list, explain and print help against the stack whose runtime file is under
     `home` (ROTA_HOME for the measured processes)."""
     env = {**os.environ, "ROTA_HOME": str(home), "COLUMNS": "200"}
+    say(f"letting the stack settle for {SETTLE_S:g} s")
+    time.sleep(SETTLE_S)
     load_before = os.getloadavg()
     spec = home / "startup-job.json"  # JSON is YAML: `submit -f` reads it
     spec.write_text(json.dumps(JOB_SPEC))

@@ -22,13 +22,14 @@ from pydantic import (
 class StrictModel(BaseModel):
     """Rejects unknown fields: a typo in a command must fail loudly, not be dropped."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False,
+                              defer_build=True)
 
 
 class OpenModel(BaseModel):
     """For events: later minor versions may add fields, and old readers must accept them."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 class Tier(StrEnum):
