@@ -24,6 +24,7 @@ import pytest
 import yaml
 from rota import waits
 from rota.cli.running import Executor, Stack
+from rota.formats import moment
 from rota.settings import Settings
 from rota.tracing import job_root_span_id, trace_id_hex
 
@@ -228,5 +229,5 @@ def test_rota_trace_shows_the_preemption_its_ack_and_the_notification(scenario: 
     text = " ".join(rota(scenario.env, "trace", scenario.victim, json_out=False).split())
     # The plan's rule in words (`rota:lower_tier` reads "its runs are in a lower queue").
     assert "suffered" in text and waits.plan_reason(plan["reason"]) in text
-    assert f"acked {plan['acked_at'][:23].replace('T', ' ')}" in text
+    assert f"acked {moment(plan['acked_at'])}" in text
     assert "preemption_noticed to user:research/dave by email: sent" in text
