@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 import typer
 from rota.cli import notifications as cli
-from rota.contracts import Envelope, envelope
+from rota.contracts import Envelope, envelope, subjects
 from rota.contracts import messages as m
 from rota.settings import get_settings
 from rota_notifier.redact import Redactor
@@ -149,7 +149,8 @@ async def test_rota_notifications_lists_the_dead_letter_over_nats(
     await h.tick()
 
     subject = await api_subject(h.notifier.redactor)
-    monkeypatch.setattr(cli, "SUBJECT", subject)
+    # The command reads the subject from the contracts when it runs.
+    monkeypatch.setattr(subjects, "NOTIFICATIONS_LIST", subject)
     get_settings.cache_clear()
     app = typer.Typer()
     app.command()(cli.notifications)

@@ -11,6 +11,7 @@ import pytest
 import typer
 from pydantic import SecretStr
 from rota.cli import notifications as cli
+from rota.contracts import subjects
 from rota.settings import get_settings
 from rota_notifier.redact import Redactor
 from typer.testing import CliRunner
@@ -72,7 +73,8 @@ async def test_secrets_never_reach_logs_errors_or_json(
     assert any("535" in (r.last_error or "") for r in stored)
 
     subject = await api_subject(h.notifier.redactor)
-    monkeypatch.setattr(cli, "SUBJECT", subject)
+    # The command reads the subject from the contracts when it runs.
+    monkeypatch.setattr(subjects, "NOTIFICATIONS_LIST", subject)
     get_settings.cache_clear()
     app = typer.Typer()
     app.command()(cli.notifications)
