@@ -191,20 +191,20 @@ def start_kueue(cluster: KubeCluster, workdir: Path) -> Kueue:
         cluster.apply(hooks)
         # The API server calls a new webhook only once its informer has seen the configuration:
         # until then a Job is stored as sent, unsuspended.
-        wait_until(lambda: _job_webhook_answers(cluster), 60, "Kueue's Job webhook called", every=0.5)
+        wait_until(lambda: job_webhook_answers(cluster), 60, "Kueue's Job webhook called", every=0.5)
     except Exception as exc:
         kueue.stop()
         raise RuntimeError(f"{exc}\n--- kueue log ---\n{kueue.log_tail()}") from exc
     return kueue
 
 
-def _job_webhook_answers(cluster: KubeCluster) -> bool:
-    """Whether a Job for a Kueue queue comes back suspended from a server-side dry run, which
-    runs the admission webhooks and stores nothing."""
+def job_webhook_answers(cluster: KubeCluster, namespace: str = "default") -> bool:
+    """Whether a Job for a Kueue queue in `namespace` comes back suspended from a server-side
+    dry run, which runs the admission webhooks and stores nothing."""
     from rota.contracts.common import Tier
     from rota.k8s.kueue import kueue_job
 
-    probe = kueue_job(name="webhook-probe", namespace="default", team="probe", tier=Tier.training,
+    probe = kueue_job(name="webhook-probe", namespace=namespace, team="probe", tier=Tier.training,
                       workers=1, gpus_per_worker=1)
     done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                            input=json.dumps(probe), check=False)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.real_kube import bench
 from tests.real_kube.cluster import KubeCluster, KubectlError, wait_until
-from tests.real_kube.kueue import Kueue, start_kueue
+from tests.real_kube.kueue import Kueue, job_webhook_answers, start_kueue
 
 pytestmark = [pytest.mark.real_kube, pytest.mark.kueue, pytest.mark.timeout(1200)]
 
@@ -74,6 +74,10 @@ def kueue(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -
                                        "nodes": [{"name": "h100-0", "flavor": "h100", "gpus": 8}]},
                            "teams": {"nlp": {"quota": {"h100": 8}}}})
     kube_cluster.apply(kueue_objects(config, "kueue-hooks"))
+    # Kueue's webhook reads the namespace and its queues from its own cache, which sees a new
+    # namespace a moment after the API server: until then a Job there is stored as sent.
+    wait_until(lambda: job_webhook_answers(kube_cluster, "kueue-hooks"), 60,
+               "Kueue's Job webhook answers for kueue-hooks", every=0.5)
     try:
         yield running
     finally:
